@@ -19,3 +19,4 @@ pub mod backend;
 pub mod cuda;
 
 pub use backend::{Backend, BackendChoice};
+pub mod plan;

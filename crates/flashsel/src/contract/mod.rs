@@ -21,7 +21,7 @@
 //! [`OutputOrder::Score`] lists the selection best first; [`OutputOrder::Index`]
 //! lists it by ascending column index.
 
-mod error;
+pub(crate) mod error;
 mod key;
 mod spec;
 

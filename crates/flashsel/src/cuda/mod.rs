@@ -1,11 +1,27 @@
-//! CUDA host code. (Being written: until then it reports itself unavailable.)
+//! CUDA host code: device discovery, NVRTC compilation, the plan / run API.
+//!
+//! - [`CudaEngine::new`] binds a device (the primary context, the one torch
+//!   uses) and reports *why* when no driver, no NVRTC or no GPU is there.
+//! - [`CudaEngine::plan`] is [`crate::plan::plan`] with this device's
+//!   properties; [`CudaEngine::workspace_bytes`] its workspace.
+//! - [`CudaEngine::select_device`] launches a selection over caller-owned
+//!   device buffers on a caller's stream: asynchronous, no allocation, no host
+//!   synchronisation, so it can be captured in a CUDA graph.
+//! - [`CudaEngine::select_host`] and [`CudaEngine::time_select`] are the
+//!   host-memory conveniences used by the CLI.
 
-use crate::contract::{Error, Result, ScoreElem, ScoresView, SelectSpec, Selection};
+pub mod check;
+pub mod compile;
+mod launch;
 
-/// The CUDA engine bound to one device.
-pub struct CudaEngine {
-    _private: (),
-}
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};
+
+use crate::contract::{error::cuda_err, Error, Result, ScoreElem, ScoresView, SelectSpec, Selection};
+use crate::plan::{self, Buffer, DeviceProps, Plan};
+pub use compile::{Compiled, KernelResources, Variant};
 
 /// One asynchronous selection over caller-owned device buffers.
 ///
@@ -16,7 +32,9 @@ pub struct DeviceSelect {
     pub spec: SelectSpec,
     /// Scores of `spec.dtype`, row `r` at `scores + r * row_stride * size`.
     pub scores: u64,
-    /// Optional `i32` lengths, `rows` entries.
+    /// Optional `i32` lengths, `rows` entries. Device-resident lengths cannot be
+    /// checked without a host synchronisation: a row whose length is outside
+    /// `0..=cols` comes out as all padding (nothing out of bounds is read).
     pub lengths: Option<u64>,
     /// `i32` output, `rows * k`.
     pub out_indices: u64,
@@ -29,36 +47,318 @@ pub struct DeviceSelect {
     pub stream: u64,
 }
 
+/// The kernels of one compiled variant.
+pub(crate) struct Kernels {
+    pub(crate) scan: [CudaFunction; 3],
+    pub(crate) merge: [CudaFunction; 3],
+}
+
+/// The CUDA engine bound to one device.
+pub struct CudaEngine {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    props: DeviceProps,
+    arch: &'static str,
+    name: String,
+    kernels: Mutex<HashMap<bool, Arc<Kernels>>>,
+}
+
+fn arch_name(major: i32, minor: i32) -> &'static str {
+    if let Ok(a) = std::env::var("FLASHSEL_ARCH") {
+        return Box::leak(a.into_boxed_str());
+    }
+    match (major, minor) {
+        (9, 0) => "sm_90a",
+        (8, 0) => "sm_80",
+        (8, 6) => "sm_86",
+        (8, 7) => "sm_87",
+        (8, 9) => "sm_89",
+        (m, n) => Box::leak(format!("sm_{m}{n}").into_boxed_str()),
+    }
+}
+
+/// Why the CUDA backend cannot be used here, or `Ok` when it can.
+pub fn availability() -> std::result::Result<(), String> {
+    // SAFETY: only probes dlopen.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("no NVIDIA driver: libcuda.so was not found by the dynamic loader".into());
+    }
+    compile::nvrtc_available()?;
+    Ok(())
+}
+
 impl CudaEngine {
-    pub fn new(_ordinal: usize) -> Result<Self> {
-        Err(Error::BackendUnavailable("the CUDA backend is not built yet".into()))
+    /// Binds device `ordinal` (its primary context) and a stream of its own.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        availability().map_err(Error::BackendUnavailable)?;
+        let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
+            .map_err(|_| Error::BackendUnavailable("the CUDA driver panicked while initialising".into()))?
+            .map_err(|e| Error::BackendUnavailable(format!("no usable GPU (device {ordinal}): {e:?}")))?;
+        // SAFETY: flashsel synchronises its own buffers explicitly; no event
+        // tracking keeps graph capture free of hidden event records.
+        unsafe { ctx.disable_event_tracking() };
+        let (major, minor) = ctx.compute_capability().map_err(cuda_err)?;
+        if major < 8 {
+            return Err(Error::BackendUnavailable(format!(
+                "compute capability {major}.{minor} is below 8.0 (Ampere), the oldest flashsel supports"
+            )));
+        }
+        let attr = |a| ctx.attribute(a).map_err(cuda_err);
+        use sys::CUdevice_attribute::*;
+        let props = DeviceProps {
+            sm_count: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+            max_smem_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
+            smem_per_sm: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as u32,
+            max_threads_per_sm: attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)? as u32,
+        };
+        let stream = ctx.new_stream().map_err(cuda_err)?;
+        let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        Ok(Self { ctx, stream, props, arch: arch_name(major, minor), name, kernels: Mutex::new(HashMap::new()) })
     }
+
+    /// The device's properties as the planner sees them.
+    pub fn props(&self) -> DeviceProps {
+        self.props
+    }
+    /// The architecture the kernels are compiled for (`sm_90a` on Hopper).
+    pub fn arch(&self) -> &'static str {
+        self.arch
+    }
+    /// The device's name.
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+    /// The engine's own stream (used by the host-memory helpers).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+    /// The context (the device's primary context).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The plan for a selection on this device.
+    pub fn plan(&self, spec: &SelectSpec, has_lengths: bool) -> Result<Plan> {
+        plan::plan(spec, has_lengths, &self.props)
+    }
+
     /// Workspace a [`DeviceSelect`] with this spec needs.
-    pub fn workspace_bytes(&self, _spec: &SelectSpec, _has_lengths: bool) -> Result<usize> {
-        unreachable!()
+    pub fn workspace_bytes(&self, spec: &SelectSpec, has_lengths: bool) -> Result<usize> {
+        Ok(self.plan(spec, has_lengths)?.workspace_bytes as usize)
     }
+
+    /// Compiles (or fetches) the kernels of a buffer kind. Call before graph
+    /// capture to keep NVRTC out of it; [`Self::select_device`] calls it too.
+    pub(crate) fn kernels(&self, global_buffer: bool) -> Result<Arc<Kernels>> {
+        let mut map = self.kernels.lock().map_err(|_| Error::Cuda("kernel cache poisoned".into()))?;
+        if let Some(k) = map.get(&global_buffer) {
+            return Ok(k.clone());
+        }
+        let v = Variant { arch: self.arch, block: plan::BLOCK, global_buffer };
+        let c = compile::compile(&v)?;
+        let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(c.cubin)).map_err(|e| {
+            Error::Cuda(format!("loading the {} cubin: {e:?}", v.name()))
+        })?;
+        let f = |n: &str| -> Result<CudaFunction> {
+            let func = module.load_function(n).map_err(cuda_err)?;
+            func.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                (self.props.max_smem_per_block - plan::STATIC_SMEM) as i32,
+            )
+            .map_err(cuda_err)?;
+            Ok(func)
+        };
+        let k = Arc::new(Kernels {
+            scan: [f("fs_scan_f32")?, f("fs_scan_bf16")?, f("fs_scan_f16")?],
+            merge: [f("fs_merge_f32")?, f("fs_merge_bf16")?, f("fs_merge_f16")?],
+        });
+        map.insert(global_buffer, k.clone());
+        Ok(k)
+    }
+
+    /// Compiles and loads every kernel variant now (NVRTC out of later calls).
+    pub fn warm_up(&self) -> Result<()> {
+        self.kernels(false)?;
+        self.kernels(true)?;
+        Ok(())
+    }
+
     /// Launches the selection on `args.stream`; returns without waiting.
     ///
     /// # Safety
-    /// Every pointer must be a live device allocation of the stated size.
-    pub unsafe fn select_device(&self, _args: &DeviceSelect) -> Result<()> {
-        unreachable!()
+    /// Every pointer must be a live device allocation of the stated size in
+    /// this engine's context, and `args.stream` a stream of that context.
+    pub unsafe fn select_device(&self, args: &DeviceSelect) -> Result<()> {
+        let spec = &args.spec;
+        spec.validate()?;
+        let plan = self.plan(spec, args.lengths.is_some())?;
+        if (args.workspace_bytes as u64) < plan.workspace_bytes {
+            return Err(Error::BufferSize {
+                what: "workspace (bytes)",
+                got: args.workspace_bytes,
+                need: plan.workspace_bytes as usize,
+            });
+        }
+        if plan.workspace_bytes > 0 && args.workspace % 256 != 0 {
+            return Err(Error::InvalidOption {
+                what: "workspace pointer",
+                value: format!("{:#x}", args.workspace),
+                expected: "256-byte aligned",
+            });
+        }
+        if spec.rows == 0 {
+            return Ok(());
+        }
+        let kernels = self.kernels(plan.buffer == Buffer::Global)?;
+        self.ctx.bind_to_thread().map_err(cuda_err)?;
+        launch::run(&kernels, &plan, args)
     }
+
+    /// Selects from host data: uploads, runs on the engine's stream, downloads.
+    /// The outputs are poisoned before the run, so an unwritten element shows.
     pub fn select_host<T: ScoreElem>(
         &self,
-        _scores: &ScoresView<'_, T>,
-        _spec: &SelectSpec,
-        _lengths: Option<&[i32]>,
+        scores: &ScoresView<'_, T>,
+        spec: &SelectSpec,
+        lengths: Option<&[i32]>,
     ) -> Result<Selection<T>> {
-        unreachable!()
+        let dev = DeviceData::upload(self, scores, spec, lengths)?;
+        dev.poison(self)?;
+        // SAFETY: every buffer was allocated above with the sizes the spec needs.
+        unsafe { self.select_device(&dev.args(self, spec))? };
+        dev.download(self, spec)
     }
+
+    /// Uploads once, then times `iters` runs on the device. Runs shorter than
+    /// ~50 us are timed as CUDA-graph replays of 20 launches (divided by 20),
+    /// longer ones with events around each launch.
     pub fn time_select<T: ScoreElem>(
         &self,
-        _scores: &ScoresView<'_, T>,
-        _spec: &SelectSpec,
-        _lengths: Option<&[i32]>,
-        _iters: usize,
+        scores: &ScoresView<'_, T>,
+        spec: &SelectSpec,
+        lengths: Option<&[i32]>,
+        iters: usize,
     ) -> Result<(Selection<T>, Vec<f64>)> {
-        unreachable!()
+        let dev = DeviceData::upload(self, scores, spec, lengths)?;
+        dev.poison(self)?;
+        let args = dev.args(self, spec);
+        // SAFETY: buffers sized for the spec, as above.
+        let run = || unsafe { self.select_device(&args) };
+        run()?;
+        let out = dev.download(self, spec)?;
+        let times = launch::time_on_stream(&self.stream, iters, run)?;
+        Ok((out, times))
+    }
+
+    /// Device-to-device copy bandwidth (bytes read + written per second) over
+    /// `bytes`, median of a few copies.
+    pub fn copy_bandwidth(&self, bytes: usize) -> Result<f64> {
+        let a: CudaSlice<u8> = self.stream.alloc_zeros(bytes).map_err(cuda_err)?;
+        let b: CudaSlice<u8> = self.stream.alloc_zeros(bytes).map_err(cuda_err)?;
+        let (pa, _) = a.device_ptr(&self.stream);
+        let (pb, _) = b.device_ptr(&self.stream);
+        let s = self.stream.cu_stream();
+        let times = launch::time_on_stream(&self.stream, 7, || {
+            // SAFETY: both allocations hold `bytes` bytes.
+            launch::check(unsafe { sys::cuMemcpyDtoDAsync_v2(pb, pa, bytes, s) }, "cuMemcpyDtoDAsync")
+        })?;
+        let mut t = times;
+        t.sort_by(f64::total_cmp);
+        Ok(2.0 * bytes as f64 / t[t.len() / 2])
+    }
+}
+
+/// Device copies of one host problem.
+struct DeviceData {
+    scores: CudaSlice<u8>,
+    lengths: Option<CudaSlice<i32>>,
+    out_idx: CudaSlice<i32>,
+    out_val: CudaSlice<u8>,
+    workspace: CudaSlice<u8>,
+    workspace_bytes: usize,
+    elem: usize,
+}
+
+impl DeviceData {
+    fn upload<T: ScoreElem>(
+        e: &CudaEngine,
+        scores: &ScoresView<'_, T>,
+        spec: &SelectSpec,
+        lengths: Option<&[i32]>,
+    ) -> Result<Self> {
+        spec.validate_host(scores, lengths)?;
+        let s = &e.stream;
+        let elem = std::mem::size_of::<T>();
+        let n = spec.elements_needed();
+        let mut host = Vec::with_capacity(n * elem);
+        for r in 0..spec.rows {
+            let row = scores.row(r);
+            // SAFETY: f32 / bf16 / f16 are plain bits.
+            let bytes = unsafe { std::slice::from_raw_parts(row.as_ptr() as *const u8, row.len() * elem) };
+            host.extend_from_slice(bytes);
+            if r + 1 < spec.rows {
+                host.resize((r + 1) * spec.row_stride * elem, 0);
+            }
+        }
+        let dscores = s.clone_htod(&host[..]).map_err(cuda_err)?;
+        let dlen = match lengths {
+            Some(l) => Some(s.clone_htod(l).map_err(cuda_err)?),
+            None => None,
+        };
+        let outn = (spec.rows * spec.k).max(1);
+        let wb = e.workspace_bytes(spec, lengths.is_some())?;
+        Ok(Self {
+            scores: dscores,
+            lengths: dlen,
+            out_idx: s.alloc_zeros(outn).map_err(cuda_err)?,
+            out_val: s.alloc_zeros(outn * elem).map_err(cuda_err)?,
+            workspace: s.alloc_zeros(wb.max(256)).map_err(cuda_err)?,
+            workspace_bytes: wb,
+            elem,
+        })
+    }
+
+    fn poison(&self, e: &CudaEngine) -> Result<()> {
+        let s = e.stream.cu_stream();
+        let (pi, _) = self.out_idx.device_ptr(&e.stream);
+        let (pv, _) = self.out_val.device_ptr(&e.stream);
+        let (pw, _) = self.workspace.device_ptr(&e.stream);
+        // SAFETY: sizes are the allocations' own.
+        unsafe {
+            launch::check(sys::cuMemsetD8Async(pi, 0x5a, self.out_idx.len() * 4, s), "memset")?;
+            launch::check(sys::cuMemsetD8Async(pv, 0x7f, self.out_val.len(), s), "memset")?;
+            launch::check(sys::cuMemsetD8Async(pw, 0xa5, self.workspace.len(), s), "memset")?;
+        }
+        Ok(())
+    }
+
+    fn args(&self, e: &CudaEngine, spec: &SelectSpec) -> DeviceSelect {
+        let st = &e.stream;
+        DeviceSelect {
+            spec: *spec,
+            scores: self.scores.device_ptr(st).0,
+            lengths: self.lengths.as_ref().map(|l| l.device_ptr(st).0),
+            out_indices: self.out_idx.device_ptr(st).0,
+            out_values: Some(self.out_val.device_ptr(st).0),
+            workspace: self.workspace.device_ptr(st).0,
+            workspace_bytes: self.workspace_bytes,
+            stream: st.cu_stream() as u64,
+        }
+    }
+
+    fn download<T: ScoreElem>(&self, e: &CudaEngine, spec: &SelectSpec) -> Result<Selection<T>> {
+        let s = &e.stream;
+        let n = spec.rows * spec.k;
+        let mut idx = s.clone_dtoh(&self.out_idx).map_err(cuda_err)?;
+        let val = s.clone_dtoh(&self.out_val).map_err(cuda_err)?;
+        s.synchronize().map_err(cuda_err)?;
+        idx.truncate(n);
+        let mut values = Vec::with_capacity(n);
+        for j in 0..n {
+            let b = &val[j * self.elem..(j + 1) * self.elem];
+            // SAFETY: T is f32 / bf16 / f16, `elem` bytes of plain bits.
+            values.push(unsafe { std::ptr::read_unaligned(b.as_ptr() as *const T) });
+        }
+        Ok(Selection { rows: spec.rows, k: spec.k, indices: idx, values })
     }
 }

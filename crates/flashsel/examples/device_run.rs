@@ -1,0 +1,76 @@
+//! One device session: correctness suite, graph replay, then timings.
+//! Usage: device_run [quick|full] [time]
+use flashsel::cuda::check::{self, Data, Rng};
+use flashsel::cuda::CudaEngine;
+use flashsel::{ScoreElem, ScoresView, SelectSpec};
+use half::bf16;
+
+fn time_shape<T: ScoreElem>(e: &CudaEngine, rows: usize, cols: usize, k: usize, data: Data, bw: f64, rng: &mut Rng) {
+    let spec = SelectSpec::new(rows, cols, k, T::DTYPE);
+    let raw = check::generate(data, rows * cols, rng);
+    let typed: Vec<T> = raw.iter().map(|&x| T::from_f32(x)).collect();
+    let view = ScoresView::new(&typed, rows, cols).unwrap();
+    let plan = e.plan(&spec, false).unwrap();
+    let (got, mut t) = e.time_select(&view, &spec, None, 30).unwrap();
+    t.sort_by(f64::total_cmp);
+    let med = t[t.len() / 2];
+    // verify a sample of rows
+    let want_rows: Vec<usize> = (0..rows).step_by((rows / 16).max(1)).collect();
+    let mut ok = true;
+    for &r in &want_rows {
+        let sub = ScoresView::new(view.row(r), 1, cols).unwrap();
+        let w = flashsel::cpu::select(&sub, &SelectSpec::new(1, cols, k, T::DTYPE), None).unwrap();
+        if w.indices[..] != got.indices[r * k..(r + 1) * k] {
+            ok = false;
+        }
+    }
+    let bytes = (rows * cols * std::mem::size_of::<T>()) as f64;
+    let floor = bytes / bw;
+    println!(
+        "TIME {rows:>5} x {cols:>8} k {k:>5} {:>4} {:>9} | {:>9.2} us (min {:>9.2}) | {:>7.1} GB/s | floor {:>8.2} us | {:>5.1}% | path {:?} ctas/row {} levels {} | verified {}",
+        T::DTYPE.name(),
+        format!("{data:?}"),
+        med * 1e6,
+        t[0] * 1e6,
+        bytes / med / 1e9,
+        floor * 1e6,
+        100.0 * floor / med,
+        plan.path,
+        plan.ctas_per_row,
+        plan.merge_levels,
+        if ok { "ok" } else { "MISMATCH" }
+    );
+}
+
+fn main() {
+    let mode = std::env::args().nth(1).unwrap_or("quick".into());
+    let e = CudaEngine::new(0).expect("cuda");
+    println!("device {} arch {} props {:?}", e.device_name(), e.arch(), e.props());
+    let t = std::time::Instant::now();
+    e.warm_up().expect("compile");
+    println!("compiled in {:.2}s", t.elapsed().as_secs_f64());
+    if mode != "timeonly" {
+        let rep = check::run_suite(&e, mode == "quick", 7, |i, n, o| {
+            if !o.ok {
+                println!("FAIL [{i}/{n}] {} :: {}", o.case, o.detail);
+            } else if i % 25 == 0 || i == n {
+                println!("ok [{i}/{n}] {} ({:?} x{})", o.case, o.path, o.ctas_per_row);
+            }
+        })
+        .unwrap();
+        println!("CHECK cases run {} failed {} by path {:?}", rep.run, rep.failed, rep.by_path);
+    }
+    if std::env::args().any(|a| a == "time") {
+        let bw = e.copy_bandwidth(1 << 30).unwrap();
+        println!("copy bandwidth {:.2} TB/s", bw / 1e12);
+        let mut rng = Rng::new(99);
+        for data in [Data::Normal, Data::Relu] {
+            time_shape::<f32>(&e, 1, 262_144, 512, data, bw, &mut rng);
+            time_shape::<f32>(&e, 1, 1_048_576, 2048, data, bw, &mut rng);
+            time_shape::<f32>(&e, 64, 131_072, 2048, data, bw, &mut rng);
+            time_shape::<f32>(&e, 8192, 131_072, 2048, data, bw, &mut rng);
+            time_shape::<bf16>(&e, 8192, 131_072, 2048, data, bw, &mut rng);
+            time_shape::<bf16>(&e, 1, 262_144, 512, data, bw, &mut rng);
+        }
+    }
+}

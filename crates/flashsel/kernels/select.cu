@@ -1,0 +1,500 @@
+// flashsel selection kernels: exact, deterministic top-k by streaming filter.
+//
+// ALGORITHM
+//   A CTA owns one contiguous range of one row: a slice of the scores (scan
+//   kernels) or a few candidate lists written by earlier CTAs (merge kernel).
+//   It streams the range once, in tiles of FS_BLOCK * ITEMS elements. Each
+//   element becomes a 64-bit composite
+//       c = key << 32 | (0xffffffff - column)
+//   whose unsigned order is the contract's total order (larger key first, then
+//   lower column first; docs/semantics.md). An element is pushed into the CTA's
+//   candidate buffer iff c >= lb, the running lower bound. When the next tile
+//   might not fit, the buffer is compacted: an exact MSD radix select
+//   (8-bit digits, 256-bin shared histogram) finds the k-th largest composite,
+//   or stops early at a digit whose bin holds exactly the missing count; every
+//   composite below the found prefix is dropped and lb rises to that prefix.
+//   At the end the buffer is compacted to min(k, n) and either
+//     - written unsorted as a candidate list (a split CTA or an inner merge), or
+//     - bitonic-sorted (score order: composite descending; index order: the low
+//       word descending, i.e. column ascending) and written as the final row.
+//
+// INVARIANTS
+//   - Composites are unique within a row (the column is in the low word), so the
+//     k-th largest is well defined and the selected set is exactly the contract's.
+//   - The buffer is a cache, never a decision: lb is always <= the k-th largest
+//     composite of everything seen so far, so no element of the true top-k is
+//     ever rejected, and a compaction drops only elements with >= k better ones.
+//   - capacity C >= 2k + TILE, so after a compaction (count <= k) the next tile
+//     always fits and compaction is only entered with count > 2k > k.
+//   - Every loop bound that contains __syncthreads or a warp collective is
+//     uniform over the CTA.
+//   - The top-k of a union is the top-k of the union of each part's top-k, so
+//     the split / merge tree returns the same set as one CTA would.
+//
+// COST
+//   Reads: each score once (scan), each candidate once per merge level.
+//   Writes: k composites per split CTA, k indices (+ values) per row.
+//   Compute per element: one key transform, one 64-bit compare, one ballot.
+//   A compaction costs up to 8 histogram passes over <= C shared entries
+//   (usually 3-4: random keys separate within the key word).
+//
+// BUFFERS
+//   FS_GLOBAL_BUF = 0: the buffer is dynamic shared memory (k <= the planner's
+//   shared limit). FS_GLOBAL_BUF = 1: the buffer is a per-CTA slice of the
+//   workspace, for any k; same code, slower memory.
+//
+// Compile-time options (the host passes them as -D):
+//   FS_BLOCK        threads per CTA (multiple of 32, <= 1024)
+//   FS_GLOBAL_BUF   0 or 1, as above
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+#ifndef FS_BLOCK
+#define FS_BLOCK 512
+#endif
+#ifndef FS_GLOBAL_BUF
+#define FS_GLOBAL_BUF 0
+#endif
+
+#define FS_WARPS (FS_BLOCK / 32)
+#define FULL_MASK 0xffffffffu
+
+// ---------------------------------------------------------------------------
+// Parameters (mirrored by #[repr(C)] structs in src/cuda/launch.rs).
+
+struct ScanParams {
+    const void* scores;      // rows x row_stride elements of the dtype
+    long long row_stride;    // elements
+    const int* lengths;      // nullable; rows entries
+    int* out_idx;            // final output (chunks == 1): rows x k
+    void* out_val;           // nullable; rows x k of the dtype
+    u64* cand;               // split output (chunks > 1): rows x chunks x k
+    int* cand_cnt;           // rows x chunks
+    u64* gbuf;               // FS_GLOBAL_BUF: gridDim.x * gridDim.y * cap
+    int rows;
+    int cols;
+    int k;
+    int chunks;              // CTAs per row (== gridDim.x)
+    int cap;                 // buffer capacity in composites
+    int nan_largest;         // NaN policy: 1 = above +inf, 0 = below -inf
+    int order_index;         // 1: output by ascending column
+    int pad_;
+};
+
+struct MergeParams {
+    const u64* in;           // rows x in_lists x k
+    const int* in_cnt;       // rows x in_lists
+    u64* out;                // rows x gridDim.x x k (when gridDim.x > 1)
+    int* out_cnt;            // rows x gridDim.x
+    const void* scores;      // for the values of the final row
+    long long row_stride;
+    const int* lengths;
+    int* out_idx;
+    void* out_val;
+    u64* gbuf;
+    int rows;
+    int cols;
+    int k;
+    int in_lists;
+    int fan_in;              // lists per merge CTA
+    int cap;
+    int order_index;
+    int pad_;
+};
+
+// ---------------------------------------------------------------------------
+// Keys: raw float bits -> unsigned key ordered as the float, -0 == +0, one NaN.
+
+template <int BITS>
+struct FloatBits;
+template <>
+struct FloatBits<32> {
+    static constexpr u32 SIGN = 0x80000000u, EXP = 0x7f800000u, MAN = 0x007fffffu;
+};
+template <>
+struct FloatBits<16> {  // bf16
+    static constexpr u32 SIGN = 0x8000u, EXP = 0x7f80u, MAN = 0x007fu;
+};
+template <>
+struct FloatBits<15> {  // f16 (tag 15: 16-bit storage, IEEE half layout)
+    static constexpr u32 SIGN = 0x8000u, EXP = 0x7c00u, MAN = 0x03ffu;
+};
+
+template <int TAG>
+__device__ __forceinline__ u32 order_key(u32 bits, int nan_largest) {
+    typedef FloatBits<TAG> F;
+    const u32 all = F::SIGN | F::EXP | F::MAN;
+    const u32 mag = bits & (F::EXP | F::MAN);
+    u32 key = (bits & F::SIGN) ? (~bits & all) : (bits | F::SIGN);
+    key = (mag == 0) ? F::SIGN : key;
+    key = (mag > F::EXP) ? (nan_largest ? all : 0u) : key;
+    return key;
+}
+
+__device__ __forceinline__ u64 composite(u32 key, u32 col) {
+    return ((u64)key << 32) | (u64)(0xffffffffu - col);
+}
+__device__ __forceinline__ u32 composite_col(u64 c) { return 0xffffffffu - (u32)c; }
+
+// Raw element access for the three dtypes (no cuda_fp16 headers needed).
+template <int TAG>
+struct Elem;
+template <>
+struct Elem<32> {
+    typedef u32 raw;
+    static constexpr int VEC = 4;              // elements per 16-byte load
+    static constexpr int ITEMS = 8;            // elements per thread per tile
+    static constexpr int TOP_BIT = 63;         // highest composite bit in use
+    static constexpr u32 NEG_INF = 0xff800000u;
+};
+template <>
+struct Elem<16> {
+    typedef u16 raw;
+    static constexpr int VEC = 8;
+    static constexpr int ITEMS = 16;
+    static constexpr int TOP_BIT = 47;
+    static constexpr u32 NEG_INF = 0xff80u;
+};
+template <>
+struct Elem<15> {
+    typedef u16 raw;
+    static constexpr int VEC = 8;
+    static constexpr int ITEMS = 16;
+    static constexpr int TOP_BIT = 47;
+    static constexpr u32 NEG_INF = 0xfc00u;
+};
+
+template <int TAG>
+__device__ __forceinline__ u32 load_bits(const void* base, long long i) {
+    typedef typename Elem<TAG>::raw R;
+    return (u32)__ldg(((const R*)base) + i);
+}
+template <int TAG>
+__device__ __forceinline__ void store_bits(void* base, long long i, u32 bits) {
+    typedef typename Elem<TAG>::raw R;
+    ((R*)base)[i] = (R)bits;
+}
+
+// ---------------------------------------------------------------------------
+// Per-CTA shared state.
+
+struct Shared {
+    u32 hist[256];
+    u32 count;       // composites in the buffer
+    u32 digit;       // radix select: the crossing digit
+    u32 above;       // radix select: composites in bins above it
+    u32 bincnt;      // radix select: composites in its bin
+    u64 lb;          // accept c >= lb
+};
+
+extern __shared__ __align__(16) u64 dyn_smem[];
+
+__device__ __forceinline__ u64* cta_buffer(u64* gbuf, int cap) {
+#if FS_GLOBAL_BUF
+    return gbuf + ((u64)blockIdx.y * gridDim.x + blockIdx.x) * (u64)cap;
+#else
+    return dyn_smem;
+#endif
+}
+
+// Warp-aggregated push: every lane of the warp must call it.
+__device__ __forceinline__ void push(u64* buf, Shared& sh, bool pred, u64 c) {
+    const u32 mask = __ballot_sync(FULL_MASK, pred);
+    if (mask == 0) return;
+    const int lane = threadIdx.x & 31;
+    const int leader = __ffs(mask) - 1;
+    u32 base = 0;
+    if (lane == leader) base = atomicAdd(&sh.count, (u32)__popc(mask));
+    base = __shfl_sync(FULL_MASK, base, leader);
+    if (pred) buf[base + __popc(mask & ((1u << lane) - 1u))] = c;
+}
+
+// Exact compaction of buf[0..n) to its m largest composites (m < n).
+// All threads call it; ends with a barrier; leaves sh.count = m and raises sh.lb.
+template <int TOP_BIT>
+__device__ void compact(u64* buf, Shared& sh, u32 n, u32 m) {
+    const int tid = threadIdx.x;
+    u64 prefix = 0, mask = 0;
+    u32 need = m;
+    for (int shift = TOP_BIT - 7;; shift -= 8) {
+        for (int i = tid; i < 256; i += FS_BLOCK) sh.hist[i] = 0;
+        __syncthreads();
+        for (u32 i = tid; i < n; i += FS_BLOCK) {
+            const u64 c = buf[i];
+            if ((c & mask) == prefix) atomicAdd(&sh.hist[(u32)(c >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (tid < 32) {
+            // Lane l owns bins 8l .. 8l+7; find the bin where the count from the
+            // top crosses `need`.
+            u32 h[8];
+            u32 sum = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                h[j] = sh.hist[tid * 8 + j];
+                sum += h[j];
+            }
+            u32 incl = sum;  // sum over lanes >= tid
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const u32 v = __shfl_down_sync(FULL_MASK, incl, o);
+                if (tid + o < 32) incl += v;
+            }
+            const u32 above_lane = incl - sum;
+            if (above_lane < need && need <= incl) {
+                u32 acc = above_lane;
+#pragma unroll
+                for (int j = 7; j >= 0; --j) {
+                    if (acc < need && acc + h[j] >= need) {
+                        sh.digit = tid * 8 + j;
+                        sh.above = acc;
+                        sh.bincnt = h[j];
+                    }
+                    acc += h[j];
+                }
+            }
+        }
+        __syncthreads();
+        need -= sh.above;
+        prefix |= (u64)sh.digit << shift;
+        mask |= (u64)255 << shift;
+        if (sh.bincnt == need || shift == 0) break;
+    }
+    // Everything >= prefix is kept: exactly m composites (the bin holds exactly
+    // `need`, or prefix is the m-th composite itself).
+    // In-place compaction in rounds: a round reads R*FS_BLOCK entries into
+    // registers, then writes its survivors below the running count, which is
+    // never past what has been read.
+    __syncthreads();
+    if (tid == 0) sh.count = 0;
+    __syncthreads();
+    constexpr int R = 8;
+    for (u32 base = 0; base < n; base += R * FS_BLOCK) {
+        u64 v[R];
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const u32 i = base + j * FS_BLOCK + tid;
+            v[j] = (i < n) ? buf[i] : 0ull;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < R; ++j) push(buf, sh, v[j] >= prefix && v[j] != 0ull, v[j]);
+        __syncthreads();
+    }
+    if (tid == 0) sh.lb = prefix > sh.lb ? prefix : sh.lb;
+    __syncthreads();
+}
+
+// Bitonic sort of buf[0..m) descending by sort key; padded with zeros to a
+// power of two (zero is below every real composite). For index order the words
+// are swapped first, so the low word (0xffffffff - column) leads.
+__device__ void sort_desc(u64* buf, u32 m, int order_index) {
+    const int tid = threadIdx.x;
+    u32 n = 1;
+    while (n < m) n <<= 1;
+    for (u32 i = tid; i < n; i += FS_BLOCK) {
+        u64 c = (i < m) ? buf[i] : 0ull;
+        if (order_index && i < m) c = (c << 32) | (c >> 32);
+        buf[i] = c;
+    }
+    __syncthreads();
+    for (u32 size = 2; size <= n; size <<= 1) {
+        for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
+            for (u32 i = tid; i < n / 2; i += FS_BLOCK) {
+                const u32 lo = 2 * i - (i & (stride - 1));
+                const u32 hi = lo + stride;
+                const bool desc = (lo & size) == 0;
+                const u64 a = buf[lo], b = buf[hi];
+                if ((a < b) == desc) {
+                    buf[lo] = b;
+                    buf[hi] = a;
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// Writes the final row: the m sorted composites, then padding to k.
+template <int TAG>
+__device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* out_idx, void* out_val,
+                          const void* row_scores, long long row) {
+    for (u32 j = threadIdx.x; j < (u32)k; j += FS_BLOCK) {
+        const long long o = row * (long long)k + j;
+        if (j < m) {
+            u64 c = buf[j];
+            if (order_index) c = (c << 32) | (c >> 32);
+            const u32 col = composite_col(c);
+            out_idx[o] = (int)col;
+            if (out_val) store_bits<TAG>(out_val, o, load_bits<TAG>(row_scores, col));
+        } else {
+            out_idx[o] = -1;
+            if (out_val) store_bits<TAG>(out_val, o, Elem<TAG>::NEG_INF);
+        }
+    }
+}
+
+// The row's length, or 0 for an out-of-range length (the host cannot check
+// device-resident lengths without a synchronisation; such a row comes out as
+// all padding).
+__device__ __forceinline__ int row_length(const int* lengths, int row, int cols) {
+    if (!lengths) return cols;
+    const int len = lengths[row];
+    return (len < 0 || len > cols) ? 0 : len;
+}
+
+// Finishes a CTA's selection: compact to min(k, count) and write either the
+// final row or a candidate list.
+template <int TAG>
+__device__ void finish(u64* buf, Shared& sh, int k, bool final_row, int order_index, int* out_idx, void* out_val,
+                       const void* row_scores, long long row, u64* list, int* list_cnt) {
+    __syncthreads();
+    const u32 n = sh.count;
+    const u32 m = n < (u32)k ? n : (u32)k;
+    if (n > m) compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m);
+    if (final_row) {
+        sort_desc(buf, m, order_index);
+        write_row<TAG>(buf, m, order_index, k, out_idx, out_val, row_scores, row);
+    } else {
+        for (u32 j = threadIdx.x; j < m; j += FS_BLOCK) list[j] = buf[j];
+        if (threadIdx.x == 0) *list_cnt = (int)m;
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ void reset(Shared& sh) {
+    if (threadIdx.x == 0) {
+        sh.count = 0;
+        sh.lb = 0;
+    }
+    __syncthreads();
+}
+
+// ---------------------------------------------------------------------------
+// Scan: grid (chunks, row slots). CTA (p, y) handles chunk p of rows
+// y, y + gridDim.y, ...; chunk p of a row of length len is
+// [p * L, min(len, (p + 1) * L)) with L = roundup(ceil(len / chunks), 8), so
+// work follows the active length, not the buffer width.
+
+template <int TAG>
+__device__ void scan_impl(const ScanParams& P) {
+    typedef Elem<TAG> E;
+    constexpr int VEC = E::VEC;
+    constexpr int ITEMS = E::ITEMS;
+    constexpr int TILE = FS_BLOCK * ITEMS;
+    __shared__ Shared sh;
+    u64* buf = cta_buffer(P.gbuf, P.cap);
+    const int tid = threadIdx.x;
+    const int p = blockIdx.x;
+    const bool final_row = P.chunks == 1;
+    const int esize = sizeof(typename E::raw);
+
+    for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
+        reset(sh);
+        const int len = row_length(P.lengths, row, P.cols);
+        const long long per = ((long long)len + P.chunks - 1) / P.chunks;
+        const long long L = (per + 7) & ~7ll;
+        const long long start = (long long)p * L;
+        const long long end = start + L < len ? start + L : len;
+        const void* row_scores = (const char*)P.scores + (long long)row * P.row_stride * esize;
+        const bool aligned = (((unsigned long long)row_scores) & 15ull) == 0;
+
+        for (long long base = start; base < end; base += TILE) {
+            // Make room for a whole tile (uniform: count is read after a barrier).
+            __syncthreads();
+            const u32 n = sh.count;
+            if (n + TILE > (u32)P.cap) compact<E::TOP_BIT>(buf, sh, n, (u32)P.k);
+            const u64 lb = sh.lb;
+#pragma unroll
+            for (int j = 0; j < ITEMS / VEC; ++j) {
+                const long long e0 = base + ((long long)j * FS_BLOCK + tid) * VEC;
+                u32 bits[VEC];
+                if (aligned && e0 + VEC <= end) {
+                    if (TAG == 32) {
+                        const uint4 v = __ldg((const uint4*)((const u32*)row_scores + e0));
+                        bits[0] = v.x;
+                        bits[1] = v.y;
+                        bits[2] = v.z;
+                        bits[3] = v.w;
+                    } else {
+                        const uint4 v = __ldg((const uint4*)((const u16*)row_scores + e0));
+                        bits[0] = v.x & 0xffffu;
+                        bits[1] = v.x >> 16;
+                        bits[2] = v.y & 0xffffu;
+                        bits[3] = v.y >> 16;
+                        bits[4] = v.z & 0xffffu;
+                        bits[5] = v.z >> 16;
+                        bits[6] = v.w & 0xffffu;
+                        bits[7] = v.w >> 16;
+                    }
+                } else {
+#pragma unroll
+                    for (int q = 0; q < VEC; ++q) bits[q] = (e0 + q < end) ? load_bits<TAG>(row_scores, e0 + q) : 0u;
+                }
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) {
+                    const long long e = e0 + q;
+                    const u64 c = composite(order_key<TAG>(bits[q], P.nan_largest), (u32)e);
+                    push(buf, sh, e < end && c >= lb, c);
+                }
+            }
+        }
+        const long long lo = ((long long)row * P.chunks + p);
+        finish<TAG>(buf, sh, P.k, final_row, P.order_index, P.out_idx, P.out_val, row_scores, row,
+                    P.cand + lo * P.k, P.cand_cnt + lo);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Merge: grid (out_lists, row slots). CTA (g, y) merges lists
+// [g * fan_in, min(in_lists, (g + 1) * fan_in)) of its rows. With one output
+// list it writes the final row (values gathered from the scores).
+
+template <int TAG>
+__device__ void merge_impl(const MergeParams& P) {
+    typedef Elem<TAG> E;
+    constexpr int ITEMS = 8;
+    constexpr int TILE = FS_BLOCK * ITEMS;
+    __shared__ Shared sh;
+    u64* buf = cta_buffer(P.gbuf, P.cap);
+    const int tid = threadIdx.x;
+    const int g = blockIdx.x;
+    const bool final_row = gridDim.x == 1;
+    const int esize = sizeof(typename E::raw);
+    const int first = g * P.fan_in;
+    const int last = first + P.fan_in < P.in_lists ? first + P.fan_in : P.in_lists;
+
+    for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
+        reset(sh);
+        for (int l = first; l < last; ++l) {
+            const long long li = (long long)row * P.in_lists + l;
+            const u64* list = P.in + li * P.k;
+            const int cnt = P.in_cnt[li];
+            for (int base = 0; base < cnt; base += TILE) {
+                __syncthreads();
+                const u32 n = sh.count;
+                if (n + TILE > (u32)P.cap) compact<E::TOP_BIT>(buf, sh, n, (u32)P.k);
+                const u64 lb = sh.lb;
+#pragma unroll
+                for (int j = 0; j < ITEMS; ++j) {
+                    const int i = base + j * FS_BLOCK + tid;
+                    const u64 c = i < cnt ? list[i] : 0ull;
+                    push(buf, sh, i < cnt && c >= lb, c);
+                }
+            }
+        }
+        const void* row_scores = (const char*)P.scores + (long long)row * P.row_stride * esize;
+        const long long lo = (long long)row * gridDim.x + g;
+        finish<TAG>(buf, sh, P.k, final_row, P.order_index, P.out_idx, P.out_val, row_scores, row,
+                    P.out + lo * P.k, P.out_cnt + lo);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_scan_f32(const ScanParams p) { scan_impl<32>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_scan_bf16(const ScanParams p) { scan_impl<16>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_scan_f16(const ScanParams p) { scan_impl<15>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_merge_f32(const MergeParams p) { merge_impl<32>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_merge_bf16(const MergeParams p) { merge_impl<16>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_merge_f16(const MergeParams p) { merge_impl<15>(p); }

@@ -1,0 +1,401 @@
+//! `flashsel check`: the CUDA engine against the CPU engine on fresh random and
+//! adversarial inputs, every path boundary, outputs poisoned before each run.
+
+use half::{bf16, f16};
+
+use super::CudaEngine;
+use crate::contract::{DType, NanPolicy, OutputOrder, Result, ScoreElem, ScoresView, SelectSpec};
+use crate::plan::Path;
+
+/// Input families.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Data {
+    Normal,
+    /// ReLU plateaus: `max(0, x)`, half the row exactly 0.0.
+    Relu,
+    AllEqual,
+    /// NaN on every fifth element.
+    Nan5,
+    /// +/-inf sprinkled, -0.0 beside +0.0.
+    InfZero,
+    Denormal,
+    /// Increasing: every element beats all before it (worst case for the filter).
+    Ascending,
+    /// A handful of distinct values: ties everywhere.
+    FewValues,
+}
+
+pub const ALL_DATA: [Data; 8] = [
+    Data::Normal,
+    Data::Relu,
+    Data::AllEqual,
+    Data::Nan5,
+    Data::InfZero,
+    Data::Denormal,
+    Data::Ascending,
+    Data::FewValues,
+];
+
+/// A small deterministic generator (splitmix64): test data only.
+pub struct Rng(u64);
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    pub fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn normal(&mut self) -> f32 {
+        let (u1, u2) = (self.uniform().max(1e-300), self.uniform());
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
+/// Fills `n` scores of family `d`.
+pub fn generate(d: Data, n: usize, rng: &mut Rng) -> Vec<f32> {
+    (0..n)
+        .map(|i| match d {
+            Data::Normal => rng.normal(),
+            Data::Relu => rng.normal().max(0.0),
+            Data::AllEqual => 1.5,
+            Data::Nan5 => {
+                if i % 5 == 0 {
+                    f32::from_bits(0x7fc0_0000 | (rng.next_u64() as u32 & 0x3f_ffff) | ((i as u32 & 1) << 31))
+                } else {
+                    rng.normal()
+                }
+            }
+            Data::InfZero => match rng.below(8) {
+                0 => f32::INFINITY,
+                1 => f32::NEG_INFINITY,
+                2 => -0.0,
+                3 => 0.0,
+                _ => rng.normal(),
+            },
+            Data::Denormal => f32::from_bits((rng.next_u64() as u32 & 0x007f_ffff) | ((rng.below(2) as u32) << 31)),
+            Data::Ascending => i as f32,
+            Data::FewValues => (rng.below(4) as f32) * 0.5,
+        })
+        .collect()
+}
+
+/// One check case.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub rows: usize,
+    pub cols: usize,
+    pub k: usize,
+    pub dtype: DType,
+    pub data: Data,
+    pub order: OutputOrder,
+    pub nan: NanPolicy,
+    /// Extra elements between rows (misaligns rows when odd).
+    pub stride_pad: usize,
+    /// `Some(spec)`: per-row lengths from this recipe.
+    pub lengths: Option<LengthRecipe>,
+}
+
+/// How per-row lengths are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LengthRecipe {
+    /// 0, 1, k-1, k, k+1, cols, then random.
+    Edges,
+    /// Short rows in a wide buffer.
+    Short(usize),
+}
+
+impl Case {
+    pub fn spec(&self) -> SelectSpec {
+        SelectSpec::new(self.rows, self.cols, self.k, self.dtype)
+            .with_stride(self.cols + self.stride_pad)
+            .with_order(self.order)
+            .with_nan(self.nan)
+    }
+    pub fn describe(&self) -> String {
+        format!(
+            "{}x{} k={} {} {:?} order={} nan={} pad={} lengths={:?}",
+            self.rows,
+            self.cols,
+            self.k,
+            self.dtype.name(),
+            self.data,
+            self.order.name(),
+            self.nan.name(),
+            self.stride_pad,
+            self.lengths
+        )
+    }
+}
+
+fn lengths_for(c: &Case, rng: &mut Rng) -> Option<Vec<i32>> {
+    let r = c.lengths?;
+    Some(
+        (0..c.rows)
+            .map(|i| match r {
+                LengthRecipe::Edges => {
+                    let edges = [0, 1, c.k.saturating_sub(1), c.k, c.k + 1, c.cols];
+                    let l = if i < edges.len() { edges[i] } else { rng.below(c.cols as u64 + 1) as usize };
+                    l.min(c.cols) as i32
+                }
+                LengthRecipe::Short(n) => (n.min(c.cols) - (i % 3).min(n)) as i32,
+            })
+            .collect(),
+    )
+}
+
+/// The outcome of one case.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub case: String,
+    pub path: Path,
+    pub ctas_per_row: u32,
+    pub ok: bool,
+    pub detail: String,
+}
+
+fn run_typed<T: ScoreElem>(e: &CudaEngine, c: &Case, data: &[f32], lengths: Option<&[i32]>) -> Result<(bool, String)> {
+    let spec = c.spec();
+    let typed: Vec<T> = data.iter().map(|&x| T::from_f32(x)).collect();
+    let view = ScoresView::with_stride(&typed, c.rows, c.cols, spec.row_stride)?;
+    let want = crate::cpu::select(&view, &spec, lengths)?;
+    let got = e.select_host(&view, &spec, lengths)?;
+    for (i, (a, b)) in want.indices.iter().zip(&got.indices).enumerate() {
+        if a != b {
+            return Ok((false, format!("index mismatch at row {} slot {}: cpu {a}, gpu {b}", i / c.k, i % c.k)));
+        }
+    }
+    for (i, (a, b)) in want.values.iter().zip(&got.values).enumerate() {
+        if a.bits() != b.bits() {
+            return Ok((false, format!("value bits differ at row {} slot {}", i / c.k, i % c.k)));
+        }
+    }
+    Ok((true, String::new()))
+}
+
+/// Runs one case with fresh data from `rng`.
+pub fn run_case(e: &CudaEngine, c: &Case, rng: &mut Rng) -> Result<Outcome> {
+    let spec = c.spec();
+    let lengths = lengths_for(c, rng);
+    let plan = e.plan(&spec, lengths.is_some())?;
+    let data = generate(c.data, spec.elements_needed(), rng);
+    let (ok, detail) = match c.dtype {
+        DType::F32 => run_typed::<f32>(e, c, &data, lengths.as_deref())?,
+        DType::BF16 => run_typed::<bf16>(e, c, &data, lengths.as_deref())?,
+        DType::F16 => run_typed::<f16>(e, c, &data, lengths.as_deref())?,
+    };
+    Ok(Outcome { case: c.describe(), path: plan.path, ctas_per_row: plan.ctas_per_row, ok, detail })
+}
+
+/// The standard suite. `quick` keeps it to a few seconds.
+pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let dtypes = [DType::F32, DType::BF16, DType::F16];
+    let base = |rows, cols, k, dtype, data| Case {
+        rows,
+        cols,
+        k,
+        dtype,
+        data,
+        order: OutputOrder::Score,
+        nan: NanPolicy::Lowest,
+        stride_pad: 0,
+        lengths: None,
+    };
+    // Every family x dtype x order x NaN policy on small multi-row shapes.
+    for &data in &ALL_DATA {
+        for &dtype in &dtypes {
+            for order in [OutputOrder::Score, OutputOrder::Index] {
+                for nan in [NanPolicy::Lowest, NanPolicy::Largest] {
+                    let mut c = base(7, 5000, 300, dtype, data);
+                    c.order = order;
+                    c.nan = nan;
+                    c.stride_pad = rng.below(3) as usize;
+                    c.lengths = Some(LengthRecipe::Edges);
+                    cases.push(c);
+                }
+            }
+        }
+    }
+    // k edges.
+    for (cols, k) in [(1, 1), (10, 1), (10, 10), (10, 11), (100, 5000), (4097, 4096), (40_000, 1), (40_000, 40_000)] {
+        for &data in &[Data::Normal, Data::Relu, Data::Nan5] {
+            cases.push(base(3, cols, k, DType::F32, data));
+        }
+    }
+    // Path boundaries for one row, k 512 and 2048.
+    for k in [512usize, 2048] {
+        let fit = e.plan(&SelectSpec::new(1, 1 << 20, k, DType::F32), false).map(|p| p.fit as usize).unwrap_or(8192);
+        let mut widths = vec![fit - 1, fit, fit + 1, 2 * fit, 2 * fit + 1, 262_144, 1_048_576];
+        if !quick {
+            widths.push(4_194_304);
+        }
+        for &cols in &widths {
+            for &data in &[Data::Normal, Data::Relu, Data::Ascending] {
+                for &dtype in &[DType::F32, DType::BF16] {
+                    let mut c = base(1, cols, k, dtype, data);
+                    c.order = if cols % 2 == 0 { OutputOrder::Index } else { OutputOrder::Score };
+                    cases.push(c);
+                }
+            }
+        }
+    }
+    // Multi-row shapes that split, with lengths, strides and short rows in wide buffers.
+    for &data in &[Data::Normal, Data::Relu, Data::FewValues] {
+        let mut c = base(5, 300_000, 700, DType::F32, data);
+        c.lengths = Some(LengthRecipe::Edges);
+        c.stride_pad = 1;
+        cases.push(c);
+        let mut c = base(3, 1_048_576, 2048, DType::BF16, data);
+        c.lengths = Some(LengthRecipe::Short(5000));
+        cases.push(c);
+        cases.push(base(64, 131_072, 2048, DType::F32, data));
+        if !quick {
+            cases.push(base(1024, 32_768, 512, DType::F16, data));
+        }
+    }
+    // Large k: the global-memory buffer.
+    for &data in &[Data::Normal, Data::Relu, Data::Ascending] {
+        cases.push(base(2, 200_000, 20_000, DType::F32, data));
+        let mut c = base(3, 100_000, 16_000, DType::BF16, data);
+        c.order = OutputOrder::Index;
+        c.lengths = Some(LengthRecipe::Edges);
+        cases.push(c);
+    }
+    cases
+}
+
+/// Totals of a check run.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub run: usize,
+    pub failed: usize,
+    pub failures: Vec<Outcome>,
+    /// Cases per path taken.
+    pub by_path: Vec<(Path, usize)>,
+}
+
+/// Runs the suite (plus the graph-capture check), calling `progress` after
+/// each case. Stops at nothing: every case runs and is counted.
+pub fn run_suite(e: &CudaEngine, quick: bool, seed: u64, mut progress: impl FnMut(usize, usize, &Outcome)) -> Result<Report> {
+    let mut rng = Rng::new(seed);
+    let cases = suite(e, quick, &mut rng);
+    let mut rep = Report::default();
+    let total = cases.len() + 1;
+    for (i, c) in cases.iter().enumerate() {
+        let o = match run_case(e, c, &mut rng) {
+            Ok(o) => o,
+            Err(err) => Outcome {
+                case: c.describe(),
+                path: Path::Row,
+                ctas_per_row: 0,
+                ok: false,
+                detail: format!("error: {err}"),
+            },
+        };
+        rep.record(&o);
+        progress(i + 1, total, &o);
+    }
+    let o = graph_replay_check(e, &mut rng).unwrap_or_else(|err| Outcome {
+        case: "graph capture + replay on new data".into(),
+        path: Path::Split,
+        ctas_per_row: 0,
+        ok: false,
+        detail: format!("error: {err}"),
+    });
+    rep.record(&o);
+    progress(total, total, &o);
+    Ok(rep)
+}
+
+impl Report {
+    fn record(&mut self, o: &Outcome) {
+        self.run += 1;
+        if !o.ok {
+            self.failed += 1;
+            self.failures.push(o.clone());
+        }
+        match self.by_path.iter_mut().find(|(p, _)| *p == o.path) {
+            Some((_, n)) => *n += 1,
+            None => self.by_path.push((o.path, 1)),
+        }
+    }
+}
+
+/// Captures one selection (a split geometry: scan + merges) in a CUDA graph on
+/// a side stream, then replays it on fresh data copied into the same input
+/// buffer, comparing every replay with the CPU engine.
+pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {
+    use crate::contract::error::cuda_err;
+    use cudarc::driver::{sys, DevicePtr};
+    let spec = SelectSpec::new(3, 300_000, 1024, DType::F32).with_order(OutputOrder::Index);
+    let plan = e.plan(&spec, true)?;
+    e.kernels(false)?;
+    let s = e.context().new_stream().map_err(cuda_err)?;
+    let n = spec.elements_needed();
+    let mut dscores = s.alloc_zeros::<f32>(n).map_err(cuda_err)?;
+    let lengths = vec![300_000, 5000, 0];
+    let dlen = s.clone_htod(&lengths).map_err(cuda_err)?;
+    let didx = s.alloc_zeros::<i32>(spec.rows * spec.k).map_err(cuda_err)?;
+    let dval = s.alloc_zeros::<f32>(spec.rows * spec.k).map_err(cuda_err)?;
+    let dws = s.alloc_zeros::<u8>(plan.workspace_bytes as usize).map_err(cuda_err)?;
+    let args = super::DeviceSelect {
+        spec,
+        scores: dscores.device_ptr(&s).0,
+        lengths: Some(dlen.device_ptr(&s).0),
+        out_indices: didx.device_ptr(&s).0,
+        out_values: Some(dval.device_ptr(&s).0),
+        workspace: dws.device_ptr(&s).0,
+        workspace_bytes: plan.workspace_bytes as usize,
+        stream: s.cu_stream() as u64,
+    };
+    s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(cuda_err)?;
+    // SAFETY: buffers sized for the spec above.
+    let launched = unsafe { e.select_device(&args) };
+    let graph = s.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(cuda_err)?;
+    launched?;
+    let graph = graph.ok_or_else(|| crate::Error::Cuda("capture produced no graph".into()))?;
+    for rep in 0..3 {
+        let data = generate(if rep == 1 { Data::Relu } else { Data::Normal }, n, rng);
+        s.memcpy_htod(&data, &mut dscores).map_err(cuda_err)?;
+        // SAFETY: poisoning buffers of the stated sizes.
+        unsafe {
+            super::launch::check(
+                sys::cuMemsetD8Async(args.out_indices, 0x5a, spec.rows * spec.k * 4, s.cu_stream()),
+                "memset",
+            )?;
+        }
+        graph.launch().map_err(cuda_err)?;
+        let idx = s.clone_dtoh(&didx).map_err(cuda_err)?;
+        let val = s.clone_dtoh(&dval).map_err(cuda_err)?;
+        s.synchronize().map_err(cuda_err)?;
+        let view = ScoresView::new(&data, spec.rows, spec.cols)?;
+        let want = crate::cpu::select(&view, &spec, Some(&lengths))?;
+        let vals_ok = want.values.iter().zip(&val).all(|(a, b)| a.to_bits() == b.to_bits());
+        if want.indices != idx || !vals_ok {
+            return Ok(Outcome {
+                case: "graph capture + replay on new data".into(),
+                path: plan.path,
+                ctas_per_row: plan.ctas_per_row,
+                ok: false,
+                detail: format!("replay {rep} differs from the CPU engine"),
+            });
+        }
+    }
+    Ok(Outcome {
+        case: "graph capture + replay on new data (3 replays)".into(),
+        path: plan.path,
+        ctas_per_row: plan.ctas_per_row,
+        ok: true,
+        detail: String::new(),
+    })
+}

@@ -1,0 +1,207 @@
+//! Kernel parameter blocks (mirrors of the structs in `kernels/select.cu`) and
+//! the launch sequence of a plan.
+
+use std::ffi::c_void;
+
+use cudarc::driver::{sys, CudaStream};
+
+use super::{DeviceSelect, Kernels};
+use crate::contract::{DType, Error, Result};
+use crate::plan::Plan;
+
+/// `ScanParams` in select.cu; field order and types must match.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct ScanParams {
+    scores: u64,
+    row_stride: i64,
+    lengths: u64,
+    out_idx: u64,
+    out_val: u64,
+    cand: u64,
+    cand_cnt: u64,
+    gbuf: u64,
+    rows: i32,
+    cols: i32,
+    k: i32,
+    chunks: i32,
+    cap: i32,
+    nan_largest: i32,
+    order_index: i32,
+    pad: i32,
+}
+
+/// `MergeParams` in select.cu; field order and types must match.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct MergeParams {
+    input: u64,
+    in_cnt: u64,
+    out: u64,
+    out_cnt: u64,
+    scores: u64,
+    row_stride: i64,
+    lengths: u64,
+    out_idx: u64,
+    out_val: u64,
+    gbuf: u64,
+    rows: i32,
+    cols: i32,
+    k: i32,
+    in_lists: i32,
+    fan_in: i32,
+    cap: i32,
+    order_index: i32,
+    pad: i32,
+}
+
+pub(crate) fn check(r: sys::CUresult, what: &str) -> Result<()> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Cuda(format!("{what}: {r:?}")))
+    }
+}
+
+fn dtype_slot(d: DType) -> usize {
+    match d {
+        DType::F32 => 0,
+        DType::BF16 => 1,
+        DType::F16 => 2,
+    }
+}
+
+/// # Safety
+/// As [`super::CudaEngine::select_device`].
+unsafe fn launch<P>(f: sys::CUfunction, grid: (u32, u32), block: u32, smem: u32, stream: u64, p: &P) -> Result<()> {
+    let mut param = p as *const P as *mut c_void;
+    let params = &mut param as *mut *mut c_void;
+    check(
+        sys::cuLaunchKernel(f, grid.0, grid.1, 1, block, 1, 1, smem, stream as sys::CUstream, params, std::ptr::null_mut()),
+        "cuLaunchKernel",
+    )
+}
+
+/// Launches the scan and every merge level of `plan`.
+///
+/// # Safety
+/// As [`super::CudaEngine::select_device`].
+pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Result<()> {
+    let spec = &a.spec;
+    let slot = dtype_slot(spec.dtype);
+    let ws = a.workspace;
+    let gbuf = plan.layout.gbuf.map_or(0, |o| ws + o);
+    let (cand, cand_cnt) = match plan.layout.stages.first() {
+        Some(&(l, c, _)) => (ws + l, ws + c),
+        None => (0, 0),
+    };
+    let sp = ScanParams {
+        scores: a.scores,
+        row_stride: spec.row_stride as i64,
+        lengths: a.lengths.unwrap_or(0),
+        out_idx: a.out_indices,
+        out_val: a.out_values.unwrap_or(0),
+        cand,
+        cand_cnt,
+        gbuf,
+        rows: spec.rows as i32,
+        cols: spec.cols as i32,
+        k: spec.k as i32,
+        chunks: plan.ctas_per_row as i32,
+        cap: plan.cap as i32,
+        nan_largest: (spec.nan == crate::NanPolicy::Largest) as i32,
+        order_index: (spec.order == crate::OutputOrder::Index) as i32,
+        pad: 0,
+    };
+    launch(
+        kernels.scan[slot].cu_function(),
+        (plan.ctas_per_row, plan.row_slots),
+        plan.block,
+        plan.smem_bytes,
+        a.stream,
+        &sp,
+    )?;
+    for (lvl, m) in plan.merges.iter().enumerate() {
+        let (input, in_cnt, _) = plan.layout.stages[lvl];
+        let (out, out_cnt) = match plan.layout.stages.get(lvl + 1) {
+            Some(&(l, c, _)) => (ws + l, ws + c),
+            None => (0, 0),
+        };
+        let mp = MergeParams {
+            input: ws + input,
+            in_cnt: ws + in_cnt,
+            out,
+            out_cnt,
+            scores: a.scores,
+            row_stride: spec.row_stride as i64,
+            lengths: a.lengths.unwrap_or(0),
+            out_idx: a.out_indices,
+            out_val: a.out_values.unwrap_or(0),
+            gbuf,
+            rows: spec.rows as i32,
+            cols: spec.cols as i32,
+            k: spec.k as i32,
+            in_lists: m.lists_in as i32,
+            fan_in: m.fan_in as i32,
+            cap: plan.cap as i32,
+            order_index: sp.order_index,
+            pad: 0,
+        };
+        launch(
+            kernels.merge[slot].cu_function(),
+            (m.lists_out, plan.row_slots),
+            plan.block,
+            plan.smem_bytes,
+            a.stream,
+            &mp,
+        )?;
+    }
+    Ok(())
+}
+
+/// Times `f` (which enqueues work on `stream`) `iters` times, in seconds per
+/// call. A first event-timed call decides the method: under 50 us, each sample
+/// is a CUDA-graph replay of 20 calls divided by 20 (launch gaps as in an
+/// inference engine's captured decode step); else events around each call.
+pub(crate) fn time_on_stream(
+    stream: &std::sync::Arc<CudaStream>,
+    iters: usize,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<Vec<f64>> {
+    let ctx = stream.context();
+    let ev = |_: ()| ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(super::cuda_err);
+    let (e0, e1) = (ev(())?, ev(())?);
+    let timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
+        e0.record(stream).map_err(super::cuda_err)?;
+        f()?;
+        e1.record(stream).map_err(super::cuda_err)?;
+        e1.synchronize().map_err(super::cuda_err)?;
+        Ok(e0.elapsed_ms(&e1).map_err(super::cuda_err)? as f64 * 1e-3)
+    };
+    f()?;
+    let first = timed(&mut f)?;
+    let mut out = Vec::with_capacity(iters);
+    if first < 50e-6 {
+        const REPS: usize = 20;
+        stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(super::cuda_err)?;
+        let mut captured = Ok(());
+        for _ in 0..REPS {
+            captured = captured.and_then(|_| f());
+        }
+        let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(super::cuda_err)?;
+        captured?;
+        let graph = graph.ok_or_else(|| Error::Cuda("empty graph".into()))?;
+        graph.launch().map_err(super::cuda_err)?;
+        for _ in 0..iters {
+            let t = timed(&mut || graph.launch().map_err(super::cuda_err))?;
+            out.push(t / REPS as f64);
+        }
+    } else {
+        for _ in 0..iters {
+            out.push(timed(&mut f)?);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,229 @@
+//! The planner: a pure function from a geometry and a device description to the
+//! launch plan of the CUDA engine.
+//!
+//! Nothing here touches a GPU, so `flashsel plan` and the tests run anywhere.
+//!
+//! # Rules
+//! - Every CTA runs the same streaming-filter selection (`kernels/select.cu`)
+//!   over a contiguous range; its candidate buffer holds `cap = 2k + tile`
+//!   composites. The buffer lives in shared memory when it fits the device's
+//!   opt-in limit, else in a per-CTA slice of the workspace (`Buffer::Global`):
+//!   same code, any `k`. No `k` makes a plan impossible.
+//! - `fit` is the shortest range worth a CTA of its own: `max(8192, 4k)`
+//!   columns, so a split CTA always discards at least three quarters of what it
+//!   reads.
+//! - Rows are spread over CTAs until the grid has about `waves_target` CTAs per
+//!   SM: `ctas_per_row = clamp(ceil(target / rows), 1, cols / fit)`. Many rows
+//!   (prefill) give one CTA per row (`Path::Row`, one read of each score, the
+//!   result written directly). Few wide rows split (`Path::Split`): a single
+//!   row of 1,048,576 columns uses 128 CTAs, never one.
+//! - A split row's `ctas_per_row` candidate lists (each `<= k`) are merged by a
+//!   tree of merge launches with fan-in `MERGE_FAN_IN` (a level of at most
+//!   `MERGE_ONE_LEVEL_MAX` lists is merged in one step). Every merge round keeps
+//!   at most `k` per output list.
+//! - Work follows the active lengths: a CTA's range is its share of
+//!   `lengths[row]`, not of `cols`, so short rows in a wide buffer cost what
+//!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
+//!   exit after writing an empty list).
+
+use crate::contract::{DType, Error, Result, SelectSpec};
+
+/// Threads per CTA of every kernel.
+pub const BLOCK: u32 = 512;
+/// Lists merged by one merge CTA in a multi-level tree.
+pub const MERGE_FAN_IN: u32 = 8;
+/// A level with at most this many lists is merged by one CTA per row.
+pub const MERGE_ONE_LEVEL_MAX: u32 = 16;
+/// Elements per merge tile (kernel constant: `FS_BLOCK * 8`).
+pub const MERGE_TILE: u32 = BLOCK * 8;
+/// Static shared memory of a kernel (the `Shared` struct), rounded up.
+pub const STATIC_SMEM: u32 = 2048;
+/// Grid `y` limit of the CUDA launch.
+pub const MAX_GRID_Y: u32 = 65_535;
+
+/// What the planner needs to know about a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceProps {
+    pub sm_count: u32,
+    /// Opt-in dynamic shared memory per block, bytes.
+    pub max_smem_per_block: u32,
+    /// Shared memory per SM, bytes.
+    pub smem_per_sm: u32,
+    pub max_threads_per_sm: u32,
+}
+
+impl DeviceProps {
+    /// An H100/H200 (132 SMs, 227 KiB opt-in shared memory per block).
+    pub fn hopper(sm_count: u32) -> Self {
+        Self { sm_count, max_smem_per_block: 232_448, smem_per_sm: 233_472, max_threads_per_sm: 2048 }
+    }
+}
+
+/// The path a geometry takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Path {
+    /// One CTA per row; one read of each score; output written directly.
+    Row,
+    /// Several CTAs per row, then a merge tree pruned to `k`.
+    Split,
+}
+
+/// Where each CTA's candidate buffer lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Buffer {
+    Shared,
+    Global,
+}
+
+/// One merge launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct MergeLevel {
+    pub lists_in: u32,
+    pub fan_in: u32,
+    pub lists_out: u32,
+}
+
+/// A launch plan. Workspace offsets are bytes from the workspace start.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Plan {
+    pub path: Path,
+    pub buffer: Buffer,
+    pub ctas_per_row: u32,
+    pub merge_levels: usize,
+    pub merges: Vec<MergeLevel>,
+    /// Grid `y` of every launch: row slots, each CTA looping over rows.
+    pub row_slots: u32,
+    pub block: u32,
+    /// Scan tile, elements.
+    pub tile: u32,
+    /// Candidate buffer capacity, composites.
+    pub cap: u32,
+    /// Dynamic shared memory per CTA, bytes.
+    pub smem_bytes: u32,
+    /// Shortest range worth a CTA of its own, columns.
+    pub fit: u64,
+    pub workspace_bytes: u64,
+    /// Offsets of the candidate lists of each stage (scan, then each merge
+    /// level but the last), and of the global buffers.
+    #[serde(skip)]
+    pub layout: Layout,
+}
+
+/// Workspace regions, bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// For stage `s` (0 = the scan, `s` = merge level `s`'s output): (lists
+    /// offset, counts offset, lists per row). The final stage has none.
+    pub stages: Vec<(u64, u64, u32)>,
+    /// Global candidate buffers, when `Buffer::Global`.
+    pub gbuf: Option<u64>,
+}
+
+/// Scan elements per thread per tile (kernel constant `Elem<...>::ITEMS`).
+pub fn scan_items(dtype: DType) -> u32 {
+    match dtype {
+        DType::F32 => 8,
+        DType::BF16 | DType::F16 => 16,
+    }
+}
+
+fn align(x: u64) -> u64 {
+    x.div_ceil(256) * 256
+}
+
+/// Plans a selection. Pure: the same inputs always give the same plan.
+pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<Plan> {
+    spec.validate()?;
+    let _ = has_lengths; // lengths change the work, not the launch geometry
+    if dev.sm_count == 0 {
+        return Err(Error::InvalidOption { what: "sm count", value: "0".into(), expected: ">= 1" });
+    }
+    let k = spec.k as u64;
+    let rows = spec.rows as u64;
+    let cols = spec.cols as u64;
+    let block = BLOCK;
+    let tile = BLOCK * scan_items(spec.dtype);
+    // The buffer must hold k survivors plus one more tile, and compaction must
+    // free at least a tile: cap = 2k + tile.
+    let cap64 = 2 * k + tile.max(MERGE_TILE) as u64;
+    if cap64 > u32::MAX as u64 / 2 {
+        return Err(Error::too_large("k (candidate buffer)", k as u128));
+    }
+    let cap = cap64 as u32;
+    let shared_bytes = cap64 * 8;
+    let buffer = if shared_bytes + STATIC_SMEM as u64 <= dev.max_smem_per_block as u64 {
+        Buffer::Shared
+    } else {
+        Buffer::Global
+    };
+    let smem_bytes = if buffer == Buffer::Shared { shared_bytes as u32 } else { 0 };
+
+    // Resident CTAs per SM, by threads and shared memory.
+    let by_threads = (dev.max_threads_per_sm / block).max(1);
+    let by_smem = (dev.smem_per_sm / (smem_bytes + STATIC_SMEM + 1024)).max(1);
+    let per_sm = by_threads.min(by_smem) as u64;
+    let target = dev.sm_count as u64 * per_sm;
+
+    let fit = (4 * k).max(8192);
+    let max_split = (cols / fit).max(1);
+    let ctas_per_row = if rows == 0 { 1 } else { target.div_ceil(rows).clamp(1, max_split) };
+    let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
+    let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
+
+    let mut merges = Vec::new();
+    let mut lists = ctas_per_row;
+    while lists > 1 {
+        let fan_in = if lists <= MERGE_ONE_LEVEL_MAX { lists } else { MERGE_FAN_IN };
+        let out = lists.div_ceil(fan_in);
+        merges.push(MergeLevel { lists_in: lists, fan_in, lists_out: out });
+        lists = out;
+    }
+
+    // Row slots: with shared buffers, as many as the grid allows; with global
+    // buffers, enough to fill the GPU, since each slot owns a buffer.
+    let rows_nz = rows.max(1);
+    let row_slots = match buffer {
+        Buffer::Shared => rows_nz.min(MAX_GRID_Y as u64),
+        Buffer::Global => rows_nz.min(target.div_ceil(ctas_per_row as u64).max(1)).min(MAX_GRID_Y as u64),
+    } as u32;
+
+    let mut off = 0u64;
+    let mut stages = Vec::new();
+    let mut stage_lists = vec![ctas_per_row];
+    stage_lists.extend(merges.iter().map(|m| m.lists_out));
+    for &l in &stage_lists[..stage_lists.len() - 1] {
+        let lists_off = off;
+        off = align(off + rows * l as u64 * k * 8);
+        let cnt_off = off;
+        off = align(off + rows * l as u64 * 4);
+        stages.push((lists_off, cnt_off, l));
+    }
+    let gbuf = if buffer == Buffer::Global {
+        let widest = stage_lists.iter().copied().max().unwrap_or(1) as u64;
+        let g = off;
+        off = align(off + widest * row_slots as u64 * cap64 * 8);
+        Some(g)
+    } else {
+        None
+    };
+    Ok(Plan {
+        path,
+        buffer,
+        ctas_per_row,
+        merge_levels: merges.len(),
+        merges,
+        row_slots,
+        block,
+        tile,
+        cap,
+        smem_bytes,
+        fit,
+        workspace_bytes: off,
+        layout: Layout { stages, gbuf },
+    })
+}
+
+#[cfg(test)]
+mod tests;

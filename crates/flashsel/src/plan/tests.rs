@@ -1,0 +1,85 @@
+use super::*;
+use crate::contract::{DType, SelectSpec};
+
+fn h200() -> DeviceProps {
+    DeviceProps::hopper(132)
+}
+
+fn p(rows: usize, cols: usize, k: usize) -> Plan {
+    plan(&SelectSpec::new(rows, cols, k, DType::F32), false, &h200()).unwrap()
+}
+
+#[test]
+fn fit_boundaries_for_one_row() {
+    for k in [512usize, 2048] {
+        let fit = (4 * k).max(8192);
+        assert_eq!(p(1, 8, k).fit as usize, fit);
+        for cols in [fit - 1, fit, fit + 1, 2 * fit - 1] {
+            let pl = p(1, cols, k);
+            assert_eq!(pl.path, Path::Row, "1 x {cols}, k {k}");
+            assert_eq!((pl.ctas_per_row, pl.merge_levels), (1, 0));
+            assert_eq!(pl.workspace_bytes, 0);
+        }
+        let pl = p(1, 2 * fit, k);
+        assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 2, 1));
+    }
+}
+
+#[test]
+fn wide_rows_never_run_on_one_cta() {
+    // The seed-003 geometry: 1 x 262,144, k 512.
+    let pl = p(1, 262_144, 512);
+    assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Split, Buffer::Shared, 32, 2));
+    let pl = p(1, 1_048_576, 2048);
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 128, 2));
+    assert_eq!(pl.merges[0], MergeLevel { lists_in: 128, fan_in: 8, lists_out: 16 });
+    assert_eq!(pl.merges[1], MergeLevel { lists_in: 16, fan_in: 16, lists_out: 1 });
+    let pl = p(1, 4_194_304, 2048);
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 396, 3));
+    let pl = p(1, 4_194_304, 512);
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 512, 3));
+}
+
+#[test]
+fn many_rows_take_one_cta_per_row() {
+    let pl = p(8192, 131_072, 2048);
+    assert_eq!((pl.path, pl.ctas_per_row, pl.row_slots), (Path::Row, 1, 8192));
+    assert_eq!(pl.workspace_bytes, 0);
+    let pl = p(100_000, 4096, 64);
+    assert_eq!(pl.row_slots, MAX_GRID_Y);
+    let pl = p(64, 131_072, 2048);
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 7, 1));
+}
+
+#[test]
+fn large_k_moves_the_buffer_to_global_memory_not_to_an_error() {
+    let pl = p(4, 1 << 20, 100_000);
+    assert_eq!(pl.buffer, Buffer::Global);
+    assert_eq!(pl.smem_bytes, 0);
+    assert!(pl.layout.gbuf.is_some());
+    assert!(pl.workspace_bytes >= pl.row_slots as u64 * pl.cap as u64 * 8);
+    // The largest shared-memory k and the first global one.
+    let shared_max = (h200().max_smem_per_block - STATIC_SMEM) as usize / 16 - MERGE_TILE as usize / 2;
+    assert_eq!(p(1, 1 << 20, shared_max).buffer, Buffer::Shared);
+    assert_eq!(p(1, 1 << 20, shared_max + 1).buffer, Buffer::Global);
+}
+
+#[test]
+fn workspace_holds_every_stage() {
+    let pl = p(3, 1_048_576, 2048);
+    let mut end = 0;
+    for &(lists, cnt, n) in &pl.layout.stages {
+        assert!(lists >= end && cnt >= lists + 3 * n as u64 * 2048 * 8);
+        end = cnt + 3 * n as u64 * 4;
+    }
+    assert!(pl.workspace_bytes >= end);
+    assert_eq!(pl.layout.stages.len(), pl.merge_levels);
+}
+
+#[test]
+fn plans_are_pure_and_validate() {
+    assert_eq!(p(5, 300_000, 700), p(5, 300_000, 700));
+    assert!(plan(&SelectSpec::new(1, 8, 0, DType::F32), false, &h200()).is_err());
+    let bf = plan(&SelectSpec::new(1, 1 << 20, 2048, DType::BF16), true, &h200()).unwrap();
+    assert_eq!(bf.tile, BLOCK * 16);
+}

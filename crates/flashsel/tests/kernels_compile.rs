@@ -1,0 +1,30 @@
+//! Every kernel variant compiles with NVRTC for every supported architecture,
+//! without register spills. Needs libnvrtc (no GPU): CI installs the pinned
+//! wheels and sets FLASHSEL_REQUIRE_NVRTC=1, which turns "NVRTC not found"
+//! from a skip into a failure.
+
+use flashsel::cuda::compile::{self, Variant, ARCHS, SELECT_KERNELS};
+
+#[test]
+fn every_variant_compiles_without_spills() {
+    if let Err(why) = compile::nvrtc_available() {
+        assert!(std::env::var_os("FLASHSEL_REQUIRE_NVRTC").is_none(), "NVRTC required but unavailable: {why}");
+        eprintln!("skipped: {why}");
+        return;
+    }
+    for arch in ARCHS {
+        for global_buffer in [false, true] {
+            let v = Variant { arch, block: flashsel::plan::BLOCK, global_buffer };
+            let c = compile::compile(&v).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
+            assert!(!c.cubin.is_empty());
+            let names: Vec<&str> = c.resources.iter().map(|r| r.kernel.as_str()).collect();
+            for k in SELECT_KERNELS {
+                assert!(names.contains(&k), "{}: no ptxas report for {k} in:\n{}", v.name(), c.log);
+            }
+            for r in &c.resources {
+                assert_eq!((r.spill_stores, r.spill_loads), (0, 0), "{}: {} spills", v.name(), r.kernel);
+                assert!(r.registers > 0 && r.registers <= 128, "{}: {} uses {} registers", v.name(), r.kernel, r.registers);
+            }
+        }
+    }
+}
