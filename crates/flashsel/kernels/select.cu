@@ -25,7 +25,9 @@
 //     composite of everything seen so far, so no element of the true top-k is
 //     ever rejected, and a compaction drops only elements with >= k better ones.
 //   - capacity C >= 2k + TILE, so after a compaction (count <= k) the next tile
-//     always fits and compaction is only entered with count > 2k > k.
+//     always fits and compaction is only entered with count > C - TILE >= 2k.
+//     The planner gives C up to 4k + TILE where shared memory allows, so one
+//     compaction absorbs up to 3k survivors.
 //   - Every loop bound that contains __syncthreads or a warp collective is
 //     uniform over the CTA.
 //   - The top-k of a union is the top-k of the union of each part's top-k, so
@@ -221,9 +223,16 @@ __device__ void compact(u64* buf, Shared& sh, u32 n, u32 m) {
     for (int shift = TOP_BIT - 7;; shift -= 8) {
         for (int i = tid; i < 256; i += FS_BLOCK) sh.hist[i] = 0;
         __syncthreads();
-        for (u32 i = tid; i < n; i += FS_BLOCK) {
-            const u64 c = buf[i];
-            if ((c & mask) == prefix) atomicAdd(&sh.hist[(u32)(c >> shift) & 255u], 1u);
+        // Scores cluster in few bins (the top digits hold sign and exponent), so
+        // lanes of a warp that share a bin add once, through their leader:
+        // same-address shared atomics would otherwise serialise.
+        for (u32 base = 0; base < n; base += FS_BLOCK) {
+            const u32 i = base + tid;
+            const u64 c = i < n ? buf[i] : 0ull;
+            const bool in = i < n && (c & mask) == prefix;
+            const u32 bin = in ? ((u32)(c >> shift) & 255u) : 0xffffffffu;
+            const u32 peers = __match_any_sync(FULL_MASK, bin);
+            if (in && (threadIdx.x & 31) == (u32)(__ffs(peers) - 1)) atomicAdd(&sh.hist[bin], (u32)__popc(peers));
         }
         __syncthreads();
         if (tid < 32) {

@@ -5,8 +5,9 @@
 //!
 //! # Rules
 //! - Every CTA runs the same streaming-filter selection (`kernels/select.cu`)
-//!   over a contiguous range; its candidate buffer holds `cap = 2k + tile`
-//!   composites. The buffer lives in shared memory when it fits the device's
+//!   over a contiguous range; its candidate buffer holds at least `2k + tile`
+//!   composites (up to `4k + tile` where two CTAs still fit an SM: fewer
+//!   compactions). The buffer lives in shared memory when it fits the device's
 //!   opt-in limit, else in a per-CTA slice of the workspace (`Buffer::Global`):
 //!   same code, any `k`. No `k` makes a plan impossible.
 //! - `fit` is the shortest range worth a CTA of its own: `max(8192, 4k)`
@@ -147,18 +148,27 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     let tile = BLOCK * scan_items(spec.dtype);
     // The buffer must hold k survivors plus one more tile, and compaction must
     // free at least a tile: cap = 2k + tile.
-    let cap64 = 2 * k + tile.max(MERGE_TILE) as u64;
-    if cap64 > u32::MAX as u64 / 2 {
+    let tile64 = tile.max(MERGE_TILE) as u64;
+    let min_cap = 2 * k + tile64;
+    if min_cap > u32::MAX as u64 / 2 {
         return Err(Error::too_large("k (candidate buffer)", k as u128));
     }
-    let cap = cap64 as u32;
-    let shared_bytes = cap64 * 8;
-    let buffer = if shared_bytes + STATIC_SMEM as u64 <= dev.max_smem_per_block as u64 {
+    let buffer = if min_cap * 8 + STATIC_SMEM as u64 <= dev.max_smem_per_block as u64 {
         Buffer::Shared
     } else {
         Buffer::Global
     };
-    let smem_bytes = if buffer == Buffer::Shared { shared_bytes as u32 } else { 0 };
+    // A larger buffer means fewer compactions (each absorbs cap - tile - k
+    // survivors); grow it towards 4k + tile while two CTAs still fit an SM.
+    let two_per_sm = ((dev.smem_per_sm / 2).saturating_sub(STATIC_SMEM + 1024) / 8) as u64;
+    let cap64 = match buffer {
+        Buffer::Shared => (4 * k + tile64).min(two_per_sm.max(min_cap)).min(
+            (dev.max_smem_per_block - STATIC_SMEM) as u64 / 8,
+        ),
+        Buffer::Global => min_cap,
+    };
+    let cap = cap64 as u32;
+    let smem_bytes = if buffer == Buffer::Shared { (cap64 * 8) as u32 } else { 0 };
 
     // Resident CTAs per SM, by threads and shared memory.
     let by_threads = (dev.max_threads_per_sm / block).max(1);

@@ -35,7 +35,7 @@ fn wide_rows_never_run_on_one_cta() {
     assert_eq!(pl.merges[0], MergeLevel { lists_in: 128, fan_in: 8, lists_out: 16 });
     assert_eq!(pl.merges[1], MergeLevel { lists_in: 16, fan_in: 16, lists_out: 1 });
     let pl = p(1, 4_194_304, 2048);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 396, 3));
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 264, 3));
     let pl = p(1, 4_194_304, 512);
     assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 512, 3));
 }
