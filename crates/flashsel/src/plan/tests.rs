@@ -48,7 +48,7 @@ fn many_rows_take_one_cta_per_row() {
     let pl = p(100_000, 4096, 64);
     assert_eq!(pl.row_slots, MAX_GRID_Y);
     let pl = p(64, 131_072, 2048);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 7, 1));
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 5, 1));
 }
 
 #[test]
