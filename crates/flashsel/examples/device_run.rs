@@ -5,9 +5,64 @@ use flashsel::cuda::CudaEngine;
 use flashsel::{ScoreElem, ScoresView, SelectSpec};
 use half::bf16;
 
+fn gen_par(data: Data, n: usize, seed: u64) -> Vec<f32> {
+    use rayon::prelude::*;
+    let chunk = 1 << 20;
+    let parts: Vec<Vec<f32>> = (0..n.div_ceil(chunk))
+        .into_par_iter()
+        .map(|i| {
+            let mut r = Rng::new(seed ^ (i as u64).wrapping_mul(0x9e37));
+            let len = chunk.min(n - i * chunk);
+            let mut v = check::generate(data, len, &mut r);
+            if data == Data::Ascending {
+                v.iter_mut().enumerate().for_each(|(j, x)| *x = (i * chunk + j) as f32);
+            }
+            v
+        })
+        .collect();
+    parts.concat()
+}
+
+fn tune(bw: f64) {
+    let shapes: [(usize, usize, usize); 3] = [(1, 1_048_576, 2048), (64, 131_072, 2048), (2048, 131_072, 2048)];
+    let variants: [(&str, Option<u32>); 4] = [
+        ("FS_PROFILE=1", None),
+        ("FS_PROFILE=1", Some(0)),
+        ("FS_PROFILE=1", Some(26000)),
+        ("", None),
+    ];
+    let mut rng = Rng::new(5);
+    for &(rows, cols, k) in &shapes {
+        let data = gen_par(Data::Normal, rows * cols, rng.next_u64());
+        let view = ScoresView::new(&data, rows, cols).unwrap();
+        let spec = SelectSpec::new(rows, cols, k, flashsel::DType::F32);
+        let want = flashsel::cpu::select(&view, &spec, None).unwrap();
+        for (defs, cap) in variants {
+            let e = CudaEngine::new(0).unwrap().with_tuning(defs, cap);
+            let plan = e.plan(&spec, false).unwrap();
+            let (got, mut t) = e.time_select(&view, &spec, None, 10).unwrap();
+            let prof = if defs.contains("PROFILE") { e.take_profile().unwrap() } else { vec![0; 32] };
+            t.sort_by(f64::total_cmp);
+            let med = t[t.len() / 2];
+            let per = |tot: u64, n: u64| if n == 0 { 0.0 } else { tot as f64 / n as f64 };
+            println!(
+                "TUNE {rows}x{cols} k{k} [{defs} cap={}] {:.2} us ({:.0} GB/s) ok={} | scan: rows {} cyc/row {:.0} loopcompact n {} cyc/each {:.0} finish cyc/row {:.0} | merge: rows {} cyc/row {:.0} loopcompact n {} cyc/each {:.0} finish {:.0} | hist passes {}",
+                plan.cap,
+                med * 1e6,
+                (rows * cols * 4) as f64 / med / 1e9,
+                got.indices == want.indices,
+                prof[4], per(prof[0], prof[4]), prof[2], per(prof[1], prof[2]), per(prof[3], prof[4]),
+                prof[12], per(prof[8], prof[12]), prof[10], per(prof[9], prof[10]), per(prof[11], prof[12]),
+                prof[16]
+            );
+        }
+    }
+    let _ = bw;
+}
+
 fn time_shape<T: ScoreElem>(e: &CudaEngine, rows: usize, cols: usize, k: usize, data: Data, bw: f64, rng: &mut Rng) {
     let spec = SelectSpec::new(rows, cols, k, T::DTYPE);
-    let raw = check::generate(data, rows * cols, rng);
+    let raw = gen_par(data, rows * cols, rng.next_u64());
     let typed: Vec<T> = raw.iter().map(|&x| T::from_f32(x)).collect();
     let view = ScoresView::new(&typed, rows, cols).unwrap();
     let plan = e.plan(&spec, false).unwrap();
@@ -49,7 +104,10 @@ fn main() {
     let t = std::time::Instant::now();
     e.warm_up().expect("compile");
     println!("compiled in {:.2}s", t.elapsed().as_secs_f64());
-    if mode != "timeonly" {
+    if std::env::args().any(|a| a == "tune") {
+        tune(0.0);
+    }
+    if mode == "quick" || mode == "full" {
         let rep = check::run_suite(&e, mode == "quick", 7, |i, n, o| {
             if !o.ok {
                 println!("FAIL [{i}/{n}] {} :: {}", o.case, o.detail);

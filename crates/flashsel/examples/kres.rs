@@ -1,6 +1,11 @@
+//! Prints the NVRTC/ptxas log of one variant: `kres ARCH [DEFINES]`.
 fn main() {
-    let arch = std::env::args().nth(1).unwrap_or("sm_80".into());
-    let v = flashsel::cuda::compile::Variant { arch: Box::leak(arch.into_boxed_str()), block: 512, global_buffer: false };
+    let arch = std::env::args().nth(1).unwrap_or("sm_90a".into());
+    let defines = std::env::args().nth(2).unwrap_or_default();
+    let v = flashsel::cuda::compile::Variant {
+        defines,
+        ..flashsel::cuda::compile::Variant::new(Box::leak(arch.into_boxed_str()), false)
+    };
     let c = flashsel::cuda::compile::compile(&v).unwrap();
     println!("{}", c.log);
 }

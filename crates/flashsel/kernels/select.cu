@@ -48,6 +48,11 @@
 // Compile-time options (the host passes them as -D):
 //   FS_BLOCK        threads per CTA (multiple of 32, <= 1024)
 //   FS_GLOBAL_BUF   0 or 1, as above
+//   FS_HIST         histogram update: 0 plain shared atomics (default: fastest
+//                   measured, docs/perf-log.md), 1 warp-aggregated
+//                   (__match_any_sync), 2 per-thread run-length counts
+//                   flushed through warp aggregation
+//   FS_PROFILE      1: accumulate clock64() phase counters in fs_prof
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -58,6 +63,24 @@ typedef unsigned long long u64;
 #endif
 #ifndef FS_GLOBAL_BUF
 #define FS_GLOBAL_BUF 0
+#endif
+#ifndef FS_HIST
+#define FS_HIST 0
+#endif
+#ifndef FS_PROFILE
+#define FS_PROFILE 0
+#endif
+
+#if FS_PROFILE
+// [kind * 8 + i], kind 0 scan / 1 merge: 0 row cycles, 1 in-loop compaction
+// cycles, 2 in-loop compactions, 3 finish cycles, 4 rows, 5 finish compactions;
+// [16] histogram passes.
+__device__ unsigned long long fs_prof[32];
+#define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
+#define PROF_CLOCK() clock64()
+#else
+#define PROF_ADD(i, v) ((void)(v))
+#define PROF_CLOCK() 0ll
 #endif
 
 #define FS_WARPS (FS_BLOCK / 32)
@@ -179,6 +202,37 @@ __device__ __forceinline__ void store_bits(void* base, long long i, u32 bits) {
     ((R*)base)[i] = (R)bits;
 }
 
+
+__device__ __forceinline__ u32 word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// The q-th element's raw bits from a 16-byte group.
+template <int TAG>
+__device__ __forceinline__ u32 unpack(const uint4& v, int q) {
+    if (TAG == 32) return word(v, q);
+    return (word(v, q >> 1) >> ((q & 1) * 16)) & 0xffffu;
+}
+
+// Loads the 16-byte group of elements [e0, e0 + VEC): one vector load when
+// aligned and in range, else element by element (zeros past `end`).
+template <int TAG>
+__device__ __forceinline__ uint4 load_vec(const void* row, long long e0, long long end, bool aligned) {
+    constexpr int VEC = Elem<TAG>::VEC;
+    if (aligned && e0 + VEC <= end) {
+        return __ldg((const uint4*)((const char*)row + e0 * (long long)sizeof(typename Elem<TAG>::raw)));
+    }
+    u32 w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int q = 0; q < VEC; ++q) {
+        const u32 b = (e0 + q < end) ? load_bits<TAG>(row, e0 + q) : 0u;
+        if (TAG == 32) {
+            w[q] = b;
+        } else {
+            w[q >> 1] |= b << ((q & 1) * 16);
+        }
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // ---------------------------------------------------------------------------
 // Per-CTA shared state.
 
@@ -189,6 +243,7 @@ struct Shared {
     u32 above;       // radix select: composites in bins above it
     u32 bincnt;      // radix select: composites in its bin
     u64 lb;          // accept c >= lb
+    u32 lcnt[32];    // merge: the counts of this CTA's input lists
 };
 
 extern __shared__ __align__(16) u64 dyn_smem[];
@@ -213,6 +268,49 @@ __device__ __forceinline__ void push(u64* buf, Shared& sh, bool pred, u64 c) {
     if (pred) buf[base + __popc(mask & ((1u << lane) - 1u))] = c;
 }
 
+// Adds the digit at `shift` of every composite matching `prefix` under `mask`
+// to sh.hist. Scores cluster in few bins (the top digits hold sign and
+// exponent), and same-address shared atomics serialise, so the default variant
+// counts runs of equal bins per thread and flushes the last run of each
+// thread through one atomic per distinct bin of its warp.
+__device__ __forceinline__ void hist_pass(const u64* buf, Shared& sh, u32 n, u64 prefix, u64 mask, int shift) {
+    const int tid = threadIdx.x;
+#if FS_HIST == 0
+    for (u32 i = tid; i < n; i += FS_BLOCK) {
+        const u64 c = buf[i];
+        if ((c & mask) == prefix) atomicAdd(&sh.hist[(u32)(c >> shift) & 255u], 1u);
+    }
+#elif FS_HIST == 1
+    for (u32 base = 0; base < n; base += FS_BLOCK) {
+        const u32 i = base + tid;
+        const u64 c = i < n ? buf[i] : 0ull;
+        const bool in = i < n && (c & mask) == prefix;
+        const u32 bin = in ? ((u32)(c >> shift) & 255u) : 0xffffffffu;
+        const u32 peers = __match_any_sync(FULL_MASK, bin);
+        if (in && (tid & 31) == (__ffs(peers) - 1)) atomicAdd(&sh.hist[bin], (u32)__popc(peers));
+    }
+#else
+    u32 run_bin = 0xffffffffu, run_cnt = 0;
+    for (u32 i = tid; i < n; i += FS_BLOCK) {
+        const u64 c = buf[i];
+        if ((c & mask) == prefix) {
+            const u32 bin = (u32)(c >> shift) & 255u;
+            if (bin != run_bin) {
+                if (run_cnt) atomicAdd(&sh.hist[run_bin], run_cnt);
+                run_bin = bin;
+                run_cnt = 0;
+            }
+            ++run_cnt;
+        }
+    }
+    // Lanes whose last runs share a bin add once (uniform: every lane is here).
+    const u32 key = run_cnt ? run_bin : 0xffffffffu;
+    const u32 peers = __match_any_sync(FULL_MASK, key);
+    const u32 total = __reduce_add_sync(peers, run_cnt);
+    if (run_cnt && (tid & 31) == (__ffs(peers) - 1)) atomicAdd(&sh.hist[run_bin], total);
+#endif
+}
+
 // Exact compaction of buf[0..n) to its m largest composites (m < n).
 // All threads call it; ends with a barrier; leaves sh.count = m and raises sh.lb.
 template <int TOP_BIT>
@@ -223,17 +321,8 @@ __device__ void compact(u64* buf, Shared& sh, u32 n, u32 m) {
     for (int shift = TOP_BIT - 7;; shift -= 8) {
         for (int i = tid; i < 256; i += FS_BLOCK) sh.hist[i] = 0;
         __syncthreads();
-        // Scores cluster in few bins (the top digits hold sign and exponent), so
-        // lanes of a warp that share a bin add once, through their leader:
-        // same-address shared atomics would otherwise serialise.
-        for (u32 base = 0; base < n; base += FS_BLOCK) {
-            const u32 i = base + tid;
-            const u64 c = i < n ? buf[i] : 0ull;
-            const bool in = i < n && (c & mask) == prefix;
-            const u32 bin = in ? ((u32)(c >> shift) & 255u) : 0xffffffffu;
-            const u32 peers = __match_any_sync(FULL_MASK, bin);
-            if (in && (threadIdx.x & 31) == (u32)(__ffs(peers) - 1)) atomicAdd(&sh.hist[bin], (u32)__popc(peers));
-        }
+        if (tid == 0) PROF_ADD(16, 1);
+        hist_pass(buf, sh, n, prefix, mask, shift);
         __syncthreads();
         if (tid < 32) {
             // Lane l owns bins 8l .. 8l+7; find the bin where the count from the
@@ -326,6 +415,73 @@ __device__ void sort_desc(u64* buf, u32 m, int order_index) {
     }
 }
 
+// The same descending bitonic sort for m <= 4 * FS_BLOCK, with the data in
+// registers: thread t holds elements 4t .. 4t+3. Compare-exchange partners at
+// distance 1-2 are in the thread, at 4-64 in the warp (shuffles, no barrier),
+// and only distances >= 128 go through shared memory. 20 barriers for 2048
+// elements instead of 66.
+__device__ __forceinline__ u64 umax64(u64 a, u64 b) { return a > b ? a : b; }
+__device__ __forceinline__ u64 umin64(u64 a, u64 b) { return a < b ? a : b; }
+// Orders (a, b) descending when `down`, ascending otherwise.
+__device__ __forceinline__ void cmp_swap(u64& a, u64& b, bool down) {
+    const u64 hi = umax64(a, b), lo = umin64(a, b);
+    a = down ? hi : lo;
+    b = down ? lo : hi;
+}
+
+__device__ void sort_desc_regs(u64* buf, u32 m, int order_index) {
+    constexpr u32 N = 4 * FS_BLOCK;
+    const u32 t4 = 4 * threadIdx.x;
+    u64 r[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const u32 e = t4 + j;
+        u64 c = e < m ? buf[e] : 0ull;
+        if (order_index && e < m) c = (c << 32) | (c >> 32);
+        r[j] = c;
+    }
+    __syncthreads();
+    for (u32 size = 2; size <= N; size <<= 1) {
+        for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
+            if (stride >= 128) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) buf[t4 + j] = r[j];
+                __syncthreads();
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const u32 e = t4 + j;
+                    const u64 o = buf[e ^ stride];
+                    const bool keep_max = ((e & stride) == 0) == ((e & size) == 0);
+                    r[j] = keep_max ? umax64(r[j], o) : umin64(r[j], o);
+                }
+                __syncthreads();
+            } else if (stride >= 4) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const u32 e = t4 + j;
+                    const u64 o = __shfl_xor_sync(FULL_MASK, r[j], stride >> 2);
+                    const bool keep_max = ((e & stride) == 0) == ((e & size) == 0);
+                    r[j] = keep_max ? umax64(r[j], o) : umin64(r[j], o);
+                }
+            } else {
+                // Within the thread; (t4 + j) & size is the same for all j when
+                // size >= 4, and for size 2 only stride 1 occurs.
+                if (stride == 2) {
+                    const bool up = (t4 & size) == 0;
+                    cmp_swap(r[0], r[2], up);
+                    cmp_swap(r[1], r[3], up);
+                } else {
+                    cmp_swap(r[0], r[1], ((t4 + 0) & size) == 0);
+                    cmp_swap(r[2], r[3], ((t4 + 2) & size) == 0);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) buf[t4 + j] = r[j];
+    __syncthreads();
+}
+
 // Writes the final row: the m sorted composites, then padding to k.
 template <int TAG>
 __device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* out_idx, void* out_val,
@@ -364,7 +520,11 @@ __device__ void finish(u64* buf, Shared& sh, int k, bool final_row, int order_in
     const u32 m = n < (u32)k ? n : (u32)k;
     if (n > m) compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m);
     if (final_row) {
-        sort_desc(buf, m, order_index);
+        if (m <= 4 * FS_BLOCK) {  // the buffer holds >= 8 * FS_BLOCK entries
+            sort_desc_regs(buf, m, order_index);
+        } else {
+            sort_desc(buf, m, order_index);
+        }
         write_row<TAG>(buf, m, order_index, k, out_idx, out_val, row_scores, row);
     } else {
         for (u32 j = threadIdx.x; j < m; j += FS_BLOCK) list[j] = buf[j];
@@ -410,50 +570,64 @@ __device__ void scan_impl(const ScanParams& P) {
         const void* row_scores = (const char*)P.scores + (long long)row * P.row_stride * esize;
         const bool aligned = (((unsigned long long)row_scores) & 15ull) == 0;
 
+        const long long t_row = PROF_CLOCK();
+        // Software pipeline: the next tile's loads are in flight while this
+        // tile is filtered (and while a compaction runs).
+        uint4 nxt[ITEMS / VEC];
+#pragma unroll
+        for (int j = 0; j < ITEMS / VEC; ++j)
+            nxt[j] = load_vec<TAG>(row_scores, start + ((long long)j * FS_BLOCK + tid) * VEC, end, aligned);
         for (long long base = start; base < end; base += TILE) {
+            uint4 cur[ITEMS / VEC];
+#pragma unroll
+            for (int j = 0; j < ITEMS / VEC; ++j) cur[j] = nxt[j];
+            if (base + TILE < end) {
+#pragma unroll
+                for (int j = 0; j < ITEMS / VEC; ++j)
+                    nxt[j] = load_vec<TAG>(row_scores, base + TILE + ((long long)j * FS_BLOCK + tid) * VEC, end, aligned);
+            }
             // Make room for a whole tile (uniform: count is read after a barrier).
             __syncthreads();
             const u32 n = sh.count;
-            if (n + TILE > (u32)P.cap) compact<E::TOP_BIT>(buf, sh, n, (u32)P.k);
+            if (n + TILE > (u32)P.cap) {
+                const long long t0 = PROF_CLOCK();
+                compact<E::TOP_BIT>(buf, sh, n, (u32)P.k);
+                if (tid == 0) {
+                    PROF_ADD(1, PROF_CLOCK() - t0);
+                    PROF_ADD(2, 1);
+                }
+            }
             const u64 lb = sh.lb;
 #pragma unroll
             for (int j = 0; j < ITEMS / VEC; ++j) {
                 const long long e0 = base + ((long long)j * FS_BLOCK + tid) * VEC;
-                u32 bits[VEC];
-                if (aligned && e0 + VEC <= end) {
-                    if (TAG == 32) {
-                        const uint4 v = __ldg((const uint4*)((const u32*)row_scores + e0));
-                        bits[0] = v.x;
-                        bits[1] = v.y;
-                        bits[2] = v.z;
-                        bits[3] = v.w;
-                    } else {
-                        const uint4 v = __ldg((const uint4*)((const u16*)row_scores + e0));
-                        bits[0] = v.x & 0xffffu;
-                        bits[1] = v.x >> 16;
-                        bits[2] = v.y & 0xffffu;
-                        bits[3] = v.y >> 16;
-                        bits[4] = v.z & 0xffffu;
-                        bits[5] = v.z >> 16;
-                        bits[6] = v.w & 0xffffu;
-                        bits[7] = v.w >> 16;
-                    }
-                } else {
-#pragma unroll
-                    for (int q = 0; q < VEC; ++q) bits[q] = (e0 + q < end) ? load_bits<TAG>(row_scores, e0 + q) : 0u;
-                }
 #pragma unroll
                 for (int q = 0; q < VEC; ++q) {
                     const long long e = e0 + q;
-                    const u64 c = composite(order_key<TAG>(bits[q], P.nan_largest), (u32)e);
+                    const u64 c = composite(order_key<TAG>(unpack<TAG>(cur[j], q), P.nan_largest), (u32)e);
                     push(buf, sh, e < end && c >= lb, c);
                 }
             }
         }
         const long long lo = ((long long)row * P.chunks + p);
+        const long long t_fin = PROF_CLOCK();
         finish<TAG>(buf, sh, P.k, final_row, P.order_index, P.out_idx, P.out_val, row_scores, row,
                     P.cand + lo * P.k, P.cand_cnt + lo);
+        if (tid == 0) {
+            PROF_ADD(3, PROF_CLOCK() - t_fin);
+            PROF_ADD(0, PROF_CLOCK() - t_row);
+            PROF_ADD(4, 1);
+        }
     }
+}
+
+// Entry v of a merge CTA's concatenated lists, or 0 (below every composite)
+// past a list's count or the end.
+__device__ __forceinline__ u64 merge_load(const u64* lists, const Shared& sh, long long v, long long total, int k) {
+    if (v >= total) return 0ull;
+    const int l = (int)(v / k);
+    const int off = (int)(v - (long long)l * k);
+    return off < (int)sh.lcnt[l] ? __ldcg(lists + v) : 0ull;
 }
 
 // ---------------------------------------------------------------------------
@@ -477,33 +651,57 @@ __device__ void merge_impl(const MergeParams& P) {
 
     for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
         reset(sh);
-        for (int l = first; l < last; ++l) {
-            const long long li = (long long)row * P.in_lists + l;
-            const u64* list = P.in + li * P.k;
-            const int cnt = P.in_cnt[li];
-            for (int base = 0; base < cnt; base += TILE) {
-                __syncthreads();
-                const u32 n = sh.count;
-                if (n + TILE > (u32)P.cap) compact<E::TOP_BIT>(buf, sh, n, (u32)P.k);
-                const u64 lb = sh.lb;
+        const long long t_row = PROF_CLOCK();
+        // The group's lists are contiguous (list l at offset l * k): stream them
+        // as one sequence, skipping each list's unused tail, with the next
+        // tile's loads in flight while this one is filtered.
+        const int nl = last - first;
+        const u64* lists = P.in + ((long long)row * P.in_lists + first) * P.k;
+        if (tid < nl) sh.lcnt[tid] = (u32)P.in_cnt[(long long)row * P.in_lists + first + tid];
+        __syncthreads();
+        const long long total = (long long)nl * P.k;
+        u64 nxt[ITEMS];
 #pragma unroll
-                for (int j = 0; j < ITEMS; ++j) {
-                    const int i = base + j * FS_BLOCK + tid;
-                    const u64 c = i < cnt ? list[i] : 0ull;
-                    push(buf, sh, i < cnt && c >= lb, c);
+        for (int j = 0; j < ITEMS; ++j) nxt[j] = merge_load(lists, sh, (long long)j * FS_BLOCK + tid, total, P.k);
+        for (long long base = 0; base < total; base += TILE) {
+            u64 cur[ITEMS];
+#pragma unroll
+            for (int j = 0; j < ITEMS; ++j) cur[j] = nxt[j];
+            if (base + TILE < total) {
+#pragma unroll
+                for (int j = 0; j < ITEMS; ++j)
+                    nxt[j] = merge_load(lists, sh, base + TILE + (long long)j * FS_BLOCK + tid, total, P.k);
+            }
+            __syncthreads();
+            const u32 n = sh.count;
+            if (n + TILE > (u32)P.cap) {
+                const long long t0 = PROF_CLOCK();
+                compact<E::TOP_BIT>(buf, sh, n, (u32)P.k);
+                if (tid == 0) {
+                    PROF_ADD(9, PROF_CLOCK() - t0);
+                    PROF_ADD(10, 1);
                 }
             }
+            const u64 lb = sh.lb;
+#pragma unroll
+            for (int j = 0; j < ITEMS; ++j) push(buf, sh, cur[j] != 0ull && cur[j] >= lb, cur[j]);
         }
         const void* row_scores = (const char*)P.scores + (long long)row * P.row_stride * esize;
         const long long lo = (long long)row * gridDim.x + g;
+        const long long t_fin = PROF_CLOCK();
         finish<TAG>(buf, sh, P.k, final_row, P.order_index, P.out_idx, P.out_val, row_scores, row,
                     P.out + lo * P.k, P.out_cnt + lo);
+        if (tid == 0) {
+            PROF_ADD(11, PROF_CLOCK() - t_fin);
+            PROF_ADD(8, PROF_CLOCK() - t_row);
+            PROF_ADD(12, 1);
+        }
     }
 }
 
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_scan_f32(const ScanParams p) { scan_impl<32>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_scan_bf16(const ScanParams p) { scan_impl<16>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_scan_f16(const ScanParams p) { scan_impl<15>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_merge_f32(const MergeParams p) { merge_impl<32>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_merge_bf16(const MergeParams p) { merge_impl<16>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_merge_f16(const MergeParams p) { merge_impl<15>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_f32(const MergeParams p) { merge_impl<32>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_bf16(const MergeParams p) { merge_impl<16>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_f16(const MergeParams p) { merge_impl<15>(p); }

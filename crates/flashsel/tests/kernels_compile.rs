@@ -14,7 +14,7 @@ fn every_variant_compiles_without_spills() {
     }
     for arch in ARCHS {
         for global_buffer in [false, true] {
-            let v = Variant { arch, block: flashsel::plan::BLOCK, global_buffer };
+            let v = Variant::new(arch, global_buffer);
             let c = compile::compile(&v).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
             assert!(!c.cubin.is_empty());
             let names: Vec<&str> = c.resources.iter().map(|r| r.kernel.as_str()).collect();

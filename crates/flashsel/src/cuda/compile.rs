@@ -25,33 +25,46 @@ pub const SELECT_KERNELS: [&str; 6] =
     ["fs_scan_f32", "fs_scan_bf16", "fs_scan_f16", "fs_merge_f32", "fs_merge_bf16", "fs_merge_f16"];
 
 /// One compiled variant of the kernel source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Variant {
     /// e.g. `sm_90a`, `sm_80`.
     pub arch: &'static str,
     pub block: u32,
     pub global_buffer: bool,
+    /// Extra `NAME=VALUE` macro definitions, comma separated (tuning and
+    /// profiling switches such as `FS_HIST=1,FS_PROFILE=1`); empty by default.
+    pub defines: String,
 }
 
 impl Variant {
+    /// The default variant of an architecture and buffer kind.
+    pub fn new(arch: &'static str, global_buffer: bool) -> Self {
+        Self { arch, block: crate::plan::BLOCK, global_buffer, defines: String::new() }
+    }
+
     pub fn name(&self) -> String {
         format!(
-            "select[{} block={} buffer={}]",
+            "select[{} block={} buffer={}{}{}]",
             self.arch,
             self.block,
-            if self.global_buffer { "global" } else { "shared" }
+            if self.global_buffer { "global" } else { "shared" },
+            if self.defines.is_empty() { "" } else { " " },
+            self.defines
         )
     }
 
     fn options(&self) -> Vec<String> {
-        vec![
+        let extra = self.defines.split(',').map(str::trim).filter(|d| !d.is_empty()).map(|d| format!("-D{d}"));
+        let mut o = vec![
             format!("--gpu-architecture={}", self.arch),
             "-std=c++17".into(),
             "--ptxas-options=-v".into(),
             "-lineinfo".into(),
             format!("-DFS_BLOCK={}", self.block),
             format!("-DFS_GLOBAL_BUF={}", self.global_buffer as u32),
-        ]
+        ];
+        o.extend(extra);
+        o
     }
 }
 

@@ -49,6 +49,7 @@ pub struct DeviceSelect {
 
 /// The kernels of one compiled variant.
 pub(crate) struct Kernels {
+    pub(crate) module: Arc<cudarc::driver::CudaModule>,
     pub(crate) scan: [CudaFunction; 3],
     pub(crate) merge: [CudaFunction; 3],
 }
@@ -61,6 +62,10 @@ pub struct CudaEngine {
     arch: &'static str,
     name: String,
     kernels: Mutex<HashMap<bool, Arc<Kernels>>>,
+    /// Tuning switches (see [`Variant::defines`]), from `FLASHSEL_NVRTC_DEFINES`.
+    defines: String,
+    /// Tuning: a candidate-buffer capacity to use instead of the planner's.
+    cap_override: Option<u32>,
 }
 
 fn arch_name(major: i32, minor: i32) -> &'static str {
@@ -113,7 +118,37 @@ impl CudaEngine {
         };
         let stream = ctx.new_stream().map_err(cuda_err)?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
-        Ok(Self { ctx, stream, props, arch: arch_name(major, minor), name, kernels: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            ctx,
+            stream,
+            props,
+            arch: arch_name(major, minor),
+            name,
+            kernels: Mutex::new(HashMap::new()),
+            defines: std::env::var("FLASHSEL_NVRTC_DEFINES").unwrap_or_default(),
+            cap_override: None,
+        })
+    }
+
+    /// For tuning runs: extra kernel macro definitions and a buffer capacity
+    /// that replaces the planner's (never below its minimum, `2k + tile`).
+    #[doc(hidden)]
+    pub fn with_tuning(mut self, defines: &str, cap: Option<u32>) -> Self {
+        self.defines = defines.to_string();
+        self.cap_override = cap;
+        self.kernels = Mutex::new(HashMap::new());
+        self
+    }
+
+    /// Reads and clears the `fs_prof` counters of a `FS_PROFILE=1` build.
+    #[doc(hidden)]
+    pub fn take_profile(&self) -> Result<Vec<u64>> {
+        let k = self.kernels(false)?;
+        let mut g = k.module.get_global("fs_prof", &self.stream).map_err(cuda_err)?;
+        let bytes = self.stream.clone_dtoh(&g).map_err(cuda_err)?;
+        self.stream.memset_zeros(&mut g).map_err(cuda_err)?;
+        self.stream.synchronize().map_err(cuda_err)?;
+        Ok(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect())
     }
 
     /// The device's properties as the planner sees them.
@@ -139,7 +174,14 @@ impl CudaEngine {
 
     /// The plan for a selection on this device.
     pub fn plan(&self, spec: &SelectSpec, has_lengths: bool) -> Result<Plan> {
-        plan::plan(spec, has_lengths, &self.props)
+        let mut p = plan::plan(spec, has_lengths, &self.props)?;
+        if let (Some(cap), Buffer::Shared) = (self.cap_override, p.buffer) {
+            let min = 2 * spec.k as u32 + p.tile.max(plan::MERGE_TILE);
+            let max = (self.props.max_smem_per_block - plan::STATIC_SMEM) / 8;
+            p.cap = cap.clamp(min, max.max(min));
+            p.smem_bytes = p.cap * 8;
+        }
+        Ok(p)
     }
 
     /// Workspace a [`DeviceSelect`] with this spec needs.
@@ -154,7 +196,7 @@ impl CudaEngine {
         if let Some(k) = map.get(&global_buffer) {
             return Ok(k.clone());
         }
-        let v = Variant { arch: self.arch, block: plan::BLOCK, global_buffer };
+        let v = Variant { defines: self.defines.clone(), ..Variant::new(self.arch, global_buffer) };
         let c = compile::compile(&v)?;
         let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(c.cubin)).map_err(|e| {
             Error::Cuda(format!("loading the {} cubin: {e:?}", v.name()))
@@ -169,6 +211,7 @@ impl CudaEngine {
             Ok(func)
         };
         let k = Arc::new(Kernels {
+            module: module.clone(),
             scan: [f("fs_scan_f32")?, f("fs_scan_bf16")?, f("fs_scan_f16")?],
             merge: [f("fs_merge_f32")?, f("fs_merge_bf16")?, f("fs_merge_f16")?],
         });

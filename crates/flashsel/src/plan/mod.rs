@@ -39,6 +39,8 @@ pub const MERGE_ONE_LEVEL_MAX: u32 = 16;
 pub const MERGE_TILE: u32 = BLOCK * 8;
 /// Static shared memory of a kernel (the `Shared` struct), rounded up.
 pub const STATIC_SMEM: u32 = 2048;
+/// CTAs per SM the scan kernel's register budget allows.
+pub const SCAN_CTAS_PER_SM: u32 = 2;
 /// Grid `y` limit of the CUDA launch.
 pub const MAX_GRID_Y: u32 = 65_535;
 
@@ -170,10 +172,11 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     let cap = cap64 as u32;
     let smem_bytes = if buffer == Buffer::Shared { (cap64 * 8) as u32 } else { 0 };
 
-    // Resident CTAs per SM, by threads and shared memory.
+    // Resident CTAs per SM, by threads, shared memory and registers (the scan
+    // kernel is built for two CTAs per SM: `__launch_bounds__(512, 2)`).
     let by_threads = (dev.max_threads_per_sm / block).max(1);
     let by_smem = (dev.smem_per_sm / (smem_bytes + STATIC_SMEM + 1024)).max(1);
-    let per_sm = by_threads.min(by_smem) as u64;
+    let per_sm = by_threads.min(by_smem).min(SCAN_CTAS_PER_SM) as u64;
     let target = dev.sm_count as u64 * per_sm;
 
     let fit = (4 * k).max(8192);

@@ -37,7 +37,7 @@ fn wide_rows_never_run_on_one_cta() {
     let pl = p(1, 4_194_304, 2048);
     assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 264, 3));
     let pl = p(1, 4_194_304, 512);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 512, 3));
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 264, 3));
 }
 
 #[test]
