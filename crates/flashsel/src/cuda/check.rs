@@ -169,6 +169,19 @@ fn run_typed<T: ScoreElem>(e: &CudaEngine, c: &Case, data: &[f32], lengths: Opti
     let view = ScoresView::with_stride(&typed, c.rows, c.cols, spec.row_stride)?;
     let want = crate::cpu::select(&view, &spec, lengths)?;
     let got = e.select_host(&view, &spec, lengths)?;
+    if want != got && want.indices.len() <= 1 << 22 {
+        // Name the culprit: the naive reference decides.
+        let naive = crate::contract::reference_select(&view, &spec, lengths)?;
+        let bits = |s: &crate::Selection<T>| s.values.iter().map(|v| v.bits()).collect::<Vec<_>>();
+        let gpu_ok = naive.indices == got.indices && bits(&naive) == bits(&got);
+        let cpu_ok = naive.indices == want.indices && bits(&naive) == bits(&want);
+        if !gpu_ok || !cpu_ok {
+            return Ok((
+                false,
+                format!("engines disagree: gpu matches the naive reference: {gpu_ok}; cpu engine does: {cpu_ok}"),
+            ));
+        }
+    }
     for (i, (a, b)) in want.indices.iter().zip(&got.indices).enumerate() {
         if a != b {
             return Ok((false, format!("index mismatch at row {} slot {}: cpu {a}, gpu {b}", i / c.k, i % c.k)));
