@@ -25,10 +25,9 @@ fn gen_par(data: Data, n: usize, seed: u64) -> Vec<f32> {
 
 fn tune(bw: f64) {
     let shapes: [(usize, usize, usize); 3] = [(1, 1_048_576, 2048), (64, 131_072, 2048), (2048, 131_072, 2048)];
-    let variants: [(&str, Option<u32>); 4] = [
+    let variants: [(&str, Option<u32>); 3] = [
         ("FS_PROFILE=1", None),
         ("FS_PROFILE=1", Some(0)),
-        ("FS_PROFILE=1", Some(26000)),
         ("", None),
     ];
     let mut rng = Rng::new(5);

@@ -311,10 +311,43 @@ __device__ __forceinline__ void hist_pass(const u64* buf, Shared& sh, u32 n, u64
 #endif
 }
 
-// Exact compaction of buf[0..n) to its m largest composites (m < n).
-// All threads call it; ends with a barrier; leaves sh.count = m and raises sh.lb.
+// Pushes the composites of the set bits of `pass` (element i of this thread
+// has key keys[i] and column tile0 + ((i / vec) * FS_BLOCK + tid) * vec +
+// i % vec) with one shared atomic per warp. Every lane of the warp calls it.
+template <int ITEMS>
+__device__ __forceinline__ void push_many(u64* buf, Shared& sh, u32 pass, const u32 (&keys)[ITEMS], u32 tile0,
+                                          int vec) {
+    if (!__any_sync(FULL_MASK, pass != 0)) return;
+    const int lane = threadIdx.x & 31;
+    const u32 cnt = __popc(pass);
+    u32 incl = cnt;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
+        if (lane >= o) incl += v;
+    }
+    u32 base = 0;
+    if (lane == 31) base = atomicAdd(&sh.count, incl);
+    base = __shfl_sync(FULL_MASK, base, 31);
+    u32 pos = base + incl - cnt;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        if (pass & (1u << i)) {
+            const u32 e = tile0 + (u32)(((i / vec) * FS_BLOCK + threadIdx.x) * vec + i % vec);
+            buf[pos++] = composite(keys[i], e);
+        }
+    }
+}
+
+// Compaction of buf[0..n) to a prefix of its largest composites: at least m,
+// at most max_keep (m <= max_keep < n). With max_keep == m it is exact: the m
+// largest. The MSD descent stops at the first digit whose crossing bin lets
+// everything >= the bin's lower bound fit in max_keep, so an intermediate
+// compaction (max_keep > m) usually takes one or two histogram passes.
+// All threads call it; ends with a barrier; leaves sh.count = the number kept
+// and raises sh.lb to the kept prefix.
 template <int TOP_BIT>
-__device__ void compact(u64* buf, Shared& sh, u32 n, u32 m) {
+__device__ void compact(u64* buf, Shared& sh, u32 n, u32 m, u32 max_keep) {
     const int tid = threadIdx.x;
     u64 prefix = 0, mask = 0;
     u32 need = m;
@@ -358,10 +391,11 @@ __device__ void compact(u64* buf, Shared& sh, u32 n, u32 m) {
         need -= sh.above;
         prefix |= (u64)sh.digit << shift;
         mask |= (u64)255 << shift;
-        if (sh.bincnt == need || shift == 0) break;
+        // Kept if we stop here: (m - need) above the bin, plus the whole bin.
+        if (m - need + sh.bincnt <= max_keep || shift == 0) break;
     }
-    // Everything >= prefix is kept: exactly m composites (the bin holds exactly
-    // `need`, or prefix is the m-th composite itself).
+    // Everything >= prefix is kept: between m and max_keep composites (exactly
+    // m when the descent reached the last digit: prefix is the m-th itself).
     // In-place compaction in rounds: a round reads R*FS_BLOCK entries into
     // registers, then writes its survivors below the running count, which is
     // never past what has been read.
@@ -518,7 +552,7 @@ __device__ void finish(u64* buf, Shared& sh, int k, bool final_row, int order_in
     __syncthreads();
     const u32 n = sh.count;
     const u32 m = n < (u32)k ? n : (u32)k;
-    if (n > m) compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m);
+    if (n > m) compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m, m);
     if (final_row) {
         if (m <= 4 * FS_BLOCK) {  // the buffer holds >= 8 * FS_BLOCK entries
             sort_desc_regs(buf, m, order_index);
@@ -591,23 +625,31 @@ __device__ void scan_impl(const ScanParams& P) {
             const u32 n = sh.count;
             if (n + TILE > (u32)P.cap) {
                 const long long t0 = PROF_CLOCK();
-                compact<E::TOP_BIT>(buf, sh, n, (u32)P.k);
+                compact<E::TOP_BIT>(buf, sh, n, (u32)P.k, ((u32)P.cap - TILE + (u32)P.k) / 2);
                 if (tid == 0) {
                     PROF_ADD(1, PROF_CLOCK() - t0);
                     PROF_ADD(2, 1);
                 }
             }
+            // Filter on the 32-bit key; ties with lb's key compare the column.
             const u64 lb = sh.lb;
+            const u32 lbk = (u32)(lb >> 32);
+            const u32 tile0 = (u32)base;
+            u32 keys[ITEMS];
+            u32 pass = 0;
 #pragma unroll
             for (int j = 0; j < ITEMS / VEC; ++j) {
-                const long long e0 = base + ((long long)j * FS_BLOCK + tid) * VEC;
 #pragma unroll
                 for (int q = 0; q < VEC; ++q) {
-                    const long long e = e0 + q;
-                    const u64 c = composite(order_key<TAG>(unpack<TAG>(cur[j], q), P.nan_largest), (u32)e);
-                    push(buf, sh, e < end && c >= lb, c);
+                    const int i = j * VEC + q;
+                    const u32 e = tile0 + (u32)((j * FS_BLOCK + tid) * VEC + q);
+                    const u32 key = order_key<TAG>(unpack<TAG>(cur[j], q), P.nan_largest);
+                    keys[i] = key;
+                    const bool ok = (long long)e < end && (key > lbk || (key == lbk && composite(key, e) >= lb));
+                    pass |= (u32)ok << i;
                 }
             }
+            push_many<ITEMS>(buf, sh, pass, keys, tile0, VEC);
         }
         const long long lo = ((long long)row * P.chunks + p);
         const long long t_fin = PROF_CLOCK();
@@ -676,7 +718,7 @@ __device__ void merge_impl(const MergeParams& P) {
             const u32 n = sh.count;
             if (n + TILE > (u32)P.cap) {
                 const long long t0 = PROF_CLOCK();
-                compact<E::TOP_BIT>(buf, sh, n, (u32)P.k);
+                compact<E::TOP_BIT>(buf, sh, n, (u32)P.k, ((u32)P.cap - TILE + (u32)P.k) / 2);
                 if (tid == 0) {
                     PROF_ADD(9, PROF_CLOCK() - t0);
                     PROF_ADD(10, 1);
