@@ -25,10 +25,12 @@ fn gen_par(data: Data, n: usize, seed: u64) -> Vec<f32> {
 
 fn tune(bw: f64) {
     let shapes: [(usize, usize, usize); 3] = [(1, 1_048_576, 2048), (64, 131_072, 2048), (2048, 131_072, 2048)];
-    let variants: [(&str, Option<u32>); 3] = [
+    let variants: [(&str, Option<u32>); 5] = [
         ("FS_PROFILE=1", None),
+        ("FS_PROFILE=1,FS_SAMPLE=0", None),
+        ("FS_PROFILE=1,FS_PREFETCH=0", None),
+        ("FS_PROFILE=1,FS_PREFETCH=8", None),
         ("FS_PROFILE=1", Some(0)),
-        ("", None),
     ];
     let mut rng = Rng::new(5);
     for &(rows, cols, k) in &shapes {
@@ -45,12 +47,12 @@ fn tune(bw: f64) {
             let med = t[t.len() / 2];
             let per = |tot: u64, n: u64| if n == 0 { 0.0 } else { tot as f64 / n as f64 };
             println!(
-                "TUNE {rows}x{cols} k{k} [{defs} cap={}] {:.2} us ({:.0} GB/s) ok={} | scan: rows {} cyc/row {:.0} loopcompact n {} cyc/each {:.0} finish cyc/row {:.0} | merge: rows {} cyc/row {:.0} loopcompact n {} cyc/each {:.0} finish {:.0} | hist passes {}",
+                "TUNE {rows}x{cols} k{k} [{defs} cap={}] {:.2} us ({:.0} GB/s) ok={} | scan: rows {} cyc/row {:.0} loopcompact n {} cyc/each {:.0} finish cyc/row {:.0} restarts {} | merge: rows {} cyc/row {:.0} loopcompact n {} cyc/each {:.0} finish {:.0} | hist passes {}",
                 plan.cap,
                 med * 1e6,
                 (rows * cols * 4) as f64 / med / 1e9,
                 got.indices == want.indices,
-                prof[4], per(prof[0], prof[4]), prof[2], per(prof[1], prof[2]), per(prof[3], prof[4]),
+                prof[4], per(prof[0], prof[4]), prof[2], per(prof[1], prof[2]), per(prof[3], prof[4]), prof[6],
                 prof[12], per(prof[8], prof[12]), prof[10], per(prof[9], prof[10]), per(prof[11], prof[12]),
                 prof[16]
             );

@@ -52,6 +52,8 @@
 //                   measured, docs/perf-log.md), 1 warp-aggregated
 //                   (__match_any_sync), 2 per-thread run-length counts
 //                   flushed through warp aggregation
+//   FS_PREFETCH     tiles ahead that are prefetched into L2 (0: none)
+//   FS_SAMPLE       1: seed lb from a sample of long ranges (default)
 //   FS_PROFILE      1: accumulate clock64() phase counters in fs_prof
 
 typedef unsigned int u32;
@@ -69,6 +71,12 @@ typedef unsigned long long u64;
 #endif
 #ifndef FS_PROFILE
 #define FS_PROFILE 0
+#endif
+#ifndef FS_PREFETCH
+#define FS_PREFETCH 4
+#endif
+#ifndef FS_SAMPLE
+#define FS_SAMPLE 1
 #endif
 
 #if FS_PROFILE
@@ -178,7 +186,7 @@ template <>
 struct Elem<16> {
     typedef u16 raw;
     static constexpr int VEC = 8;
-    static constexpr int ITEMS = 16;
+    static constexpr int ITEMS = 8;
     static constexpr int TOP_BIT = 47;
     static constexpr u32 NEG_INF = 0xff80u;
 };
@@ -186,7 +194,7 @@ template <>
 struct Elem<15> {
     typedef u16 raw;
     static constexpr int VEC = 8;
-    static constexpr int ITEMS = 16;
+    static constexpr int ITEMS = 8;
     static constexpr int TOP_BIT = 47;
     static constexpr u32 NEG_INF = 0xfc00u;
 };
@@ -311,12 +319,15 @@ __device__ __forceinline__ void hist_pass(const u64* buf, Shared& sh, u32 n, u64
 #endif
 }
 
-// Pushes the composites of the set bits of `pass` (element i of this thread
-// has key keys[i] and column tile0 + ((i / vec) * FS_BLOCK + tid) * vec +
-// i % vec) with one shared atomic per warp. Every lane of the warp calls it.
-template <int ITEMS>
-__device__ __forceinline__ void push_many(u64* buf, Shared& sh, u32 pass, const u32 (&keys)[ITEMS], u32 tile0,
-                                          int vec) {
+// Pushes the elements of this thread's tile (`cur`: ITEMS elements as 16-byte
+// groups; element j * VEC + q has column tile0 + (j * FS_BLOCK + tid) * VEC + q)
+// whose bit is set in `pass`, with one shared atomic per warp. Keys are
+// recomputed rather than kept, to stay within the register budget. Every lane
+// of the warp calls it.
+template <int TAG, int NV>
+__device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const uint4 (&cur)[NV], u32 tile0,
+                                          int nan_largest) {
+    constexpr int VEC = Elem<TAG>::VEC;
     if (!__any_sync(FULL_MASK, pass != 0)) return;
     const int lane = threadIdx.x & 31;
     const u32 cnt = __popc(pass);
@@ -331,10 +342,13 @@ __device__ __forceinline__ void push_many(u64* buf, Shared& sh, u32 pass, const 
     base = __shfl_sync(FULL_MASK, base, 31);
     u32 pos = base + incl - cnt;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-        if (pass & (1u << i)) {
-            const u32 e = tile0 + (u32)(((i / vec) * FS_BLOCK + threadIdx.x) * vec + i % vec);
-            buf[pos++] = composite(keys[i], e);
+    for (int j = 0; j < NV; ++j) {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+            if (pass & (1u << (j * VEC + q))) {
+                const u32 e = tile0 + (u32)((j * FS_BLOCK + threadIdx.x) * VEC + q);
+                buf[pos++] = composite(order_key<TAG>(unpack<TAG>(cur[j], q), nan_largest), e);
+            }
         }
     }
 }
@@ -575,6 +589,106 @@ __device__ __forceinline__ void reset(Shared& sh) {
     __syncthreads();
 }
 
+// Seeds sh.lb from a sample of [start, end): 16 blocks spread over the range,
+// one tile in all. The bound is the composite of sample rank j, with j chosen
+// so that clearly more than k elements of the range are expected above it
+// (expected j * range / TILE; j adds four standard deviations and 4). Leaves
+// the buffer empty. Out of line: it runs once per range and would otherwise
+// crowd the streaming loop's registers.
+template <int TAG>
+__device__ __noinline__ void sample_lb(u64* buf, Shared& sh, const void* row_scores, long long start, long long end,
+                                       bool aligned, int k, int nan_largest) {
+    typedef Elem<TAG> E;
+    constexpr int VEC = E::VEC;
+    constexpr int TILE = FS_BLOCK * E::ITEMS;
+    constexpr int BLK = TILE / VEC / 16;  // vectors per sample block
+    const long long range = end - start;
+    const long long spacing = (range / 16) & ~7ll;
+#pragma unroll
+    for (int j = 0; j < E::ITEMS / VEC; ++j) {
+        const int v = j * FS_BLOCK + threadIdx.x;
+        const long long e0 = start + (v / BLK) * spacing + (long long)(v % BLK) * VEC;
+        const uint4 w = load_vec<TAG>(row_scores, e0, end, aligned);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+            const u64 c = composite(order_key<TAG>(unpack<TAG>(w, q), nan_largest), (u32)(e0 + q));
+            push(buf, sh, e0 + q < end, c);
+        }
+    }
+    __syncthreads();
+    const float expect = (float)k * (float)TILE / (float)range;
+    const u32 j = (u32)(expect + 4.0f * sqrtf(expect) + 4.0f);
+    const u32 n = sh.count;
+    if (j < n) compact<E::TOP_BIT>(buf, sh, n, j, j + j / 4);
+    if (threadIdx.x == 0) sh.count = 0;
+}
+
+// Streams [start, end) of one row through the filter into the buffer
+// (compacting when a tile might not fit). Out of line, so that the streaming
+// loop keeps its registers whatever the caller holds.
+template <int TAG>
+__device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_scores, long long start,
+                                          long long end, bool aligned, int cap, int k, int nan_largest) {
+    typedef Elem<TAG> E;
+    constexpr int VEC = E::VEC;
+    constexpr int ITEMS = E::ITEMS;
+    constexpr int TILE = FS_BLOCK * ITEMS;
+    const int tid = threadIdx.x;
+    const int esize = sizeof(typename E::raw);
+    // Software pipeline: the next tile's loads are in flight while this
+    // tile is filtered (and while a compaction runs).
+    uint4 nxt[ITEMS / VEC];
+#pragma unroll
+    for (int j = 0; j < ITEMS / VEC; ++j)
+        nxt[j] = load_vec<TAG>(row_scores, start + ((long long)j * FS_BLOCK + tid) * VEC, end, aligned);
+    for (long long base = start; base < end; base += TILE) {
+        uint4 cur[ITEMS / VEC];
+#pragma unroll
+        for (int j = 0; j < ITEMS / VEC; ++j) cur[j] = nxt[j];
+        if (base + TILE < end) {
+#pragma unroll
+            for (int j = 0; j < ITEMS / VEC; ++j)
+                nxt[j] = load_vec<TAG>(row_scores, base + TILE + ((long long)j * FS_BLOCK + tid) * VEC, end, aligned);
+        }
+#if FS_PREFETCH
+        // Pull a later tile into L2 (one 128-byte line per thread).
+        {
+            const long long pe = base + (long long)FS_PREFETCH * TILE + (long long)tid * (128 / esize);
+            if (tid < TILE * esize / 128 && pe < end)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)row_scores + pe * esize));
+        }
+#endif
+        // Make room for a whole tile (uniform: count is read after a barrier).
+        __syncthreads();
+        const u32 n = sh.count;
+        if (n + TILE > (u32)cap) {
+            const long long t0 = PROF_CLOCK();
+            compact<E::TOP_BIT>(buf, sh, n, (u32)k, ((u32)cap - TILE + (u32)k) / 2);
+            if (tid == 0) {
+                PROF_ADD(1, PROF_CLOCK() - t0);
+                PROF_ADD(2, 1);
+            }
+        }
+        // Filter on the 32-bit key; ties with lb's key compare the column.
+        const u64 lb = sh.lb;
+        const u32 lbk = (u32)(lb >> 32);
+        const u32 tile0 = (u32)base;
+        u32 pass = 0;
+#pragma unroll
+        for (int j = 0; j < ITEMS / VEC; ++j) {
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) {
+                const int i = j * VEC + q;
+                const u32 e = tile0 + (u32)((j * FS_BLOCK + tid) * VEC + q);
+                const u32 key = order_key<TAG>(unpack<TAG>(cur[j], q), nan_largest);
+                const bool ok = (long long)e < end && (key > lbk || (key == lbk && composite(key, e) >= lb));
+                pass |= (u32)ok << i;
+            }
+        }
+        push_tile<TAG>(buf, sh, pass, cur, tile0, nan_largest);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Scan: grid (chunks, row slots). CTA (p, y) handles chunk p of rows
 // y, y + gridDim.y, ...; chunk p of a row of length len is
@@ -584,9 +698,7 @@ __device__ __forceinline__ void reset(Shared& sh) {
 template <int TAG>
 __device__ void scan_impl(const ScanParams& P) {
     typedef Elem<TAG> E;
-    constexpr int VEC = E::VEC;
-    constexpr int ITEMS = E::ITEMS;
-    constexpr int TILE = FS_BLOCK * ITEMS;
+    constexpr int TILE = FS_BLOCK * E::ITEMS;
     __shared__ Shared sh;
     u64* buf = cta_buffer(P.gbuf, P.cap);
     const int tid = threadIdx.x;
@@ -605,51 +717,29 @@ __device__ void scan_impl(const ScanParams& P) {
         const bool aligned = (((unsigned long long)row_scores) & 15ull) == 0;
 
         const long long t_row = PROF_CLOCK();
-        // Software pipeline: the next tile's loads are in flight while this
-        // tile is filtered (and while a compaction runs).
-        uint4 nxt[ITEMS / VEC];
-#pragma unroll
-        for (int j = 0; j < ITEMS / VEC; ++j)
-            nxt[j] = load_vec<TAG>(row_scores, start + ((long long)j * FS_BLOCK + tid) * VEC, end, aligned);
-        for (long long base = start; base < end; base += TILE) {
-            uint4 cur[ITEMS / VEC];
-#pragma unroll
-            for (int j = 0; j < ITEMS / VEC; ++j) cur[j] = nxt[j];
-            if (base + TILE < end) {
-#pragma unroll
-                for (int j = 0; j < ITEMS / VEC; ++j)
-                    nxt[j] = load_vec<TAG>(row_scores, base + TILE + ((long long)j * FS_BLOCK + tid) * VEC, end, aligned);
-            }
-            // Make room for a whole tile (uniform: count is read after a barrier).
+        // SAMPLING (long ranges): lb starts at a bound from a sample, so the
+        // stream keeps about k (1 + margin) survivors and rarely compacts. The
+        // sample only seeds lb: if fewer than min(k, range) elements pass it,
+        // the range is streamed again from lb = 0 (exact either way;
+        // fs_prof[6] counts restarts).
+        const long long range = end - start;
+        const bool eligible = FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
+        if (eligible) {
+            sample_lb<TAG>(buf, sh, row_scores, start, end, aligned, P.k, P.nan_largest);
             __syncthreads();
-            const u32 n = sh.count;
-            if (n + TILE > (u32)P.cap) {
-                const long long t0 = PROF_CLOCK();
-                compact<E::TOP_BIT>(buf, sh, n, (u32)P.k, ((u32)P.cap - TILE + (u32)P.k) / 2);
-                if (tid == 0) {
-                    PROF_ADD(1, PROF_CLOCK() - t0);
-                    PROF_ADD(2, 1);
-                }
+        }
+        stream_range<TAG>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
+        __syncthreads();
+        const long long want = range < P.k ? range : P.k;
+        if (eligible && (long long)sh.count < want) {
+            __syncthreads();
+            if (tid == 0) {
+                sh.count = 0;
+                sh.lb = 0;
+                PROF_ADD(6, 1);
             }
-            // Filter on the 32-bit key; ties with lb's key compare the column.
-            const u64 lb = sh.lb;
-            const u32 lbk = (u32)(lb >> 32);
-            const u32 tile0 = (u32)base;
-            u32 keys[ITEMS];
-            u32 pass = 0;
-#pragma unroll
-            for (int j = 0; j < ITEMS / VEC; ++j) {
-#pragma unroll
-                for (int q = 0; q < VEC; ++q) {
-                    const int i = j * VEC + q;
-                    const u32 e = tile0 + (u32)((j * FS_BLOCK + tid) * VEC + q);
-                    const u32 key = order_key<TAG>(unpack<TAG>(cur[j], q), P.nan_largest);
-                    keys[i] = key;
-                    const bool ok = (long long)e < end && (key > lbk || (key == lbk && composite(key, e) >= lb));
-                    pass |= (u32)ok << i;
-                }
-            }
-            push_many<ITEMS>(buf, sh, pass, keys, tile0, VEC);
+            __syncthreads();
+            stream_range<TAG>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
         }
         const long long lo = ((long long)row * P.chunks + p);
         const long long t_fin = PROF_CLOCK();

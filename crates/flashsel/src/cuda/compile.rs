@@ -193,7 +193,8 @@ fn nvrtc_compile(src: &str, name: &str, opts: &[String]) -> Result<(Vec<u8>, Str
     }
 }
 
-/// Parses ptxas `-v` output: per function, registers, spills, stack, smem.
+/// Parses ptxas `-v` output: per function (entry points and out-of-line
+/// device functions), registers, spills, stack, smem.
 pub fn parse_ptxas(log: &str) -> Vec<KernelResources> {
     let mut out: Vec<KernelResources> = Vec::new();
     let mut cur: Option<KernelResources> = None;
@@ -209,6 +210,16 @@ pub fn parse_ptxas(log: &str) -> Vec<KernelResources> {
             let rest = &line[i + "Compiling entry function '".len()..];
             let name = rest.split('\'').next().unwrap_or("").to_string();
             cur = Some(KernelResources { kernel: name, ..Default::default() });
+        } else if let Some(i) = line.find("Function properties for ") {
+            // A device function of its own (noinline): a record of its own, so
+            // its spills are seen too.
+            let name = line[i + "Function properties for ".len()..].trim().to_string();
+            if cur.as_ref().is_none_or(|c| c.kernel != name) {
+                if let Some(c) = cur.take() {
+                    out.push(c);
+                }
+                cur = Some(KernelResources { kernel: name, ..Default::default() });
+            }
         } else if let Some(c) = cur.as_mut() {
             if line.contains("bytes stack frame") {
                 c.stack_bytes = num_before(line, "bytes stack frame").unwrap_or(0);

@@ -81,5 +81,5 @@ fn plans_are_pure_and_validate() {
     assert_eq!(p(5, 300_000, 700), p(5, 300_000, 700));
     assert!(plan(&SelectSpec::new(1, 8, 0, DType::F32), false, &h200()).is_err());
     let bf = plan(&SelectSpec::new(1, 1 << 20, 2048, DType::BF16), true, &h200()).unwrap();
-    assert_eq!(bf.tile, BLOCK * 16);
+    assert_eq!(bf.tile, BLOCK * 8);
 }
