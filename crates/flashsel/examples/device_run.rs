@@ -25,12 +25,11 @@ fn gen_par(data: Data, n: usize, seed: u64) -> Vec<f32> {
 
 fn tune(bw: f64) {
     let shapes: [(usize, usize, usize); 3] = [(1, 1_048_576, 2048), (64, 131_072, 2048), (2048, 131_072, 2048)];
-    let variants: [(&str, Option<u32>); 5] = [
+    let variants: [(&str, Option<u32>); 4] = [
         ("FS_PROFILE=1", None),
-        ("FS_PROFILE=1,FS_SAMPLE=0", None),
-        ("FS_PROFILE=1,FS_PREFETCH=0", None),
-        ("FS_PROFILE=1,FS_PREFETCH=8", None),
         ("FS_PROFILE=1", Some(0)),
+        ("FS_PROFILE=1", Some(20000)),
+        ("FS_PROFILE=1,FS_SAMPLE=0", None),
     ];
     let mut rng = Rng::new(5);
     for &(rows, cols, k) in &shapes {

@@ -52,7 +52,8 @@
 //                   measured, docs/perf-log.md), 1 warp-aggregated
 //                   (__match_any_sync), 2 per-thread run-length counts
 //                   flushed through warp aggregation
-//   FS_PREFETCH     tiles ahead that are prefetched into L2 (0: none)
+//   FS_PREFETCH     tiles ahead that are prefetched into L2 (default 0: none;
+//                   measured no gain, docs/perf-log.md)
 //   FS_SAMPLE       1: seed lb from a sample of long ranges (default)
 //   FS_PROFILE      1: accumulate clock64() phase counters in fs_prof
 
@@ -73,7 +74,7 @@ typedef unsigned long long u64;
 #define FS_PROFILE 0
 #endif
 #ifndef FS_PREFETCH
-#define FS_PREFETCH 4
+#define FS_PREFETCH 0
 #endif
 #ifndef FS_SAMPLE
 #define FS_SAMPLE 1
@@ -641,6 +642,12 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
 #pragma unroll
     for (int j = 0; j < ITEMS / VEC; ++j)
         nxt[j] = load_vec<TAG>(row_scores, start + ((long long)j * FS_BLOCK + tid) * VEC, end, aligned);
+    // Barriers only where needed: after one, with `n` composites buffered, the
+    // next (cap - n) / TILE tiles fit whatever passes, so they run without one.
+    // lb is re-read at each barrier (between them it can only be stale-low,
+    // which admits more, never fewer).
+    u32 budget = 0;
+    u32 lbk = 0, tie_col = 0xffffffffu;
     for (long long base = start; base < end; base += TILE) {
         uint4 cur[ITEMS / VEC];
 #pragma unroll
@@ -658,31 +665,36 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
                 asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)row_scores + pe * esize));
         }
 #endif
-        // Make room for a whole tile (uniform: count is read after a barrier).
-        __syncthreads();
-        const u32 n = sh.count;
-        if (n + TILE > (u32)cap) {
-            const long long t0 = PROF_CLOCK();
-            compact<E::TOP_BIT>(buf, sh, n, (u32)k, ((u32)cap - TILE + (u32)k) / 2);
-            if (tid == 0) {
-                PROF_ADD(1, PROF_CLOCK() - t0);
-                PROF_ADD(2, 1);
+        if (budget == 0) {  // uniform: every thread counts the same tiles
+            __syncthreads();
+            u32 n = sh.count;
+            if (n + TILE > (u32)cap) {
+                const long long t0 = PROF_CLOCK();
+                compact<E::TOP_BIT>(buf, sh, n, (u32)k, ((u32)cap - TILE + (u32)k) / 2);
+                n = sh.count;
+                if (tid == 0) {
+                    PROF_ADD(1, PROF_CLOCK() - t0);
+                    PROF_ADD(2, 1);
+                }
             }
+            budget = ((u32)cap - n) / TILE;
+            const u64 lb = sh.lb;
+            // c >= lb  <=>  key > lbk, or key == lbk and column <= tie_col.
+            lbk = (u32)(lb >> 32);
+            tie_col = 0xffffffffu - (u32)lb;
         }
-        // Filter on the 32-bit key; ties with lb's key compare the column.
-        const u64 lb = sh.lb;
-        const u32 lbk = (u32)(lb >> 32);
+        --budget;
         const u32 tile0 = (u32)base;
+        const u32 lim = base + TILE <= end ? 0xffffffffu : (u32)(end - base);
         u32 pass = 0;
 #pragma unroll
         for (int j = 0; j < ITEMS / VEC; ++j) {
 #pragma unroll
             for (int q = 0; q < VEC; ++q) {
-                const int i = j * VEC + q;
-                const u32 e = tile0 + (u32)((j * FS_BLOCK + tid) * VEC + q);
+                const u32 off = (u32)((j * FS_BLOCK + tid) * VEC + q);
                 const u32 key = order_key<TAG>(unpack<TAG>(cur[j], q), nan_largest);
-                const bool ok = (long long)e < end && (key > lbk || (key == lbk && composite(key, e) >= lb));
-                pass |= (u32)ok << i;
+                const bool ok = off < lim && (key > lbk || (key == lbk && tile0 + off <= tie_col));
+                pass |= (u32)ok << (j * VEC + q);
             }
         }
         push_tile<TAG>(buf, sh, pass, cur, tile0, nan_largest);
