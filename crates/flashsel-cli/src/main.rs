@@ -1,1 +1,208 @@
-fn main() {}
+//! `flashsel`: exact, deterministic top-k selection from the command line.
+//!
+//! Every failure prints `error: <message>` to stderr and exits with status 1;
+//! usage errors (reported by clap) exit with status 2.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand};
+use flashsel::{Backend, BackendChoice, NanPolicy, OutputOrder};
+
+mod bench;
+mod gpu_cmds;
+mod npy;
+mod select_cmd;
+
+const ABOUT: &str = "Exact, deterministic top-k selection for long-context sparse attention (CPU and CUDA).";
+
+const SELECT_LONG_ABOUT: &str = "\
+Select the top k entries of each row of a score matrix stored as .npy.
+
+Input dtypes (C order, 1-D = one row, 2-D = rows x cols):
+  <f4  float32
+  <f2  float16
+  <u2 or <i2  bfloat16, as raw bit patterns. numpy has no bfloat16 dtype: save
+       torch_tensor.view(torch.int16).numpy(), or an ml_dtypes bfloat16 array
+       viewed as np.uint16 (arr.view(np.uint16)).
+
+Output: --output gets [rows, k] int32 column indices (-1 where a row has fewer
+than k candidates); --values gets the selected scores bit for bit in the input
+dtype (bfloat16 as the same <u2/<i2 bits as the input), padded with -inf.
+Ties break toward the lower column index; -0.0 == +0.0; NaN ranks lowest
+(--nan lowest) or above +inf (--nan largest, as torch.topk).";
+
+#[derive(Debug, Parser)]
+#[command(name = "flashsel", version, about = ABOUT, propagate_version = true)]
+struct Cli {
+    /// Say more on stderr (e.g. why `auto` fell back to the CPU).
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Top-k of each row of a .npy score matrix.
+    #[command(long_about = SELECT_LONG_ABOUT)]
+    Select(SelectArgs),
+    /// Benchmark the standard suite of shapes on the best backend, verifying every result.
+    Bench(BenchArgs),
+    /// Version and the backends available here (and why one is not).
+    Info,
+    /// Show the GPU plan for a geometry.
+    Plan(gpu_cmds::PlanArgs),
+    /// Compile the CUDA kernels with NVRTC.
+    Kernels(gpu_cmds::KernelsArgs),
+    /// Check a GPU backend against the CPU reference on generated data.
+    Check(gpu_cmds::CheckArgs),
+}
+
+fn backend_parser() -> impl TypedValueParser<Value = BackendChoice> {
+    PossibleValuesParser::new(["auto", "cpu", "cuda"]).try_map(|s| BackendChoice::parse(&s))
+}
+
+#[derive(Debug, Args)]
+pub struct SelectArgs {
+    /// Score matrix (.npy: <f4, <f2, or bfloat16 bits as <u2/<i2; 1-D or 2-D, C order).
+    #[arg(long, value_name = "S.npy")]
+    pub input: PathBuf,
+    /// Entries to select per row.
+    #[arg(long)]
+    pub k: usize,
+    /// Per-row candidate counts (.npy, 1-D <i4 or <i8, one per row, each in 0..=cols):
+    /// row i selects among its first lengths[i] columns.
+    #[arg(long, value_name = "L.npy")]
+    pub lengths: Option<PathBuf>,
+    /// Order of each output row: best first, or by ascending column index.
+    #[arg(
+        long,
+        default_value = "score",
+        value_parser = PossibleValuesParser::new(["score", "index"]).try_map(|s| OutputOrder::parse(&s))
+    )]
+    pub order: OutputOrder,
+    /// Where NaN ranks: below -inf, or above +inf (as torch.topk).
+    #[arg(
+        long,
+        default_value = "lowest",
+        value_parser = PossibleValuesParser::new(["lowest", "largest"]).try_map(|s| NanPolicy::parse(&s))
+    )]
+    pub nan: NanPolicy,
+    /// Indices out: [rows, k] <i4, -1 where padded.
+    #[arg(long, value_name = "I.npy")]
+    pub output: PathBuf,
+    /// Values out: [rows, k] in the input dtype, -inf where padded.
+    #[arg(long, value_name = "V.npy")]
+    pub values: Option<PathBuf>,
+    /// Backend: CUDA when usable (auto), or the one named.
+    #[arg(long, default_value = "auto", value_parser = backend_parser())]
+    pub backend: BackendChoice,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Backend: CUDA when usable (auto), or the one named.
+    #[arg(long, default_value = "auto", value_parser = backend_parser())]
+    pub backend: BackendChoice,
+    /// Also write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// A small suite (seconds; for tests and smoke checks).
+    #[arg(long)]
+    pub quick: bool,
+    /// Timed runs per case (default: chosen per backend and case).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub iters: Option<u32>,
+    /// Seed for the generated data.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Opens the backend asked for. `auto` falls back to the CPU; the reason is
+/// printed (once) only with `-v`. An explicit `cuda` that cannot open is an error.
+pub fn open_backend(choice: BackendChoice, verbose: bool) -> Result<(Backend, Option<String>), String> {
+    match Backend::open(choice) {
+        Ok((b, reason)) => {
+            if let (Some(r), true) = (&reason, verbose) {
+                eprintln!("note: CUDA is not usable ({r}); using the CPU backend");
+            }
+            Ok((b, reason))
+        }
+        Err(e) => Err(format!("--backend {}: {e}", choice_name(choice))),
+    }
+}
+
+pub fn choice_name(c: BackendChoice) -> &'static str {
+    match c {
+        BackendChoice::Auto => "auto",
+        BackendChoice::Cpu => "cpu",
+        BackendChoice::Cuda => "cuda",
+    }
+}
+
+fn info() -> Result<(), String> {
+    println!("flashsel {}", env!("CARGO_PKG_VERSION"));
+    println!("backends:");
+    println!("  cpu   available ({} threads)", rayon::current_num_threads());
+    let cuda = flashsel::cuda::CudaEngine::new(0);
+    match &cuda {
+        Ok(e) => {
+            println!("  cuda  available: device 0, {} ({}, {} SMs)", e.device_name(), e.arch(), e.props().sm_count)
+        }
+        Err(e) => println!("  cuda  unavailable: {e}"),
+    }
+    println!("auto picks: {}", if cuda.is_ok() { "cuda" } else { "cpu" });
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match &cli.cmd {
+        Cmd::Select(a) => select_cmd::run(a, cli.verbose),
+        Cmd::Bench(a) => bench::run(a, cli.verbose),
+        Cmd::Info => info(),
+        Cmd::Plan(a) => gpu_cmds::plan(a),
+        Cmd::Kernels(a) => gpu_cmds::kernels(a),
+        Cmd::Check(a) => gpu_cmds::check(a),
+    }
+}
+
+fn main() -> ExitCode {
+    // A bug must still end in one `error:` line and status 1, not a backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        if msg.starts_with("failed printing to std") {
+            // A closed pipe (`flashsel bench | head`): not a bug.
+            eprintln!("error: {msg}");
+        } else {
+            let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            eprintln!("error: internal error (a bug in flashsel): {msg}{at}");
+        }
+        std::process::exit(1);
+    }));
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}

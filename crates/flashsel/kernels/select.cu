@@ -79,6 +79,13 @@ typedef unsigned long long u64;
 #ifndef FS_SAMPLE
 #define FS_SAMPLE 1
 #endif
+// Two scan CTAs per SM (<= 64 registers) with a shared buffer; the global-
+// buffer variant (large k) addresses the buffer generically and gets room.
+#if FS_GLOBAL_BUF
+#define FS_SCAN_MIN_CTAS 1
+#else
+#define FS_SCAN_MIN_CTAS 2
+#endif
 
 #if FS_PROFILE
 // [kind * 8 + i], kind 0 scan / 1 merge: 0 row cycles, 1 in-loop compaction
@@ -843,9 +850,9 @@ __device__ void merge_impl(const MergeParams& P) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_scan_f32(const ScanParams p) { scan_impl<32>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_scan_bf16(const ScanParams p) { scan_impl<16>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 2) fs_scan_f16(const ScanParams p) { scan_impl<15>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f32(const ScanParams p) { scan_impl<32>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_bf16(const ScanParams p) { scan_impl<16>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f16(const ScanParams p) { scan_impl<15>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_f32(const MergeParams p) { merge_impl<32>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_bf16(const MergeParams p) { merge_impl<16>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_f16(const MergeParams p) { merge_impl<15>(p); }

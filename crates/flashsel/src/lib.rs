@@ -12,8 +12,8 @@ pub mod contract;
 pub mod cpu;
 
 pub use contract::{
-    composite, reference_select, DType, Error, NanPolicy, OutputOrder, Result, ScoreElem, ScoresView,
-    SelectSpec, Selection,
+    composite, reference_select, DType, Error, NanPolicy, OutputOrder, Result, ScoreElem, ScoresView, SelectSpec,
+    Selection,
 };
 pub mod backend;
 pub mod cuda;

@@ -24,7 +24,13 @@ fn every_variant_compiles_without_spills() {
             for r in &c.resources {
                 assert_eq!((r.spill_stores, r.spill_loads), (0, 0), "{}: {} spills", v.name(), r.kernel);
                 if SELECT_KERNELS.contains(&r.kernel.as_str()) {
-                    assert!(r.registers > 0 && r.registers <= 128, "{}: {} uses {} registers", v.name(), r.kernel, r.registers);
+                    assert!(
+                        r.registers > 0 && r.registers <= 128,
+                        "{}: {} uses {} registers",
+                        v.name(),
+                        r.kernel,
+                        r.registers
+                    );
                 }
             }
         }

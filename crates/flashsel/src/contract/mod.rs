@@ -42,9 +42,7 @@ pub fn reference_select<T: ScoreElem>(
     for r in 0..spec.rows {
         let len = spec.row_len(r, lengths);
         let row = scores.row(r);
-        let mut comps: Vec<u64> = (0..len)
-            .map(|c| composite(row[c].key(spec.nan), c as u32))
-            .collect();
+        let mut comps: Vec<u64> = (0..len).map(|c| composite(row[c].key(spec.nan), c as u32)).collect();
         comps.sort_unstable_by(|a, b| b.cmp(a));
         comps.truncate(spec.k);
         spec.order.arrange(&mut comps);

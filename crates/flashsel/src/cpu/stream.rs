@@ -180,8 +180,8 @@ fn stream<T: ScoreElem, const FAST: bool, const LARGEST: bool>(
     // Tile-relative positions of the candidates; 4 slots of slack for the
     // unconditional writes of `collect_positions`.
     let mut pos = [0u16; TILE + 4];
-    let mut tiles = row.chunks_exact(TILE);
-    for tile in &mut tiles {
+    let whole = row.len() / TILE * TILE;
+    for tile in row[..whole].chunks_exact(TILE) {
         if th.none {
             return passed;
         }
@@ -191,8 +191,7 @@ fn stream<T: ScoreElem, const FAST: bool, const LARGEST: bool>(
             }
             TILE
         } else {
-            // Phase A: the masks of the whole tile, branch-free, so the loads
-            // stream like a plain pass.
+            // Phase A: the masks of the whole tile, branch-free.
             tile_masks::<T, FAST, LARGEST>(simd, kf, &th, tile, &mut masks);
             // Phase B: the set bits as a list of positions, almost branch-free.
             collect_positions(&masks, &mut pos)
@@ -215,7 +214,7 @@ fn stream<T: ScoreElem, const FAST: bool, const LARGEST: bool>(
     if th.none {
         return passed;
     }
-    for (j, &x) in tiles.remainder().iter().enumerate() {
+    for (j, &x) in row[whole..].iter().enumerate() {
         let kk = key::<T, FAST>(kf, x);
         if kk > th.t {
             buf.push(composite(kk, col + j as u32));

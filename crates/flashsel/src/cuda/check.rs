@@ -279,9 +279,8 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
     // Prefill rows long enough for the sampled lower bound (one CTA per row,
     // range >= 16 tiles): ties make the sample's bound too high, forcing the
     // exact restart.
-    for (i, &data) in [Data::Normal, Data::Relu, Data::AllEqual, Data::FewValues, Data::Ascending, Data::Nan5]
-        .iter()
-        .enumerate()
+    for (i, &data) in
+        [Data::Normal, Data::Relu, Data::AllEqual, Data::FewValues, Data::Ascending, Data::Nan5].iter().enumerate()
     {
         let dtype = dtypes[i % 3];
         let mut c = base(300, 70_000, if i % 2 == 0 { 2048 } else { 300 }, dtype, data);
@@ -312,7 +311,12 @@ pub struct Report {
 
 /// Runs the suite (plus the graph-capture check), calling `progress` after
 /// each case. Stops at nothing: every case runs and is counted.
-pub fn run_suite(e: &CudaEngine, quick: bool, seed: u64, mut progress: impl FnMut(usize, usize, &Outcome)) -> Result<Report> {
+pub fn run_suite(
+    e: &CudaEngine,
+    quick: bool,
+    seed: u64,
+    mut progress: impl FnMut(usize, usize, &Outcome),
+) -> Result<Report> {
     let mut rng = Rng::new(seed);
     let cases = suite(e, quick, &mut rng);
     let mut rep = Report::default();

@@ -77,7 +77,19 @@ unsafe fn launch<P>(f: sys::CUfunction, grid: (u32, u32), block: u32, smem: u32,
     let mut param = p as *const P as *mut c_void;
     let params = &mut param as *mut *mut c_void;
     check(
-        sys::cuLaunchKernel(f, grid.0, grid.1, 1, block, 1, 1, smem, stream as sys::CUstream, params, std::ptr::null_mut()),
+        sys::cuLaunchKernel(
+            f,
+            grid.0,
+            grid.1,
+            1,
+            block,
+            1,
+            1,
+            smem,
+            stream as sys::CUstream,
+            params,
+            std::ptr::null_mut(),
+        ),
         "cuLaunchKernel",
     )
 }
@@ -183,9 +195,7 @@ pub(crate) fn time_on_stream(
     let mut out = Vec::with_capacity(iters);
     if first < 50e-6 {
         const REPS: usize = 20;
-        stream
-            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-            .map_err(super::cuda_err)?;
+        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(super::cuda_err)?;
         let mut captured = Ok(());
         for _ in 0..REPS {
             captured = captured.and_then(|_| f());

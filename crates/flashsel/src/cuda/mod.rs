@@ -198,9 +198,10 @@ impl CudaEngine {
         }
         let v = Variant { defines: self.defines.clone(), ..Variant::new(self.arch, global_buffer) };
         let c = compile::compile(&v)?;
-        let module = self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(c.cubin)).map_err(|e| {
-            Error::Cuda(format!("loading the {} cubin: {e:?}", v.name()))
-        })?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(c.cubin))
+            .map_err(|e| Error::Cuda(format!("loading the {} cubin: {e:?}", v.name())))?;
         let f = |n: &str| -> Result<CudaFunction> {
             let func = module.load_function(n).map_err(cuda_err)?;
             func.set_attribute(
@@ -242,7 +243,7 @@ impl CudaEngine {
                 need: plan.workspace_bytes as usize,
             });
         }
-        if plan.workspace_bytes > 0 && args.workspace % 256 != 0 {
+        if plan.workspace_bytes > 0 && !args.workspace.is_multiple_of(256) {
             return Err(Error::InvalidOption {
                 what: "workspace pointer",
                 value: format!("{:#x}", args.workspace),
@@ -337,7 +338,7 @@ impl DeviceData {
         for r in 0..spec.rows {
             let row = scores.row(r);
             // SAFETY: f32 / bf16 / f16 are plain bits.
-            let bytes = unsafe { std::slice::from_raw_parts(row.as_ptr() as *const u8, row.len() * elem) };
+            let bytes = unsafe { std::slice::from_raw_parts(row.as_ptr() as *const u8, std::mem::size_of_val(row)) };
             host.extend_from_slice(bytes);
             if r + 1 < spec.rows {
                 host.resize((r + 1) * spec.row_stride * elem, 0);

@@ -6,8 +6,7 @@
 //! # Rules
 //! - Every CTA runs the same streaming-filter selection (`kernels/select.cu`)
 //!   over a contiguous range; its candidate buffer holds at least `2k + tile`
-//!   composites (up to `4k + tile` where two CTAs still fit an SM: fewer
-//!   compactions). The buffer lives in shared memory when it fits the device's
+//!   composites. The buffer lives in shared memory when it fits the device's
 //!   opt-in limit, else in a per-CTA slice of the workspace (`Buffer::Global`):
 //!   same code, any `k`. No `k` makes a plan impossible.
 //! - `fit` is the shortest range worth a CTA of its own: `max(8192, 4k)`
@@ -39,7 +38,8 @@ pub const MERGE_ONE_LEVEL_MAX: u32 = 16;
 pub const MERGE_TILE: u32 = BLOCK * 8;
 /// Static shared memory of a kernel (the `Shared` struct), rounded up.
 pub const STATIC_SMEM: u32 = 2048;
-/// CTAs per SM the scan kernel's register budget allows.
+/// CTAs per SM the scan kernel's register budget allows (shared-buffer
+/// variant; the global-buffer variant is built for one).
 pub const SCAN_CTAS_PER_SM: u32 = 2;
 /// Grid `y` limit of the CUDA launch.
 pub const MAX_GRID_Y: u32 = 65_535;
@@ -156,20 +156,12 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     if min_cap > u32::MAX as u64 / 2 {
         return Err(Error::too_large("k (candidate buffer)", k as u128));
     }
-    let buffer = if min_cap * 8 + STATIC_SMEM as u64 <= dev.max_smem_per_block as u64 {
-        Buffer::Shared
-    } else {
-        Buffer::Global
-    };
-    // A larger buffer means fewer compactions (each absorbs cap - tile - k
-    // survivors); grow it towards 4k + tile while two CTAs still fit an SM.
-    let two_per_sm = ((dev.smem_per_sm / 2).saturating_sub(STATIC_SMEM + 1024) / 8) as u64;
-    let cap64 = match buffer {
-        Buffer::Shared => (4 * k + tile64).min(two_per_sm.max(min_cap)).min(
-            (dev.max_smem_per_block - STATIC_SMEM) as u64 / 8,
-        ),
-        Buffer::Global => min_cap,
-    };
+    let buffer =
+        if min_cap * 8 + STATIC_SMEM as u64 <= dev.max_smem_per_block as u64 { Buffer::Shared } else { Buffer::Global };
+    // The smallest buffer that works: with the sampled lower bound a row
+    // rarely compacts, and a smaller buffer measured faster than 4k + tile
+    // (docs/perf-log.md, v6): more L1 and room for a second CTA per SM.
+    let cap64 = min_cap;
     let cap = cap64 as u32;
     let smem_bytes = if buffer == Buffer::Shared { (cap64 * 8) as u32 } else { 0 };
 
@@ -177,7 +169,8 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     // kernel is built for two CTAs per SM: `__launch_bounds__(512, 2)`).
     let by_threads = (dev.max_threads_per_sm / block).max(1);
     let by_smem = (dev.smem_per_sm / (smem_bytes + STATIC_SMEM + 1024)).max(1);
-    let per_sm = by_threads.min(by_smem).min(SCAN_CTAS_PER_SM) as u64;
+    let by_regs = if buffer == Buffer::Shared { SCAN_CTAS_PER_SM } else { 1 };
+    let per_sm = by_threads.min(by_smem).min(by_regs) as u64;
     let target = dev.sm_count as u64 * per_sm;
 
     let fit = (4 * k).max(8192);

@@ -1,0 +1,630 @@
+//! `flashsel bench`: the standard suite of shapes on the best backend, with
+//! every result verified against the contract.
+//!
+//! Data is generated here, seeded and independent of the thread count: random
+//! normal rows, and ReLU-plateau rows (`max(0, x)`, so about half the entries
+//! are exactly 0.0, as in real indexer scores).
+//!
+//! Each case: one untimed `select` (its result is the baseline), then
+//! [`Backend::time_select`] for the timed runs (median reported). Checks:
+//! - `det`: the timed runs' result equals the first one bit for bit;
+//! - `ref`: rows equal [`flashsel::reference_select`] run on a one-row view of
+//!   the same data, for every row of small shapes and a deterministic sample of
+//!   rows (first, last and six pseudo-random ones) of large shapes;
+//! - `cpu`: on a backend other than the CPU, the whole result equals
+//!   [`flashsel::cpu::select`] on the same data (up to 2^30 elements, which
+//!   covers the whole standard suite).
+//!
+//! Any mismatch or backend error fails the run (status 1) after the table.
+
+use std::fs::File;
+use std::io::Write;
+use std::time::Instant;
+
+use flashsel::{Backend, DType, ScoreElem, ScoresView, SelectSpec, Selection};
+use half::bf16;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
+use rand_distr::StandardNormal;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::BenchArgs;
+
+/// One shape of a suite.
+#[derive(Debug, Clone, Copy)]
+struct Shape {
+    rows: usize,
+    cols: usize,
+    k: usize,
+    dtypes: &'static [DType],
+    /// Rows of this shape in the full suite (more than `rows` when cut down).
+    full_rows: usize,
+}
+
+const F32_BF16: &[DType] = &[DType::F32, DType::BF16];
+const F32_ONLY: &[DType] = &[DType::F32];
+
+const fn shape(rows: usize, cols: usize, k: usize, dtypes: &'static [DType]) -> Shape {
+    Shape { rows, cols, k, dtypes, full_rows: rows }
+}
+
+/// The standard suite, from one long decode row to a many-row prefill.
+const FULL: &[Shape] = &[
+    shape(1, 262_144, 512, F32_BF16),
+    shape(1, 1_048_576, 2048, F32_BF16),
+    shape(64, 131_072, 2048, F32_BF16),
+    shape(8192, 131_072, 2048, F32_BF16),
+    shape(1, 65_536, 2048, F32_ONLY),
+    shape(128, 262_144, 512, F32_ONLY),
+    shape(4096, 65_536, 2048, F32_ONLY),
+];
+
+/// Largest matrix (elements) a non-CPU result is compared with
+/// `flashsel::cpu::select` in full; larger ones are checked on sampled rows.
+const CPU_CHECK_MAX_ELEMS: usize = 1 << 30;
+
+/// Rows the many-row shapes are cut to on the CPU.
+const CPU_MAX_ROWS: usize = 256;
+
+const QUICK: &[Shape] = &[shape(1, 65_536, 2048, F32_BF16), shape(8, 16_384, 256, F32_BF16)];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Suite {
+    Full,
+    Cpu,
+    Quick,
+}
+
+impl Suite {
+    fn name(self) -> &'static str {
+        match self {
+            Suite::Full => "full",
+            Suite::Cpu => "cpu",
+            Suite::Quick => "quick",
+        }
+    }
+    fn shapes(self) -> Vec<Shape> {
+        match self {
+            Suite::Full => FULL.to_vec(),
+            Suite::Quick => QUICK.to_vec(),
+            Suite::Cpu => FULL.iter().map(|s| Shape { rows: s.rows.min(CPU_MAX_ROWS), ..*s }).collect(),
+        }
+    }
+    fn note(self) -> String {
+        match self {
+            Suite::Full => "the standard suite".into(),
+            Suite::Quick => "a small smoke-test suite (--quick)".into(),
+            Suite::Cpu => format!(
+                "the CPU suite: the 8192- and 4096-row shapes are cut to {CPU_MAX_ROWS} rows (marked *); \
+                 --backend cuda runs them whole"
+            ),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DataKind {
+    Normal,
+    Relu,
+}
+
+impl DataKind {
+    fn name(self) -> &'static str {
+        match self {
+            DataKind::Normal => "normal",
+            DataKind::Relu => "relu",
+        }
+    }
+}
+
+/// One line of the table and of the JSON.
+#[derive(Debug, Clone, Serialize)]
+struct Row {
+    /// `rows x cols` as run.
+    shape: String,
+    rows: usize,
+    cols: usize,
+    k: usize,
+    /// Rows of this shape in the full suite (> rows when the CPU suite cut it).
+    suite_rows: usize,
+    dtype: &'static str,
+    data: &'static str,
+    backend: &'static str,
+    iters: usize,
+    /// Median of the timed runs, microseconds.
+    median_us: f64,
+    min_us: f64,
+    /// Bytes of scores (read once per run).
+    bytes: u64,
+    /// `bytes / median`, in 1e9 bytes per second.
+    gbps: f64,
+    /// Time of the read-once floor for these bytes, when known.
+    floor_us: Option<f64>,
+    floor_gbps: Option<f64>,
+    /// `floor_us / median_us`: 1.0 means as fast as reading the scores once.
+    fraction_of_floor: Option<f64>,
+    /// What was checked, e.g. `det, ref all` or `det, cpu all, ref 8/8192 rows`.
+    verified: String,
+    ok: bool,
+    error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    tool: &'static str,
+    version: &'static str,
+    backend: &'static str,
+    requested_backend: &'static str,
+    /// The GPU, when the backend is CUDA.
+    device: Option<String>,
+    fallback_reason: Option<String>,
+    suite: &'static str,
+    suite_note: String,
+    seed: u64,
+    threads: usize,
+    floor_method: String,
+    debug_build: bool,
+    ok: bool,
+    results: Vec<Row>,
+}
+
+struct Ctx<'a> {
+    backend: &'a Backend,
+    suite: Suite,
+    iters: Option<usize>,
+    seed: u64,
+    device_floor_bps: Option<f64>,
+}
+
+/// Bytes the device copy-bandwidth probe moves: large enough to stream from
+/// device memory rather than L2.
+const DEVICE_PROBE_BYTES: usize = 512 << 20;
+
+/// The device bandwidth for the floor column, bytes per second: the CUDA
+/// engine's device-to-device copy bandwidth (bytes read + written per second),
+/// so the floor of a case is `bytes / bandwidth`.
+fn device_floor_bandwidth(backend: &Backend) -> Result<Option<f64>, String> {
+    match backend {
+        Backend::Cpu => Ok(None),
+        Backend::Cuda(engine) => engine
+            .copy_bandwidth(DEVICE_PROBE_BYTES)
+            .map(Some)
+            .map_err(|e| format!("measuring the device copy bandwidth: {e}")),
+    }
+}
+
+pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
+    let json_file = match &a.json {
+        Some(p) => Some(File::create(p).map_err(|e| format!("cannot write --json {}: {e}", p.display()))?),
+        None => None,
+    };
+    let (backend, reason) = crate::open_backend(a.backend, verbose)?;
+    let suite = match (a.quick, &backend) {
+        (true, _) => Suite::Quick,
+        (false, Backend::Cpu) => Suite::Cpu,
+        (false, _) => Suite::Full,
+    };
+    let ctx = Ctx {
+        backend: &backend,
+        suite,
+        iters: a.iters.map(|n| n as usize),
+        seed: a.seed,
+        device_floor_bps: device_floor_bandwidth(&backend)?,
+    };
+    let threads = rayon::current_num_threads();
+    let floor_method = match &backend {
+        Backend::Cpu => format!("a plain rayon sum pass over the same buffer ({threads} threads), median time"),
+        _ => match ctx.device_floor_bps {
+            Some(bw) => format!(
+                "bytes / device copy bandwidth ({:.1} GB/s read+written, cuMemcpyDtoD of {} MiB)",
+                bw / 1e9,
+                DEVICE_PROBE_BYTES >> 20
+            ),
+            None => "not known for this backend yet".into(),
+        },
+    };
+
+    let device = match &backend {
+        Backend::Cuda(e) => Some(format!("{} ({}, {} SMs)", e.device_name(), e.arch(), e.props().sm_count)),
+        Backend::Cpu => None,
+    };
+    let backend_line = match (&reason, &device) {
+        (Some(_), _) if verbose => "cpu (auto: CUDA is not usable, see the note above)".to_string(),
+        (Some(_), _) => "cpu (auto: CUDA is not usable; -v says why)".to_string(),
+        (None, Some(d)) => format!("{} on {d}", backend.name()),
+        (None, None) => backend.name().to_string(),
+    };
+    println!(
+        "flashsel {} bench: backend {backend_line}, {threads} threads, seed {}",
+        env!("CARGO_PKG_VERSION"),
+        a.seed
+    );
+    println!("suite: {}", suite.note());
+    println!("GB/s: score bytes read once / median time; floor: {floor_method}; of floor: floor time / median time");
+    println!(
+        "verified: det = repeat runs identical; ref = rows equal flashsel::reference_select; \
+         cpu = whole result equals flashsel::cpu::select"
+    );
+    if cfg!(debug_assertions) && !a.quick {
+        println!("note: this is a debug build; build with --release for meaningful timings");
+    }
+    println!();
+    print_header();
+
+    let shapes = suite.shapes();
+    let total: u64 = shapes.iter().map(|s| 2 * s.dtypes.len() as u64).sum();
+    let pb = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}") {
+        pb.set_style(style);
+    }
+
+    let mut rows = Vec::new();
+    for (si, s) in shapes.iter().enumerate() {
+        pb.set_message(format!("generating {}x{}", s.rows, s.cols));
+        let mut normal = gen_normal(s.rows * s.cols, a.seed, si as u64);
+        let mut bf = s.dtypes.contains(&DType::BF16).then(|| to_bf16(&normal));
+
+        let mut emit = |row: Row| {
+            pb.suspend(|| print_row(&row));
+            pb.inc(1);
+            rows.push(row);
+        };
+        for kind in [DataKind::Normal, DataKind::Relu] {
+            if kind == DataKind::Relu {
+                relu_in_place(&mut normal);
+            }
+            pb.set_message(label(s, "f32", kind));
+            emit(run_case(&ctx, s, &normal, kind, si));
+        }
+        drop(normal);
+        if let Some(bf) = bf.as_mut() {
+            for kind in [DataKind::Normal, DataKind::Relu] {
+                if kind == DataKind::Relu {
+                    relu_in_place(bf);
+                }
+                pb.set_message(label(s, "bf16", kind));
+                emit(run_case(&ctx, s, bf, kind, si));
+            }
+        }
+    }
+    pb.finish_and_clear();
+
+    let failed: Vec<&Row> = rows.iter().filter(|r| !r.ok).collect();
+    println!();
+    if suite == Suite::Cpu {
+        println!("* rows cut from the full suite's shape for the CPU run");
+    }
+    let report = Report {
+        tool: "flashsel bench",
+        version: env!("CARGO_PKG_VERSION"),
+        backend: backend.name(),
+        requested_backend: crate::choice_name(a.backend),
+        device,
+        fallback_reason: reason,
+        suite: suite.name(),
+        suite_note: suite.note(),
+        seed: a.seed,
+        threads,
+        floor_method,
+        debug_build: cfg!(debug_assertions),
+        ok: failed.is_empty(),
+        results: rows.clone(),
+    };
+    if let (Some(mut f), Some(p)) = (json_file, &a.json) {
+        let text = serde_json::to_string_pretty(&report).map_err(|e| format!("cannot encode JSON: {e}"))?;
+        f.write_all(text.as_bytes())
+            .and_then(|_| f.write_all(b"\n"))
+            .map_err(|e| format!("cannot write --json {}: {e}", p.display()))?;
+    }
+    if failed.is_empty() {
+        println!("{} cases, all verified", rows.len());
+        Ok(())
+    } else {
+        for r in &failed {
+            eprintln!(
+                "failed: {} k{} {} {}: {}",
+                r.shape,
+                r.k,
+                r.dtype,
+                r.data,
+                r.error.as_deref().unwrap_or(&r.verified)
+            );
+        }
+        Err(format!("{} of {} cases failed verification or errored", failed.len(), rows.len()))
+    }
+}
+
+fn label(s: &Shape, dtype: &str, kind: DataKind) -> String {
+    format!("{}x{} k{} {dtype} {}", s.rows, s.cols, s.k, kind.name())
+}
+
+fn print_header() {
+    println!(
+        "{:<14} {:>5} {:<5} {:<6} {:<7} {:>5} {:>11} {:>8} {:>10} {:>10} {:>8}  verified",
+        "shape", "k", "dtype", "data", "backend", "iters", "median us", "GB/s", "floor us", "floor GB/s", "of floor"
+    );
+}
+
+fn print_row(r: &Row) {
+    let opt = |x: Option<f64>, prec: usize| x.map_or("-".to_string(), |v| format!("{v:.prec$}"));
+    let shape = if r.suite_rows != r.rows { format!("{}*", r.shape) } else { r.shape.clone() };
+    let verified = match &r.error {
+        Some(e) => format!("ERROR: {e}"),
+        None => r.verified.clone(),
+    };
+    println!(
+        "{:<14} {:>5} {:<5} {:<6} {:<7} {:>5} {:>11.1} {:>8.2} {:>10} {:>10} {:>8}  {}",
+        shape,
+        r.k,
+        r.dtype,
+        r.data,
+        r.backend,
+        r.iters,
+        r.median_us,
+        r.gbps,
+        opt(r.floor_us, 2),
+        opt(r.floor_gbps, 2),
+        opt(r.fraction_of_floor, 2),
+        verified
+    );
+}
+
+fn run_case<T: ScoreElem>(ctx: &Ctx<'_>, s: &Shape, data: &[T], kind: DataKind, shape_idx: usize) -> Row {
+    let bytes = (data.len() * T::DTYPE.size()) as u64;
+    let mut row = Row {
+        shape: format!("{}x{}", s.rows, s.cols),
+        rows: s.rows,
+        cols: s.cols,
+        k: s.k,
+        suite_rows: s.full_rows,
+        dtype: T::DTYPE.name(),
+        data: kind.name(),
+        backend: ctx.backend.name(),
+        iters: 0,
+        median_us: f64::NAN,
+        min_us: f64::NAN,
+        bytes,
+        gbps: f64::NAN,
+        floor_us: None,
+        floor_gbps: None,
+        fraction_of_floor: None,
+        verified: String::new(),
+        ok: false,
+        error: None,
+    };
+    if let Err(e) = measure(ctx, s, data, kind, shape_idx, &mut row) {
+        row.error = Some(e);
+        row.ok = false;
+    }
+    row
+}
+
+fn measure<T: ScoreElem>(
+    ctx: &Ctx<'_>,
+    s: &Shape,
+    data: &[T],
+    kind: DataKind,
+    shape_idx: usize,
+    row: &mut Row,
+) -> Result<(), String> {
+    let view = ScoresView::new(data, s.rows, s.cols).map_err(|e| e.to_string())?;
+    let spec = view.spec(s.k);
+    let backend = ctx.backend;
+
+    let t = Instant::now();
+    let first = backend.select(&view, &spec, None).map_err(|e| e.to_string())?;
+    let t_first = t.elapsed().as_secs_f64();
+
+    let iters = ctx.iters.unwrap_or_else(|| default_iters(ctx.suite, backend, t_first));
+    let (last, mut times) = backend.time_select(&view, &spec, None, iters).map_err(|e| e.to_string())?;
+    if times.is_empty() {
+        return Err("the backend returned no timings".into());
+    }
+    let median = median(&mut times);
+    row.iters = times.len();
+    row.median_us = median * 1e6;
+    row.min_us = times[0] * 1e6;
+    row.gbps = row.bytes as f64 / median / 1e9;
+
+    // The floor.
+    let floor_s = match backend {
+        Backend::Cpu => Some(cpu_floor(data, iters.clamp(5, 50))),
+        _ => ctx.device_floor_bps.map(|bw| row.bytes as f64 / bw),
+    };
+    if let Some(f) = floor_s {
+        row.floor_us = Some(f * 1e6);
+        row.floor_gbps = Some(row.bytes as f64 / f / 1e9);
+        row.fraction_of_floor = Some(f / median);
+    }
+
+    // Verification.
+    let mut checks = Vec::new();
+    let mut bad = Vec::new();
+    if let Some(r) = first_mismatch(&first, &last) {
+        bad.push(format!("MISMATCH: repeat runs differ at row {r}"));
+    }
+    checks.push("det".to_string());
+    if !matches!(backend, Backend::Cpu) {
+        if s.rows * s.cols <= CPU_CHECK_MAX_ELEMS {
+            let cpu = flashsel::cpu::select(&view, &spec, None).map_err(|e| format!("cpu::select: {e}"))?;
+            if let Some(r) = first_mismatch(&first, &cpu) {
+                bad.push(format!("MISMATCH vs flashsel::cpu::select at row {r}"));
+            }
+            checks.push("cpu all".into());
+        } else {
+            checks.push("cpu skipped (too large)".into());
+        }
+    }
+    let sample = rows_to_check(s.rows, s.cols, ctx.seed ^ ((shape_idx as u64) << 8) ^ (kind as u64));
+    for &r in &sample {
+        let one = ScoresView::new(view.row(r), 1, s.cols).map_err(|e| e.to_string())?;
+        let reference = flashsel::reference_select(&one, &SelectSpec { rows: 1, ..spec }, None)
+            .map_err(|e| format!("reference_select: {e}"))?;
+        if !row_equal(&first, r, &reference, 0) {
+            bad.push(format!("MISMATCH vs reference_select at row {r}"));
+            break;
+        }
+    }
+    checks.push(if sample.len() == s.rows {
+        "ref all".into()
+    } else {
+        format!("ref {}/{} rows", sample.len(), s.rows)
+    });
+    row.verified = checks.join(", ");
+    if bad.is_empty() {
+        row.ok = true;
+    } else {
+        row.verified = bad.join("; ");
+        row.ok = false;
+    }
+    Ok(())
+}
+
+fn default_iters(suite: Suite, backend: &Backend, t_first: f64) -> usize {
+    match (suite, backend) {
+        (Suite::Quick, Backend::Cpu) => 3,
+        (Suite::Quick, _) => 10,
+        // About a second of timed runs per case, within 3..=30.
+        (_, Backend::Cpu) => ((1.0 / t_first.max(1e-6)).ceil() as usize).clamp(3, 30),
+        (_, _) => 50,
+    }
+}
+
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    let n = times.len();
+    if n % 2 == 1 {
+        times[n / 2]
+    } else {
+        (times[n / 2 - 1] + times[n / 2]) / 2.0
+    }
+}
+
+/// Median time of a plain parallel sum over the buffer's bits: reading every
+/// byte once, doing as little as possible with it.
+fn cpu_floor<T: ScoreElem>(data: &[T], runs: usize) -> f64 {
+    let pass = || {
+        data.par_chunks(1 << 16)
+            .map(|c| c.iter().fold(0u64, |s, x| s.wrapping_add(x.bits() as u64)))
+            .reduce(|| 0, u64::wrapping_add)
+    };
+    std::hint::black_box(pass());
+    let mut times: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(pass());
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    median(&mut times)
+}
+
+/// Rows checked against the reference: all of a small shape, else the first,
+/// the last and six pseudo-random ones (deterministic in `seed`).
+fn rows_to_check(rows: usize, cols: usize, seed: u64) -> Vec<usize> {
+    if rows <= 8 || rows.saturating_mul(cols) <= 1 << 21 {
+        return (0..rows).collect();
+    }
+    let mut out = vec![0, rows - 1];
+    let mut state = seed;
+    while out.len() < 8 {
+        let r = (splitmix(&mut state) % rows as u64) as usize;
+        if !out.contains(&r) {
+            out.push(r);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// The first row where two selections differ (indices, or value bits).
+fn first_mismatch<T: ScoreElem>(a: &Selection<T>, b: &Selection<T>) -> Option<usize> {
+    if a.rows != b.rows || a.k != b.k {
+        return Some(0);
+    }
+    (0..a.rows).find(|&r| !row_equal(a, r, b, r))
+}
+
+fn row_equal<T: ScoreElem>(a: &Selection<T>, ra: usize, b: &Selection<T>, rb: usize) -> bool {
+    if a.k != b.k || ra >= a.rows || rb >= b.rows {
+        return false;
+    }
+    let k = a.k;
+    let (ia, va) = (&a.indices[ra * k..(ra + 1) * k], &a.values[ra * k..(ra + 1) * k]);
+    let (ib, vb) = (&b.indices[rb * k..(rb + 1) * k], &b.values[rb * k..(rb + 1) * k]);
+    ia == ib && va.iter().zip(vb).all(|(x, y)| x.bits() == y.bits())
+}
+
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Standard normal f32s, seeded per 64K-element chunk so the data does not
+/// depend on the thread count.
+fn gen_normal(n: usize, seed: u64, stream: u64) -> Vec<f32> {
+    let mut v = vec![0f32; n];
+    v.par_chunks_mut(1 << 16).enumerate().for_each(|(i, chunk)| {
+        let mut st = seed ^ stream.wrapping_mul(0xA24B_AED4_963E_E407) ^ (i as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25);
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(splitmix(&mut st));
+        for x in chunk {
+            *x = rng.sample(StandardNormal);
+        }
+    });
+    v
+}
+
+fn to_bf16(v: &[f32]) -> Vec<bf16> {
+    v.par_iter().map(|&x| bf16::from_f32(x)).collect()
+}
+
+/// `max(0, x)` with `+0.0` for every non-positive entry.
+fn relu_in_place<T: ScoreElem>(v: &mut [T]) {
+    let zero = T::from_f32(0.0);
+    v.par_iter_mut().for_each(|x| {
+        let v = x.to_f32();
+        if v.is_nan() || v <= 0.0 {
+            *x = zero;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suites_are_what_they_say() {
+        let cpu = Suite::Cpu.shapes();
+        assert!(cpu.iter().all(|s| s.rows <= CPU_MAX_ROWS));
+        assert_eq!(cpu.iter().filter(|s| s.rows != s.full_rows).count(), 2);
+        assert_eq!(Suite::Full.shapes().iter().map(|s| s.rows * s.dtypes.len()).max(), Some(8192 * 2));
+    }
+
+    #[test]
+    fn data_is_seeded_and_relu_has_zero_plateau() {
+        let a = gen_normal(200_000, 7, 1);
+        assert_eq!(a, gen_normal(200_000, 7, 1));
+        assert_ne!(a, gen_normal(200_000, 8, 1));
+        let mut r = a.clone();
+        relu_in_place(&mut r);
+        let zeros = r.iter().filter(|x| x.to_bits() == 0).count();
+        assert!((90_000..110_000).contains(&zeros), "{zeros}");
+        assert!(r.iter().all(|x| *x >= 0.0));
+    }
+
+    #[test]
+    fn sampled_rows_are_deterministic_and_in_range() {
+        let s = rows_to_check(8192, 131_072, 3);
+        assert_eq!(s, rows_to_check(8192, 131_072, 3));
+        assert_eq!(s.len(), 8);
+        assert!(s.contains(&0) && s.contains(&8191));
+        assert_eq!(rows_to_check(8, 1 << 20, 3).len(), 8);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+    }
+}

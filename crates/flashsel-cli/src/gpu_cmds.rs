@@ -1,0 +1,200 @@
+//! GPU-side subcommands: `plan`, `kernels`, `check`. Argument parsing lives
+//! here; the bodies are thin entry points into the library.
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::Args;
+
+/// `flashsel plan`: which GPU path the planner picks for a geometry.
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    /// Rows of the score matrix.
+    #[arg(long)]
+    pub rows: usize,
+    /// Columns (candidates per row).
+    #[arg(long)]
+    pub cols: usize,
+    /// Entries selected per row.
+    #[arg(long)]
+    pub k: usize,
+    /// Score element type.
+    #[arg(
+        long,
+        default_value = "f32",
+        value_parser = PossibleValuesParser::new(["f32", "bf16", "f16"]).try_map(|s| flashsel::DType::parse(&s))
+    )]
+    pub dtype: flashsel::DType,
+    /// Plan as if per-row lengths were given.
+    #[arg(long)]
+    pub lengths_present: bool,
+    /// Plan for this many SMs instead of the local GPU's count.
+    #[arg(long, value_name = "N")]
+    pub sm_count: Option<u32>,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `flashsel kernels`: compile (and load) the CUDA kernels through NVRTC.
+#[derive(Debug, Clone, Args)]
+pub struct KernelsArgs {
+    /// Compile only: do not load the modules onto a device.
+    #[arg(long)]
+    pub compile_only: bool,
+    /// Target architecture (repeatable), e.g. sm_90a, sm_80, sm_86, sm_89.
+    #[arg(long = "arch", value_name = "A", value_parser = parse_arch)]
+    pub arch: Vec<String>,
+}
+
+/// `flashsel check`: the GPU backend against the CPU reference.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// A small set of cases.
+    #[arg(long)]
+    pub quick: bool,
+    /// Seed for the generated data.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+    /// Backend under test.
+    #[arg(
+        long,
+        default_value = "cuda",
+        value_parser = PossibleValuesParser::new(["auto", "cpu", "cuda"]).try_map(|s| flashsel::BackendChoice::parse(&s))
+    )]
+    pub backend: flashsel::BackendChoice,
+}
+
+/// `sm_90a`, `sm_80`, `compute_90`, ...
+fn parse_arch(s: &str) -> Result<String, String> {
+    let rest = s.strip_prefix("sm_").or_else(|| s.strip_prefix("compute_"));
+    let ok = rest.is_some_and(|r| {
+        let digits = r.trim_end_matches(['a', 'f']);
+        !digits.is_empty() && digits.len() + 1 >= r.len() && digits.bytes().all(|b| b.is_ascii_digit())
+    });
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!("expected an architecture like sm_90a, sm_80 or compute_89, got {s:?}"))
+    }
+}
+
+pub fn plan(args: &PlanArgs) -> Result<(), String> {
+    use flashsel::plan::{self, DeviceProps};
+    let spec = flashsel::SelectSpec::new(args.rows, args.cols, args.k, args.dtype);
+    // The device: an explicit --sm-count plans for a Hopper-class part of that
+    // size without touching a GPU; otherwise the local GPU, else an H200.
+    let (dev, source) = match args.sm_count {
+        Some(n) => (DeviceProps::hopper(n), format!("--sm-count {n} (Hopper shared-memory limits)")),
+        None => match flashsel::cuda::CudaEngine::new(0) {
+            Ok(e) => (e.props(), format!("local GPU: {}", e.device_name())),
+            Err(_) => (DeviceProps::hopper(132), "no GPU here: an H200 (132 SMs)".to_string()),
+        },
+    };
+    let p = plan::plan(&spec, args.lengths_present, &dev).map_err(|e| e.to_string())?;
+    if args.json {
+        let mut v = serde_json::to_value(&p).map_err(|e| e.to_string())?;
+        v["device"] = serde_json::to_value(dev).map_err(|e| e.to_string())?;
+        v["rows"] = args.rows.into();
+        v["cols"] = args.cols.into();
+        v["k"] = args.k.into();
+        v["dtype"] = args.dtype.name().into();
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+    } else {
+        println!("plan for {} x {}, k {}, {} ({source})", args.rows, args.cols, args.k, args.dtype.name());
+        println!("  path            {:?}", p.path);
+        println!("  ctas_per_row    {}", p.ctas_per_row);
+        println!("  merge_levels    {}", p.merge_levels);
+        for m in &p.merges {
+            println!("    merge {} lists by {} -> {}", m.lists_in, m.fan_in, m.lists_out);
+        }
+        println!("  buffer          {:?}, {} composites ({} B shared)", p.buffer, p.cap, p.smem_bytes);
+        println!("  fit             {} columns", p.fit);
+        println!("  row_slots       {}", p.row_slots);
+        println!("  workspace_bytes {}", p.workspace_bytes);
+    }
+    Ok(())
+}
+
+pub fn kernels(args: &KernelsArgs) -> Result<(), String> {
+    use flashsel::cuda::compile::{self, Variant, ARCHS};
+    compile::nvrtc_available()?;
+    let archs: Vec<&'static str> = if args.arch.is_empty() {
+        ARCHS.to_vec()
+    } else {
+        args.arch.iter().map(|a| &*Box::leak(a.clone().into_boxed_str())).collect()
+    };
+    let engine =
+        if args.compile_only { None } else { Some(flashsel::cuda::CudaEngine::new(0).map_err(|e| e.to_string())?) };
+    let (v0, v1) = compile::nvrtc_version().map_err(|e| e.to_string())?;
+    println!("NVRTC {v0}.{v1}");
+    println!(
+        "{:<44} {:<16} {:>5} {:>7} {:>7} {:>6} {:>6}",
+        "variant", "kernel", "regs", "smem", "stack", "spillS", "spillL"
+    );
+    let mut problems = Vec::new();
+    for arch in archs {
+        for global_buffer in [false, true] {
+            let v = Variant::new(arch, global_buffer);
+            let c = compile::compile(&v).map_err(|e| format!("{}: {e}", v.name()))?;
+            for r in &c.resources {
+                println!(
+                    "{:<44} {:<16} {:>5} {:>7} {:>7} {:>6} {:>6}",
+                    v.name(),
+                    short(&r.kernel),
+                    r.registers,
+                    r.static_smem,
+                    r.stack_bytes,
+                    r.spill_stores,
+                    r.spill_loads
+                );
+                if r.spill_stores > 0 || r.spill_loads > 0 {
+                    problems.push(format!("{} {}: register spills", v.name(), r.kernel));
+                }
+            }
+        }
+    }
+    if let Some(e) = engine {
+        e.warm_up().map_err(|e| e.to_string())?;
+        println!("loaded on {} ({})", e.device_name(), e.arch());
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// Out-of-line device functions carry mangled names: keep them readable.
+fn short(name: &str) -> String {
+    if name.len() <= 16 {
+        name.to_string()
+    } else {
+        format!("{}..", &name[..14])
+    }
+}
+
+pub fn check(args: &CheckArgs) -> Result<(), String> {
+    use flashsel::cuda::check;
+    if args.backend == flashsel::BackendChoice::Cpu {
+        return Err("check compares a GPU backend with the CPU engine: use --backend cuda".into());
+    }
+    let e = flashsel::cuda::CudaEngine::new(0).map_err(|e| e.to_string())?;
+    eprintln!("device {} ({}), seed {}", e.device_name(), e.arch(), args.seed);
+    e.warm_up().map_err(|e| e.to_string())?;
+    let rep = check::run_suite(&e, args.quick, args.seed, |i, n, o| {
+        if o.ok {
+            eprintln!("[{i}/{n}] ok   {} ({:?}, {} CTAs/row)", o.case, o.path, o.ctas_per_row);
+        } else {
+            eprintln!("[{i}/{n}] FAIL {} ({:?}): {}", o.case, o.path, o.detail);
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    let paths: Vec<String> = rep.by_path.iter().map(|(p, n)| format!("{p:?} {n}")).collect();
+    println!("cases run: {}, failed: {} (by path: {})", rep.run, rep.failed, paths.join(", "));
+    if rep.failed > 0 {
+        for f in &rep.failures {
+            println!("FAILED {}: {}", f.case, f.detail);
+        }
+        return Err(format!("{} of {} cases differ from the CPU engine", rep.failed, rep.run));
+    }
+    Ok(())
+}

@@ -1,0 +1,38 @@
+"""The PyO3 extension behind flashsel. Private: use flashsel.topk."""
+
+from typing import Any
+
+__version__: str
+
+def check_spec(dtype: str, rows: int, cols: int, row_stride: int, k: int, order: str, nan: str) -> None: ...
+def select_cpu(
+    scores: Any,
+    dtype: str,
+    k: int,
+    order: str,
+    nan: str,
+    lengths: Any | None,
+    out_indices: Any,
+    out_values: Any | None,
+) -> None: ...
+def cuda_engine_error(device: int) -> str | None: ...
+def cuda_workspace_bytes(
+    device: int, dtype: str, rows: int, cols: int, row_stride: int, k: int, order: str, nan: str, has_lengths: bool
+) -> int: ...
+def cuda_select(
+    device: int,
+    dtype: str,
+    rows: int,
+    cols: int,
+    row_stride: int,
+    k: int,
+    order: str,
+    nan: str,
+    scores: int,
+    lengths: int | None,
+    out_indices: int,
+    out_values: int | None,
+    workspace: int,
+    workspace_bytes: int,
+    stream: int,
+) -> None: ...

@@ -1,0 +1,338 @@
+//! `flashsel._native`: the PyO3 extension behind the `flashsel` Python package.
+//!
+//! This layer is deliberately thin. The pure-Python package (`pysrc/flashsel`)
+//! inspects the caller's arrays and tensors, allocates the outputs with the
+//! caller's own library (NumPy or torch) and calls in here with either NumPy
+//! arrays (host paths; torch CPU tensors arrive as zero-copy NumPy views) or raw
+//! device pointers (CUDA path). Every geometry is checked again here, so a bad
+//! call from Python raises instead of reading out of bounds.
+//!
+//! Errors: a `flashsel::Error` caused by the request (shape, k, lengths,
+//! options) becomes `ValueError` with the library's message; a backend that
+//! cannot run or a CUDA driver failure becomes `RuntimeError`.
+
+use std::collections::HashMap;
+use std::mem::{align_of, size_of};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use flashsel::cuda::{CudaEngine, DeviceSelect};
+use flashsel::{DType, Error, NanPolicy, OutputOrder, ScoreElem, ScoresView, SelectSpec};
+use half::{bf16, f16};
+use numpy::{
+    Element, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray2, PyUntypedArrayMethods,
+};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+/// `flashsel::Error` to a Python exception.
+fn to_py(e: Error) -> PyErr {
+    match e {
+        Error::BackendUnavailable(_) | Error::Cuda(_) | Error::Io(_) => PyRuntimeError::new_err(e.to_string()),
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+fn value_err(msg: impl Into<String>) -> PyErr {
+    PyValueError::new_err(msg.into())
+}
+
+fn parse_opts(dtype: &str, order: &str, nan: &str) -> PyResult<(DType, OutputOrder, NanPolicy)> {
+    Ok((
+        DType::parse(dtype).map_err(to_py)?,
+        OutputOrder::parse(order).map_err(to_py)?,
+        NanPolicy::parse(nan).map_err(to_py)?,
+    ))
+}
+
+/// Builds and validates a spec (k, sizes that must fit i32, stride).
+fn make_spec(
+    dtype: &str,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    k: usize,
+    order: &str,
+    nan: &str,
+) -> PyResult<SelectSpec> {
+    let (dtype, order, nan) = parse_opts(dtype, order, nan)?;
+    let spec = SelectSpec { rows, cols, row_stride, k, dtype, order, nan };
+    spec.validate().map_err(to_py)?;
+    Ok(spec)
+}
+
+/// Checks a request's shape and options without running it, so the caller can
+/// reject it before allocating `rows * k` outputs.
+#[pyfunction]
+#[pyo3(signature = (dtype, rows, cols, row_stride, k, order, nan))]
+fn check_spec(
+    dtype: &str,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    k: usize,
+    order: &str,
+    nan: &str,
+) -> PyResult<()> {
+    make_spec(dtype, rows, cols, row_stride, k, order, nan).map(|_| ())
+}
+
+// ---------------------------------------------------------------------------
+// Host (CPU engine)
+// ---------------------------------------------------------------------------
+
+/// Row stride, in elements, of a 2-D NumPy array of `B`, after checking that
+/// its rows are contiguous and its data aligned.
+fn host_geometry<B: Element>(a: &PyReadonlyArray2<'_, B>) -> PyResult<(usize, usize, usize)> {
+    let shape = a.shape();
+    let (rows, cols) = (shape[0], shape[1]);
+    if rows == 0 || cols == 0 {
+        // Nothing is read (NumPy reports zero strides for empty arrays).
+        return Ok((rows, cols, cols));
+    }
+    let strides = a.strides();
+    let size = size_of::<B>() as isize;
+    if cols > 1 && strides[1] != size {
+        return Err(value_err(format!(
+            "scores: elements within a row must be contiguous (column stride {} bytes, element size {size}); \
+             pass a contiguous copy (numpy.ascontiguousarray / tensor.contiguous())",
+            strides[1]
+        )));
+    }
+    if (a.data() as usize) % align_of::<B>() != 0 {
+        return Err(value_err("scores: the data pointer is not aligned to the element size; pass an aligned copy"));
+    }
+    let row_stride = if rows == 1 {
+        cols
+    } else {
+        let s0 = strides[0];
+        if s0 <= 0 || s0 % size != 0 {
+            return Err(value_err(format!(
+                "scores: row stride {s0} bytes is not a positive multiple of the element size {size}"
+            )));
+        }
+        (s0 / size) as usize
+    };
+    Ok((rows, cols, row_stride))
+}
+
+/// Runs the CPU engine on a view and writes into caller-owned outputs.
+fn run_cpu<T: ScoreElem>(
+    view: &ScoresView<'_, T>,
+    spec: &SelectSpec,
+    lengths: Option<&[i32]>,
+    out_indices: &mut [i32],
+    out_values: Option<&mut [T]>,
+) -> flashsel::Result<()> {
+    flashsel::cpu::select_into(view, spec, lengths, out_indices, out_values)
+}
+
+/// The typed host path. `B` is the NumPy element type the bits travel as
+/// (`f32`, or `u16` for both 16-bit floats), `T` the score type they are.
+#[allow(clippy::too_many_arguments)]
+fn select_host<T: ScoreElem, B: Element>(
+    py: Python<'_>,
+    scores: &Bound<'_, PyAny>,
+    k: usize,
+    order: OutputOrder,
+    nan: NanPolicy,
+    lengths: Option<&[i32]>,
+    out_indices: &mut [i32],
+    out_values: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    // The bit-level reinterpretation below needs identical layouts
+    // (`half::f16` and `half::bf16` are `repr(transparent)` over `u16`).
+    assert!(size_of::<B>() == size_of::<T>() && align_of::<B>() == align_of::<T>());
+    let scores: PyReadonlyArray2<'_, B> = scores
+        .extract()
+        .map_err(|e| PyTypeError::new_err(format!("scores: {e}")))?;
+    let (rows, cols, row_stride) = host_geometry(&scores)?;
+    let spec = SelectSpec { rows, cols, row_stride, k, dtype: T::DTYPE, order, nan };
+    spec.validate().map_err(to_py)?;
+    if out_indices.len() != rows * k {
+        return Err(value_err(format!("out_indices holds {} elements, expected {rows} x {k}", out_indices.len())));
+    }
+    let need = spec.elements_needed();
+    // SAFETY: NumPy guarantees that every element addressed by the array's
+    // shape and (positive, checked above) strides lies inside its buffer; the
+    // span from the first element of row 0 to the last of row rows-1 is
+    // `need` elements. The pointer is aligned (checked) and `B` and `T` have
+    // the same layout (asserted).
+    let data: &[T] = if need == 0 {
+        &[]
+    } else {
+        unsafe { std::slice::from_raw_parts(scores.data() as *const T, need) }
+    };
+    let view = ScoresView::with_stride(data, rows, cols, row_stride).map_err(to_py)?;
+
+    let mut values_guard: Option<PyReadwriteArray2<'_, B>> = match out_values {
+        None => None,
+        Some(v) => Some(v.extract().map_err(|e| PyTypeError::new_err(format!("out_values: {e}")))?),
+    };
+    let values: Option<&mut [T]> = match values_guard.as_mut() {
+        None => None,
+        Some(g) => {
+            let s = g.as_slice_mut().map_err(|e| value_err(format!("out_values: {e}")))?;
+            if s.len() != rows * k {
+                return Err(value_err(format!("out_values holds {} elements, expected {rows} x {k}", s.len())));
+            }
+            // SAFETY: same layout, asserted above; the slice is uniquely borrowed.
+            Some(unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut T, s.len()) })
+        }
+    };
+    py.detach(|| run_cpu(&view, &spec, lengths, out_indices, values)).map_err(to_py)
+}
+
+/// Top-k of a 2-D NumPy array on the CPU engine, written into `out_indices`
+/// (int32, C-contiguous, rows x k) and `out_values` (same bits type as
+/// `scores`). `dtype` says what the bits are: "f32" (float32 array), "f16" or
+/// "bf16" (uint16 arrays). The GIL is released while selecting.
+#[pyfunction]
+#[pyo3(signature = (scores, dtype, k, order, nan, lengths, out_indices, out_values))]
+#[allow(clippy::too_many_arguments)]
+fn select_cpu(
+    py: Python<'_>,
+    scores: &Bound<'_, PyAny>,
+    dtype: &str,
+    k: usize,
+    order: &str,
+    nan: &str,
+    lengths: Option<PyReadonlyArray1<'_, i32>>,
+    mut out_indices: PyReadwriteArray2<'_, i32>,
+    out_values: Option<&Bound<'_, PyAny>>,
+) -> PyResult<()> {
+    let (dt, order, nan) = parse_opts(dtype, order, nan)?;
+    let lengths: Option<&[i32]> = match &lengths {
+        None => None,
+        Some(l) => Some(l.as_slice().map_err(|e| value_err(format!("lengths: {e}")))?),
+    };
+    let idx = out_indices.as_slice_mut().map_err(|e| value_err(format!("out_indices: {e}")))?;
+    match dt {
+        DType::F32 => select_host::<f32, f32>(py, scores, k, order, nan, lengths, idx, out_values),
+        DType::F16 => select_host::<f16, u16>(py, scores, k, order, nan, lengths, idx, out_values),
+        DType::BF16 => select_host::<bf16, u16>(py, scores, k, order, nan, lengths, idx, out_values),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// CUDA (device buffers owned by the caller, e.g. torch)
+// ---------------------------------------------------------------------------
+
+/// One engine per device ordinal, created on first use and kept for the life
+/// of the process. Failures are not cached (the next call tries again).
+fn engines() -> &'static Mutex<HashMap<usize, Arc<CudaEngine>>> {
+    static ENGINES: OnceLock<Mutex<HashMap<usize, Arc<CudaEngine>>>> = OnceLock::new();
+    ENGINES.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+fn engine(device: usize) -> flashsel::Result<Arc<CudaEngine>> {
+    let mut map = engines().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(e) = map.get(&device) {
+        return Ok(Arc::clone(e));
+    }
+    let e = Arc::new(CudaEngine::new(device)?);
+    // Compile and load every kernel now, so that NVRTC and module loading stay
+    // out of later calls (and out of CUDA graph captures).
+    e.warm_up()?;
+    map.insert(device, Arc::clone(&e));
+    Ok(e)
+}
+
+/// Creates (or finds) the engine for `device`; returns None when it is usable,
+/// else the reason it is not.
+#[pyfunction]
+fn cuda_engine_error(py: Python<'_>, device: usize) -> Option<String> {
+    py.detach(|| engine(device).err().map(|e| e.to_string()))
+}
+
+/// Bytes of device workspace a `cuda_select` call with this geometry needs.
+#[pyfunction]
+#[pyo3(signature = (device, dtype, rows, cols, row_stride, k, order, nan, has_lengths))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_workspace_bytes(
+    py: Python<'_>,
+    device: usize,
+    dtype: &str,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    k: usize,
+    order: &str,
+    nan: &str,
+    has_lengths: bool,
+) -> PyResult<usize> {
+    let spec = make_spec(dtype, rows, cols, row_stride, k, order, nan)?;
+    py.detach(|| engine(device)?.workspace_bytes(&spec, has_lengths)).map_err(to_py)
+}
+
+/// Launches one selection on `stream` over caller-owned device buffers
+/// (`CUdeviceptr`s as integers) and returns without waiting.
+///
+/// The Python layer passes pointers of live torch allocations of the right
+/// sizes; this is the one unchecked boundary of the package, which is why it
+/// is private (`flashsel.topk` is the public entry).
+#[pyfunction]
+#[pyo3(signature = (device, dtype, rows, cols, row_stride, k, order, nan,
+                    scores, lengths, out_indices, out_values, workspace, workspace_bytes, stream))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_select(
+    py: Python<'_>,
+    device: usize,
+    dtype: &str,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+    k: usize,
+    order: &str,
+    nan: &str,
+    scores: u64,
+    lengths: Option<u64>,
+    out_indices: u64,
+    out_values: Option<u64>,
+    workspace: u64,
+    workspace_bytes: usize,
+    stream: u64,
+) -> PyResult<()> {
+    let spec = make_spec(dtype, rows, cols, row_stride, k, order, nan)?;
+    if rows > 0 && cols > 0 && scores == 0 {
+        return Err(value_err("scores: null device pointer"));
+    }
+    if rows > 0 && out_indices == 0 {
+        return Err(value_err("out_indices: null device pointer"));
+    }
+    if lengths == Some(0) || out_values == Some(0) {
+        return Err(value_err("null device pointer for lengths or out_values"));
+    }
+    let args = DeviceSelect {
+        spec,
+        scores,
+        lengths,
+        out_indices,
+        out_values,
+        workspace,
+        workspace_bytes,
+        stream,
+    };
+    py.detach(|| {
+        let e = engine(device)?;
+        let need = e.workspace_bytes(&spec, lengths.is_some())?;
+        if workspace_bytes < need || (need > 0 && workspace == 0) {
+            return Err(Error::BufferSize { what: "workspace (bytes)", got: workspace_bytes, need });
+        }
+        // SAFETY: the Python caller passes pointers of live device allocations
+        // of the sizes the spec implies, on `device`, and keeps them alive for
+        // the duration of the call; the launch is stream-ordered after that.
+        unsafe { e.select_device(&args) }
+    })
+    .map_err(to_py)
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(check_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(select_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_engine_error, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_workspace_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_select, m)?)?;
+    Ok(())
+}
