@@ -25,12 +25,7 @@ fn gen_par(data: Data, n: usize, seed: u64) -> Vec<f32> {
 
 fn tune(bw: f64) {
     let shapes: [(usize, usize, usize); 3] = [(1, 1_048_576, 2048), (64, 131_072, 2048), (2048, 131_072, 2048)];
-    let variants: [(&str, Option<u32>); 4] = [
-        ("FS_PROFILE=1", None),
-        ("FS_PROFILE=1", Some(0)),
-        ("FS_PROFILE=1", Some(20000)),
-        ("FS_PROFILE=1,FS_SAMPLE=0", None),
-    ];
+    let variants: [(&str, Option<u32>); 2] = [("FS_PROFILE=1", None), ("FS_PROFILE=1,FS_SAMPLE=0", None)];
     let mut rng = Rng::new(5);
     for &(rows, cols, k) in &shapes {
         let data = gen_par(Data::Normal, rows * cols, rng.next_u64());
@@ -56,6 +51,24 @@ fn tune(bw: f64) {
                 prof[16]
             );
         }
+    }
+    // The samplers' fallbacks must run on trap data (fs_prof[6]: row-path
+    // restarts, [7]: split-row exact fallbacks).
+    for &(rows, cols, k, period) in &[(300usize, 65_536usize, 5000usize, 4096usize), (1, 262_144, 8192, 16_384)] {
+        let data = check::generate(Data::SampleTrap { period }, rows * cols, &mut rng);
+        let view = ScoresView::new(&data, rows, cols).unwrap();
+        let spec = SelectSpec::new(rows, cols, k, flashsel::DType::F32);
+        let e = CudaEngine::new(0).unwrap().with_tuning("FS_PROFILE=1", None);
+        let got = e.select_host(&view, &spec, None).unwrap();
+        let prof = e.take_profile().unwrap();
+        let want = flashsel::cpu::select(&view, &spec, None).unwrap();
+        println!(
+            "TRAP {rows}x{cols} k{k}: ok={} row restarts {} split fallbacks {} plan {:?}",
+            got.indices == want.indices,
+            prof[6],
+            prof[7],
+            e.plan(&spec, false).unwrap().path
+        );
     }
     let _ = bw;
 }

@@ -90,7 +90,7 @@ typedef unsigned long long u64;
 #if FS_PROFILE
 // [kind * 8 + i], kind 0 scan / 1 merge: 0 row cycles, 1 in-loop compaction
 // cycles, 2 in-loop compactions, 3 finish cycles, 4 rows, 5 finish compactions;
-// [16] histogram passes.
+// 6 row-path sample restarts, 7 split-row exact fallbacks; [16] histogram passes.
 __device__ unsigned long long fs_prof[32];
 #define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
 #define PROF_CLOCK() clock64()
@@ -114,6 +114,7 @@ struct ScanParams {
     u64* cand;               // split output (chunks > 1): rows x chunks x k
     int* cand_cnt;           // rows x chunks
     u64* gbuf;               // FS_GLOBAL_BUF: gridDim.x * gridDim.y * cap
+    u64* row_lb;             // nullable: per-row lower bound from fs_sample_*
     int rows;
     int cols;
     int k;
@@ -135,6 +136,7 @@ struct MergeParams {
     int* out_idx;
     void* out_val;
     u64* gbuf;
+    const u64* row_lb;       // nullable: the bound the scan started from
     int rows;
     int cols;
     int k;
@@ -142,7 +144,7 @@ struct MergeParams {
     int fan_in;              // lists per merge CTA
     int cap;
     int order_index;
-    int pad_;
+    int nan_largest;
 };
 
 // ---------------------------------------------------------------------------
@@ -598,7 +600,7 @@ __device__ __forceinline__ void reset(Shared& sh) {
 }
 
 // Seeds sh.lb from a sample of [start, end): 16 blocks spread over the range,
-// one tile in all. The bound is the composite of sample rank j, with j chosen
+// one tile in all. The bound is the key of sample rank j, with j chosen
 // so that clearly more than k elements of the range are expected above it
 // (expected j * range / TILE; j adds four standard deviations and 4). Leaves
 // the buffer empty. Out of line: it runs once per range and would otherwise
@@ -628,7 +630,13 @@ __device__ __noinline__ void sample_lb(u64* buf, Shared& sh, const void* row_sco
     const u32 j = (u32)(expect + 4.0f * sqrtf(expect) + 4.0f);
     const u32 n = sh.count;
     if (j < n) compact<E::TOP_BIT>(buf, sh, n, j, j + j / 4);
-    if (threadIdx.x == 0) sh.count = 0;
+    // Keep the key only: every element whose key equals the bound's passes, so
+    // a plateau of ties (ReLU zeros, all-equal rows) cannot push the bound
+    // above the k-th element through the column half.
+    if (threadIdx.x == 0) {
+        sh.lb = (sh.lb >> 32) << 32;
+        sh.count = 0;
+    }
 }
 
 // Streams [start, end) of one row through the filter into the buffer
@@ -742,7 +750,12 @@ __device__ void scan_impl(const ScanParams& P) {
         // the range is streamed again from lb = 0 (exact either way;
         // fs_prof[6] counts restarts).
         const long long range = end - start;
-        const bool eligible = FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
+        if (P.row_lb) {
+            // A split row: every CTA of the row starts from the row's bound.
+            if (tid == 0) sh.lb = P.row_lb[row];
+            __syncthreads();
+        }
+        const bool eligible = !P.row_lb && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
         if (eligible) {
             sample_lb<TAG>(buf, sh, row_scores, start, end, aligned, P.k, P.nan_largest);
             __syncthreads();
@@ -779,6 +792,34 @@ __device__ __forceinline__ u64 merge_load(const u64* lists, const Shared& sh, lo
     const int l = (int)(v / k);
     const int off = (int)(v - (long long)l * k);
     return off < (int)sh.lcnt[l] ? __ldcg(lists + v) : 0ull;
+}
+
+// ---------------------------------------------------------------------------
+// Row sample (split rows): grid (1, row slots). Writes row_lb[row], the key
+// bound of sample_lb over the whole active length (0 when the row is too short
+// for a sample to help). The scan CTAs of the row start from it and the final
+// merge checks that it admitted at least min(k, len) elements.
+
+template <int TAG>
+__device__ void presample_impl(const ScanParams& P) {
+    typedef Elem<TAG> E;
+    constexpr int TILE = FS_BLOCK * E::ITEMS;
+    __shared__ Shared sh;
+    u64* buf = cta_buffer(P.gbuf, P.cap);
+    const int esize = sizeof(typename E::raw);
+    for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
+        reset(sh);
+        const int len = row_length(P.lengths, row, P.cols);
+        const void* row_scores = (const char*)P.scores + (long long)row * P.row_stride * esize;
+        const bool aligned = (((unsigned long long)row_scores) & 15ull) == 0;
+        const bool eligible = FS_SAMPLE && len >= 16LL * TILE && 8LL * P.k <= len;
+        if (eligible) {
+            sample_lb<TAG>(buf, sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) P.row_lb[row] = eligible ? sh.lb : 0ull;
+        __syncthreads();
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -838,6 +879,25 @@ __device__ void merge_impl(const MergeParams& P) {
             for (int j = 0; j < ITEMS; ++j) push(buf, sh, cur[j] != 0ull && cur[j] >= lb, cur[j]);
         }
         const void* row_scores = (const char*)P.scores + (long long)row * P.row_stride * esize;
+        if (final_row && P.row_lb) {
+            // The row's sampled bound admitted fewer than min(k, len) elements:
+            // it may have dropped some of the top k, so this CTA selects the
+            // row again, exactly, from lb = 0 (slow, and needs a sample that is
+            // unrepresentative by over four standard deviations).
+            __syncthreads();
+            const int len = row_length(P.lengths, row, P.cols);
+            if ((int)sh.count < (len < P.k ? len : P.k)) {
+                __syncthreads();
+                if (tid == 0) {
+                    sh.count = 0;
+                    sh.lb = 0;
+                    PROF_ADD(7, 1);
+                }
+                __syncthreads();
+                const bool aligned = (((unsigned long long)row_scores) & 15ull) == 0;
+                stream_range<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest);
+            }
+        }
         const long long lo = (long long)row * gridDim.x + g;
         const long long t_fin = PROF_CLOCK();
         finish<TAG>(buf, sh, P.k, final_row, P.order_index, P.out_idx, P.out_val, row_scores, row,
@@ -853,6 +913,9 @@ __device__ void merge_impl(const MergeParams& P) {
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f32(const ScanParams p) { scan_impl<32>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_bf16(const ScanParams p) { scan_impl<16>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f16(const ScanParams p) { scan_impl<15>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_sample_f32(const ScanParams p) { presample_impl<32>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_sample_bf16(const ScanParams p) { presample_impl<16>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_sample_f16(const ScanParams p) { presample_impl<15>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_f32(const MergeParams p) { merge_impl<32>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_bf16(const MergeParams p) { merge_impl<16>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_f16(const MergeParams p) { merge_impl<15>(p); }

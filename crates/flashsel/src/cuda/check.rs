@@ -23,6 +23,10 @@ pub enum Data {
     Ascending,
     /// A handful of distinct values: ties everywhere.
     FewValues,
+    /// 1.0 on the first 256 elements of every `period` (where the samplers
+    /// look when a row is 16 periods long), far lower elsewhere: the sampled
+    /// bound admits too few elements and the exact fallback must run.
+    SampleTrap { period: usize },
 }
 
 pub const ALL_DATA: [Data; 8] = [
@@ -85,6 +89,13 @@ pub fn generate(d: Data, n: usize, rng: &mut Rng) -> Vec<f32> {
             Data::Denormal => f32::from_bits((rng.next_u64() as u32 & 0x007f_ffff) | ((rng.below(2) as u32) << 31)),
             Data::Ascending => i as f32,
             Data::FewValues => (rng.below(4) as f32) * 0.5,
+            Data::SampleTrap { period } => {
+                if i % period < 256 {
+                    1.0
+                } else {
+                    rng.normal() - 10.0
+                }
+            }
         })
         .collect()
 }
@@ -287,6 +298,15 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         c.lengths = Some(LengthRecipe::Edges);
         c.order = if i % 2 == 0 { OutputOrder::Score } else { OutputOrder::Index };
         cases.push(c);
+    }
+    // Data that defeats the samplers: the row path's restart (one CTA per row)
+    // and the split path's exact fallback in the final merge.
+    for &dtype in &[DType::F32, DType::BF16] {
+        let mut c = base(300, 65_536, 5000, dtype, Data::SampleTrap { period: 4096 });
+        c.order = OutputOrder::Index;
+        cases.push(c);
+        cases.push(base(1, 262_144, 8192, dtype, Data::SampleTrap { period: 16_384 }));
+        cases.push(base(2, 1_048_576, 2048, dtype, Data::FewValues));
     }
     // Large k: the global-memory buffer.
     for &data in &[Data::Normal, Data::Relu, Data::Ascending] {

@@ -21,8 +21,17 @@ use crate::contract::{Error, Result};
 pub const SELECT_SOURCE: &str = include_str!("../../kernels/select.cu");
 
 /// Every kernel entry point in [`SELECT_SOURCE`].
-pub const SELECT_KERNELS: [&str; 6] =
-    ["fs_scan_f32", "fs_scan_bf16", "fs_scan_f16", "fs_merge_f32", "fs_merge_bf16", "fs_merge_f16"];
+pub const SELECT_KERNELS: [&str; 9] = [
+    "fs_scan_f32",
+    "fs_scan_bf16",
+    "fs_scan_f16",
+    "fs_sample_f32",
+    "fs_sample_bf16",
+    "fs_sample_f16",
+    "fs_merge_f32",
+    "fs_merge_bf16",
+    "fs_merge_f16",
+];
 
 /// One compiled variant of the kernel source.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

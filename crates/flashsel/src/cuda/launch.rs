@@ -21,6 +21,7 @@ struct ScanParams {
     cand: u64,
     cand_cnt: u64,
     gbuf: u64,
+    row_lb: u64,
     rows: i32,
     cols: i32,
     k: i32,
@@ -45,6 +46,7 @@ struct MergeParams {
     out_idx: u64,
     out_val: u64,
     gbuf: u64,
+    row_lb: u64,
     rows: i32,
     cols: i32,
     k: i32,
@@ -52,7 +54,7 @@ struct MergeParams {
     fan_in: i32,
     cap: i32,
     order_index: i32,
-    pad: i32,
+    nan_largest: i32,
 }
 
 pub(crate) fn check(r: sys::CUresult, what: &str) -> Result<()> {
@@ -103,6 +105,7 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
     let slot = dtype_slot(spec.dtype);
     let ws = a.workspace;
     let gbuf = plan.layout.gbuf.map_or(0, |o| ws + o);
+    let row_lb = plan.layout.row_lb.map_or(0, |o| ws + o);
     let (cand, cand_cnt) = match plan.layout.stages.first() {
         Some(&(l, c, _)) => (ws + l, ws + c),
         None => (0, 0),
@@ -116,6 +119,7 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         cand,
         cand_cnt,
         gbuf,
+        row_lb,
         rows: spec.rows as i32,
         cols: spec.cols as i32,
         k: spec.k as i32,
@@ -125,6 +129,9 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         order_index: (spec.order == crate::OutputOrder::Index) as i32,
         pad: 0,
     };
+    if plan.sampled {
+        launch(kernels.sample[slot].cu_function(), (1, plan.row_slots), plan.block, plan.smem_bytes, a.stream, &sp)?;
+    }
     launch(
         kernels.scan[slot].cu_function(),
         (plan.ctas_per_row, plan.row_slots),
@@ -150,6 +157,7 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
             out_idx: a.out_indices,
             out_val: a.out_values.unwrap_or(0),
             gbuf,
+            row_lb,
             rows: spec.rows as i32,
             cols: spec.cols as i32,
             k: spec.k as i32,
@@ -157,7 +165,7 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
             fan_in: m.fan_in as i32,
             cap: plan.cap as i32,
             order_index: sp.order_index,
-            pad: 0,
+            nan_largest: sp.nan_largest,
         };
         launch(
             kernels.merge[slot].cu_function(),

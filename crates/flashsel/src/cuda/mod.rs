@@ -51,6 +51,7 @@ pub struct DeviceSelect {
 pub(crate) struct Kernels {
     pub(crate) module: Arc<cudarc::driver::CudaModule>,
     pub(crate) scan: [CudaFunction; 3],
+    pub(crate) sample: [CudaFunction; 3],
     pub(crate) merge: [CudaFunction; 3],
 }
 
@@ -214,6 +215,7 @@ impl CudaEngine {
         let k = Arc::new(Kernels {
             module: module.clone(),
             scan: [f("fs_scan_f32")?, f("fs_scan_bf16")?, f("fs_scan_f16")?],
+            sample: [f("fs_sample_f32")?, f("fs_sample_bf16")?, f("fs_sample_f16")?],
             merge: [f("fs_merge_f32")?, f("fs_merge_bf16")?, f("fs_merge_f16")?],
         });
         map.insert(global_buffer, k.clone());

@@ -21,6 +21,12 @@
 //!   tree of merge launches with fan-in `MERGE_FAN_IN` (a level of at most
 //!   `MERGE_ONE_LEVEL_MAX` lists is merged in one step). Every merge round keeps
 //!   at most `k` per output list.
+//! - A split row of at least 16 tiles first takes a sample across the whole
+//!   row (`fs_sample_*`): the key of a sample rank chosen so that clearly more
+//!   than `k` elements are expected above it. Every scan CTA of the row starts
+//!   its filter there, so the candidate lists are short and the merges cheap;
+//!   the final merge re-selects the row exactly if the bound admitted fewer
+//!   than `min(k, len)` elements.
 //! - Work follows the active lengths: a CTA's range is its share of
 //!   `lengths[row]`, not of `cols`, so short rows in a wide buffer cost what
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
@@ -107,6 +113,9 @@ pub struct Plan {
     pub smem_bytes: u32,
     /// Shortest range worth a CTA of its own, columns.
     pub fit: u64,
+    /// Split rows long enough for a row-wide sample first run `fs_sample_*`,
+    /// whose key bound every scan CTA of the row starts from.
+    pub sampled: bool,
     pub workspace_bytes: u64,
     /// Offsets of the candidate lists of each stage (scan, then each merge
     /// level but the last), and of the global buffers.
@@ -122,6 +131,8 @@ pub struct Layout {
     pub stages: Vec<(u64, u64, u32)>,
     /// Global candidate buffers, when `Buffer::Global`.
     pub gbuf: Option<u64>,
+    /// Per-row sampled bounds (`u64`), when `Plan::sampled`.
+    pub row_lb: Option<u64>,
 }
 
 /// Scan elements per thread per tile (kernel constant `Elem<...>::ITEMS`).
@@ -207,6 +218,17 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
         off = align(off + rows * l as u64 * 4);
         stages.push((lists_off, cnt_off, l));
     }
+    // A row-wide sample pays where a row is split and long: 16 tiles at least,
+    // and k no more than an eighth of it (the kernel checks the same per row
+    // against its active length).
+    let sampled = path == Path::Split && cols >= 16 * tile as u64 && 8 * k <= cols;
+    let row_lb = if sampled {
+        let o = off;
+        off = align(off + rows * 8);
+        Some(o)
+    } else {
+        None
+    };
     let gbuf = if buffer == Buffer::Global {
         let widest = stage_lists.iter().copied().max().unwrap_or(1) as u64;
         let g = off;
@@ -227,8 +249,9 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
         cap,
         smem_bytes,
         fit,
+        sampled,
         workspace_bytes: off,
-        layout: Layout { stages, gbuf },
+        layout: Layout { stages, gbuf, row_lb },
     })
 }
 

@@ -83,3 +83,16 @@ fn plans_are_pure_and_validate() {
     let bf = plan(&SelectSpec::new(1, 1 << 20, 2048, DType::BF16), true, &h200()).unwrap();
     assert_eq!(bf.tile, BLOCK * 8);
 }
+
+#[test]
+fn long_split_rows_are_sampled_first() {
+    let pl = p(1, 1_048_576, 2048);
+    assert!(pl.sampled && pl.layout.row_lb.is_some());
+    let pl = p(1, 262_144, 512);
+    assert!(pl.sampled);
+    // Too short for 16 tiles, or k too large a share of the row, or one CTA per row.
+    assert!(!p(1, 32_768, 512).sampled);
+    assert!(!p(1, 262_144, 32_768 + 1).sampled);
+    assert!(!p(8192, 131_072, 2048).sampled);
+    assert!(p(1, 262_144, 8192).sampled);
+}
