@@ -120,6 +120,37 @@ fn main() {
     if std::env::args().any(|a| a == "tune") {
         tune(0.0);
     }
+    if mode == "small" {
+        // For compute-sanitizer: the suite's small cases, plus one split, one
+        // sampled split and one global-buffer geometry.
+        let mut rng = Rng::new(11);
+        let mut cases: Vec<check::Case> =
+            check::suite(&e, true, &mut rng).into_iter().filter(|c| c.rows * c.cols <= 40_000).collect();
+        let extra = |rows, cols, k, data| check::Case {
+            rows,
+            cols,
+            k,
+            dtype: flashsel::DType::F32,
+            data,
+            order: flashsel::OutputOrder::Score,
+            nan: flashsel::NanPolicy::Lowest,
+            stride_pad: 1,
+            lengths: None,
+        };
+        cases.push(extra(1, 40_000, 512, Data::Normal));
+        cases.push(extra(1, 70_000, 512, Data::Relu));
+        cases.push(extra(2, 40_000, 20_000, Data::Normal));
+        let (mut run, mut failed) = (0, 0);
+        for c in &cases {
+            let o = check::run_case(&e, c, &mut rng).unwrap();
+            run += 1;
+            if !o.ok {
+                failed += 1;
+                println!("FAIL {} {}", o.case, o.detail);
+            }
+        }
+        println!("SMALL cases run {run} failed {failed}");
+    }
     if mode == "quick" || mode == "full" {
         let rep = check::run_suite(&e, mode == "quick", 7, |i, n, o| {
             if !o.ok {
