@@ -23,7 +23,7 @@ step "racecheck"
 timeout 150 "$SAN" --tool racecheck target/release/examples/device_run small >"$OUT/racecheck.log" 2>&1
 echo "rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|SMALL" "$OUT/racecheck.log" | tail -3
 step "flashsel check --quick"
-timeout 150 target/release/flashsel check --quick --seed 3 >"$OUT/check.log" 2>"$OUT/check.err"
+timeout 150 target/release/flashsel check --quick --seed 3 >"$OUT/check.log" 2>&1
 echo "rc=$?"; tail -2 "$OUT/check.log"
 step "python GPU tests"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site python/dist/*.whl && export PYTHONPATH=/tmp/site
