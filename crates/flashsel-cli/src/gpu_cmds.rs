@@ -102,10 +102,8 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
         println!("plan for {} x {}, k {}, {} ({source})", args.rows, args.cols, args.k, args.dtype.name());
         println!("  path            {:?}", p.path);
         println!("  ctas_per_row    {}", p.ctas_per_row);
-        println!("  merge_levels    {}", p.merge_levels);
-        for m in &p.merges {
-            println!("    merge {} lists by {} -> {}", m.lists_in, m.fan_in, m.lists_out);
-        }
+        println!("  merge_levels    {} (a split row's last CTA merges its candidates)", p.merge_levels);
+        println!("  sampled         {}", p.sampled);
         println!("  buffer          {:?}, {} composites ({} B shared)", p.buffer, p.cap, p.smem_bytes);
         println!("  fit             {} columns", p.fit);
         println!("  row_slots       {}", p.row_slots);

@@ -41,13 +41,18 @@ fn tune(bw: f64) {
             let med = t[t.len() / 2];
             let per = |tot: u64, n: u64| if n == 0 { 0.0 } else { tot as f64 / n as f64 };
             println!(
-                "TUNE {rows}x{cols} k{k} [{defs} cap={}] {:.2} us ({:.0} GB/s) ok={} | scan: rows {} cyc/row {:.0} loopcompact n {} cyc/each {:.0} finish cyc/row {:.0} restarts {} | merge: rows {} cyc/row {:.0} loopcompact n {} cyc/each {:.0} finish {:.0} | hist passes {}",
+                "TUNE {rows}x{cols} k{k} [{defs} cap={}] {:.2} us ({:.0} GB/s) ok={} | scan rows {} cyc/row {:.0} loop compactions {} finish cyc/row {:.0} | restarts {} split fallbacks {} last-CTA merge cyc/row {:.0} | hist passes {}",
                 plan.cap,
                 med * 1e6,
                 (rows * cols * 4) as f64 / med / 1e9,
                 got.indices == want.indices,
-                prof[4], per(prof[0], prof[4]), prof[2], per(prof[1], prof[2]), per(prof[3], prof[4]), prof[6],
-                prof[12], per(prof[8], prof[12]), prof[10], per(prof[9], prof[10]), per(prof[11], prof[12]),
+                prof[4],
+                per(prof[0], prof[4]),
+                prof[2],
+                per(prof[3], prof[4]),
+                prof[6],
+                prof[7],
+                per(prof[9], (prof[4] / plan.ctas_per_row as u64).max(1)),
                 prof[16]
             );
         }

@@ -1,22 +1,28 @@
 // flashsel selection kernels: exact, deterministic top-k by streaming filter.
 //
 // ALGORITHM
-//   A CTA owns one contiguous range of one row: a slice of the scores (scan
-//   kernels) or a few candidate lists written by earlier CTAs (merge kernel).
-//   It streams the range once, in tiles of FS_BLOCK * ITEMS elements. Each
-//   element becomes a 64-bit composite
+//   A CTA owns one contiguous range of one row. It streams the range once, in
+//   tiles of FS_BLOCK * ITEMS elements. Each element becomes a 64-bit composite
 //       c = key << 32 | (0xffffffff - column)
 //   whose unsigned order is the contract's total order (larger key first, then
 //   lower column first; docs/semantics.md). An element is pushed into the CTA's
-//   candidate buffer iff c >= lb, the running lower bound. When the next tile
-//   might not fit, the buffer is compacted: an exact MSD radix select
-//   (8-bit digits, 256-bin shared histogram) finds the k-th largest composite,
-//   or stops early at a digit whose bin holds exactly the missing count; every
-//   composite below the found prefix is dropped and lb rises to that prefix.
-//   At the end the buffer is compacted to min(k, n) and either
-//     - written unsorted as a candidate list (a split CTA or an inner merge), or
-//     - bitonic-sorted (score order: composite descending; index order: the low
-//       word descending, i.e. column ascending) and written as the final row.
+//   candidate buffer iff c >= lb, the running lower bound. When the next tiles
+//   might not fit, the buffer is compacted: an MSD radix select (8-bit digits,
+//   256-bin shared histogram) keeps a prefix of the largest composites (exactly
+//   the k largest when finishing) and lb rises to that prefix.
+//   Long ranges start from a sampled bound: the key of a sample rank chosen so
+//   that clearly more than k elements are expected above it; if fewer pass, the
+//   range (or row) is selected again from lb = 0.
+//   Kernels:
+//     fs_scan_*   one CTA per row (prefill): stream, compact to min(k, n),
+//                 bitonic-sort (score order: composite descending; index order:
+//                 the low word descending, i.e. column ascending), write.
+//     fs_prep_*   one CTA per split row, before fs_split_*: zero the row's
+//                 counters, take the row-wide sampled bound.
+//     fs_split_*  several CTAs per row: each streams its chunk from the row's
+//                 bound and appends its top min(k, n) to the row's slots; the
+//                 CTA that finishes last merges the slots (same filter) and
+//                 writes the row.
 //
 // INVARIANTS
 //   - Composites are unique within a row (the column is in the low word), so the
@@ -31,11 +37,13 @@
 //   - Every loop bound that contains __syncthreads or a warp collective is
 //     uniform over the CTA.
 //   - The top-k of a union is the top-k of the union of each part's top-k, so
-//     the split / merge tree returns the same set as one CTA would.
+//     the split rows' one merge round returns the same set as one CTA would.
 //
 // COST
-//   Reads: each score once (scan), each candidate once per merge level.
-//   Writes: k composites per split CTA, k indices (+ values) per row.
+//   Reads: each score once, plus one sampled tile per long range; a split
+//   row's candidates once more (about k (1 + margin) of them, at most
+//   chunks x k).
+//   Writes: <= k composites per split CTA, k indices (+ values) per row.
 //   Compute per element: one key transform, one 64-bit compare, one ballot.
 //   A compaction costs up to 8 histogram passes over <= C shared entries
 //   (usually 3-4: random keys separate within the key word).
@@ -88,9 +96,9 @@ typedef unsigned long long u64;
 #endif
 
 #if FS_PROFILE
-// [kind * 8 + i], kind 0 scan / 1 merge: 0 row cycles, 1 in-loop compaction
-// cycles, 2 in-loop compactions, 3 finish cycles, 4 rows, 5 finish compactions;
-// 6 row-path sample restarts, 7 split-row exact fallbacks; [16] histogram passes.
+// 0 row cycles, 1 in-loop compaction cycles, 2 in-loop compactions, 3 finish
+// cycles, 4 CTA rows, 6 row-path sample restarts, 7 split-row exact fallbacks,
+// 9 last-CTA merge cycles, 16 histogram passes (thread 0 of each CTA counts).
 __device__ unsigned long long fs_prof[32];
 #define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
 #define PROF_CLOCK() clock64()
@@ -109,42 +117,21 @@ struct ScanParams {
     const void* scores;      // rows x row_stride elements of the dtype
     long long row_stride;    // elements
     const int* lengths;      // nullable; rows entries
-    int* out_idx;            // final output (chunks == 1): rows x k
+    int* out_idx;            // rows x k
     void* out_val;           // nullable; rows x k of the dtype
-    u64* cand;               // split output (chunks > 1): rows x chunks x k
-    int* cand_cnt;           // rows x chunks
+    u64* cand;               // split rows: rows x chunks x k candidate slots
+    u32* row_count;          // split rows: candidates appended so far, per row
+    u32* row_done;           // split rows: CTAs of the row that have finished
     u64* gbuf;               // FS_GLOBAL_BUF: gridDim.x * gridDim.y * cap
-    u64* row_lb;             // nullable: per-row lower bound from fs_sample_*
+    u64* row_lb;             // split rows: per-row key bound from fs_prep_*
     int rows;
     int cols;
     int k;
-    int chunks;              // CTAs per row (== gridDim.x)
+    int chunks;              // CTAs per row (== gridDim.x of the scan)
     int cap;                 // buffer capacity in composites
     int nan_largest;         // NaN policy: 1 = above +inf, 0 = below -inf
     int order_index;         // 1: output by ascending column
     int pad_;
-};
-
-struct MergeParams {
-    const u64* in;           // rows x in_lists x k
-    const int* in_cnt;       // rows x in_lists
-    u64* out;                // rows x gridDim.x x k (when gridDim.x > 1)
-    int* out_cnt;            // rows x gridDim.x
-    const void* scores;      // for the values of the final row
-    long long row_stride;
-    const int* lengths;
-    int* out_idx;
-    void* out_val;
-    u64* gbuf;
-    const u64* row_lb;       // nullable: the bound the scan started from
-    int rows;
-    int cols;
-    int k;
-    int in_lists;
-    int fan_in;              // lists per merge CTA
-    int cap;
-    int order_index;
-    int nan_largest;
 };
 
 // ---------------------------------------------------------------------------
@@ -261,7 +248,8 @@ struct Shared {
     u32 above;       // radix select: composites in bins above it
     u32 bincnt;      // radix select: composites in its bin
     u64 lb;          // accept c >= lb
-    u32 lcnt[32];    // merge: the counts of this CTA's input lists
+    u32 slot;        // split rows: where this CTA's candidates go
+    u32 last;        // split rows: this CTA finishes the row
 };
 
 extern __shared__ __align__(16) u64 dyn_smem[];
@@ -568,26 +556,20 @@ __device__ __forceinline__ int row_length(const int* lengths, int row, int cols)
     return (len < 0 || len > cols) ? 0 : len;
 }
 
-// Finishes a CTA's selection: compact to min(k, count) and write either the
-// final row or a candidate list.
+// Finishes a row: compact to min(k, count), sort, write indices and values.
 template <int TAG>
-__device__ void finish(u64* buf, Shared& sh, int k, bool final_row, int order_index, int* out_idx, void* out_val,
-                       const void* row_scores, long long row, u64* list, int* list_cnt) {
+__device__ void finish_row(u64* buf, Shared& sh, int k, int order_index, int* out_idx, void* out_val,
+                           const void* row_scores, long long row) {
     __syncthreads();
     const u32 n = sh.count;
     const u32 m = n < (u32)k ? n : (u32)k;
     if (n > m) compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m, m);
-    if (final_row) {
-        if (m <= 4 * FS_BLOCK) {  // the buffer holds >= 8 * FS_BLOCK entries
-            sort_desc_regs(buf, m, order_index);
-        } else {
-            sort_desc(buf, m, order_index);
-        }
-        write_row<TAG>(buf, m, order_index, k, out_idx, out_val, row_scores, row);
+    if (m <= 4 * FS_BLOCK) {  // the buffer holds >= 8 * FS_BLOCK entries
+        sort_desc_regs(buf, m, order_index);
     } else {
-        for (u32 j = threadIdx.x; j < m; j += FS_BLOCK) list[j] = buf[j];
-        if (threadIdx.x == 0) *list_cnt = (int)m;
+        sort_desc(buf, m, order_index);
     }
+    write_row<TAG>(buf, m, order_index, k, out_idx, out_val, row_scores, row);
     __syncthreads();
 }
 
@@ -717,12 +699,77 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
 }
 
 // ---------------------------------------------------------------------------
+// Split rows, the last CTA's merge. Every CTA of a split row appends its exact
+// top-min(k, n) to the row's candidate slots (at most chunks x k: no overflow)
+// and counts itself done; the CTA that finishes last selects the row from the
+// appended candidates. The top k of a union is the top k of the union of the
+// parts' top k, so this one merge round is exact; with the row-wide bound the
+// candidates number about k (1 + margin) in all, and at worst chunks x k.
+// Visibility: candidates are written, fenced, then counted; the last CTA
+// fences and reads them through L2 (ld.cg).
+
+template <int TAG>
+__device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shared& sh, int row, const void* row_scores,
+                             bool aligned) {
+    constexpr int ITEMS = 8;
+    constexpr int TILE = FS_BLOCK * ITEMS;
+    const int tid = threadIdx.x;
+    __syncthreads();
+    const u32 n = sh.count;
+    const u32 m = n < (u32)P.k ? n : (u32)P.k;
+    if (n > m) compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m, m);
+    if (tid == 0) sh.slot = atomicAdd(&P.row_count[row], m);
+    __syncthreads();
+    u64* slots = P.cand + (long long)row * P.chunks * P.k;
+    for (u32 j = tid; j < m; j += FS_BLOCK) slots[sh.slot + j] = buf[j];
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) sh.last = atomicAdd(&P.row_done[row], 1u) == (u32)P.chunks - 1;
+    __syncthreads();
+    if (!sh.last) return;  // uniform
+    __threadfence();
+    const long long t_m = PROF_CLOCK();
+    const u32 total = __ldcg(&P.row_count[row]);
+    reset(sh);
+    for (u32 base = 0; base < total; base += TILE) {
+        __syncthreads();
+        const u32 cnt = sh.count;
+        if (cnt + TILE > (u32)P.cap) compact<Elem<TAG>::TOP_BIT>(buf, sh, cnt, (u32)P.k, ((u32)P.cap - TILE + (u32)P.k) / 2);
+        const u64 lb = sh.lb;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {
+            const u32 i = base + j * FS_BLOCK + tid;
+            const u64 c = i < total ? __ldcg(slots + i) : 0ull;
+            push(buf, sh, i < total && c >= lb, c);
+        }
+    }
+    __syncthreads();
+    const int len = row_length(P.lengths, row, P.cols);
+    if (P.row_lb[row] != 0ull && (int)sh.count < (len < P.k ? len : P.k)) {
+        // The row's sampled bound admitted fewer than min(k, len) elements: it
+        // may have dropped some of the top k, so this CTA selects the row again,
+        // exactly, from lb = 0 (slow; needs a sample unrepresentative by over
+        // four standard deviations: flashsel check builds such data).
+        __syncthreads();
+        if (tid == 0) {
+            sh.count = 0;
+            sh.lb = 0;
+            PROF_ADD(7, 1);
+        }
+        __syncthreads();
+        stream_range<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest);
+    }
+    finish_row<TAG>(buf, sh, P.k, P.order_index, P.out_idx, P.out_val, row_scores, row);
+    if (tid == 0) PROF_ADD(9, PROF_CLOCK() - t_m);
+}
+
+// ---------------------------------------------------------------------------
 // Scan: grid (chunks, row slots). CTA (p, y) handles chunk p of rows
 // y, y + gridDim.y, ...; chunk p of a row of length len is
 // [p * L, min(len, (p + 1) * L)) with L = roundup(ceil(len / chunks), 8), so
 // work follows the active length, not the buffer width.
 
-template <int TAG>
+template <int TAG, bool SPLIT>
 __device__ void scan_impl(const ScanParams& P) {
     typedef Elem<TAG> E;
     constexpr int TILE = FS_BLOCK * E::ITEMS;
@@ -730,7 +777,7 @@ __device__ void scan_impl(const ScanParams& P) {
     u64* buf = cta_buffer(P.gbuf, P.cap);
     const int tid = threadIdx.x;
     const int p = blockIdx.x;
-    const bool final_row = P.chunks == 1;
+    constexpr bool split = SPLIT;  // the host launches fs_split_* iff chunks > 1
     const int esize = sizeof(typename E::raw);
 
     for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
@@ -738,24 +785,24 @@ __device__ void scan_impl(const ScanParams& P) {
         const int len = row_length(P.lengths, row, P.cols);
         const long long per = ((long long)len + P.chunks - 1) / P.chunks;
         const long long L = (per + 7) & ~7ll;
-        const long long start = (long long)p * L;
+        const long long start = (long long)p * L < len ? (long long)p * L : len;
         const long long end = start + L < len ? start + L : len;
         const void* row_scores = (const char*)P.scores + (long long)row * P.row_stride * esize;
         const bool aligned = (((unsigned long long)row_scores) & 15ull) == 0;
 
         const long long t_row = PROF_CLOCK();
-        // SAMPLING (long ranges): lb starts at a bound from a sample, so the
-        // stream keeps about k (1 + margin) survivors and rarely compacts. The
-        // sample only seeds lb: if fewer than min(k, range) elements pass it,
-        // the range is streamed again from lb = 0 (exact either way;
-        // fs_prof[6] counts restarts).
+        // SAMPLING. A split row's CTAs all start from the row-wide key bound
+        // (fs_prep_*). A long range of a one-CTA row takes its own sample: lb
+        // starts at the bound, the stream keeps about k (1 + margin) survivors
+        // and rarely compacts; if fewer than min(k, range) elements pass, the
+        // range is streamed again from lb = 0 (exact either way; fs_prof[6]
+        // counts restarts).
         const long long range = end - start;
-        if (P.row_lb) {
-            // A split row: every CTA of the row starts from the row's bound.
+        if (split) {
             if (tid == 0) sh.lb = P.row_lb[row];
             __syncthreads();
         }
-        const bool eligible = !P.row_lb && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
+        const bool eligible = !split && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
         if (eligible) {
             sample_lb<TAG>(buf, sh, row_scores, start, end, aligned, P.k, P.nan_largest);
             __syncthreads();
@@ -773,35 +820,29 @@ __device__ void scan_impl(const ScanParams& P) {
             __syncthreads();
             stream_range<TAG>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
         }
-        const long long lo = ((long long)row * P.chunks + p);
         const long long t_fin = PROF_CLOCK();
-        finish<TAG>(buf, sh, P.k, final_row, P.order_index, P.out_idx, P.out_val, row_scores, row,
-                    P.cand + lo * P.k, P.cand_cnt + lo);
+        if (split) {
+            split_finish<TAG>(P, buf, sh, row, row_scores, aligned);
+        } else {
+            finish_row<TAG>(buf, sh, P.k, P.order_index, P.out_idx, P.out_val, row_scores, row);
+        }
         if (tid == 0) {
             PROF_ADD(3, PROF_CLOCK() - t_fin);
             PROF_ADD(0, PROF_CLOCK() - t_row);
             PROF_ADD(4, 1);
         }
+        __syncthreads();
     }
 }
 
-// Entry v of a merge CTA's concatenated lists, or 0 (below every composite)
-// past a list's count or the end.
-__device__ __forceinline__ u64 merge_load(const u64* lists, const Shared& sh, long long v, long long total, int k) {
-    if (v >= total) return 0ull;
-    const int l = (int)(v / k);
-    const int off = (int)(v - (long long)l * k);
-    return off < (int)sh.lcnt[l] ? __ldcg(lists + v) : 0ull;
-}
-
 // ---------------------------------------------------------------------------
-// Row sample (split rows): grid (1, row slots). Writes row_lb[row], the key
-// bound of sample_lb over the whole active length (0 when the row is too short
-// for a sample to help). The scan CTAs of the row start from it and the final
-// merge checks that it admitted at least min(k, len) elements.
+// Prep (split rows): grid (1, row slots), before the scan. Zeroes the row's
+// candidate and done counters and writes row_lb[row]: the key bound of
+// sample_lb over the whole active length, or 0 when the row is too short for a
+// sample to pay (16 tiles, k at most an eighth of it).
 
 template <int TAG>
-__device__ void presample_impl(const ScanParams& P) {
+__device__ void prep_impl(const ScanParams& P) {
     typedef Elem<TAG> E;
     constexpr int TILE = FS_BLOCK * E::ITEMS;
     __shared__ Shared sh;
@@ -817,105 +858,23 @@ __device__ void presample_impl(const ScanParams& P) {
             sample_lb<TAG>(buf, sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
-        if (threadIdx.x == 0) P.row_lb[row] = eligible ? sh.lb : 0ull;
+        if (threadIdx.x == 0) {
+            P.row_lb[row] = eligible ? sh.lb : 0ull;
+            P.row_count[row] = 0;
+            P.row_done[row] = 0;
+        }
         __syncthreads();
     }
 }
 
-// ---------------------------------------------------------------------------
-// Merge: grid (out_lists, row slots). CTA (g, y) merges lists
-// [g * fan_in, min(in_lists, (g + 1) * fan_in)) of its rows. With one output
-// list it writes the final row (values gathered from the scores).
-
-template <int TAG>
-__device__ void merge_impl(const MergeParams& P) {
-    typedef Elem<TAG> E;
-    constexpr int ITEMS = 8;
-    constexpr int TILE = FS_BLOCK * ITEMS;
-    __shared__ Shared sh;
-    u64* buf = cta_buffer(P.gbuf, P.cap);
-    const int tid = threadIdx.x;
-    const int g = blockIdx.x;
-    const bool final_row = gridDim.x == 1;
-    const int esize = sizeof(typename E::raw);
-    const int first = g * P.fan_in;
-    const int last = first + P.fan_in < P.in_lists ? first + P.fan_in : P.in_lists;
-
-    for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
-        reset(sh);
-        const long long t_row = PROF_CLOCK();
-        // The group's lists are contiguous (list l at offset l * k): stream them
-        // as one sequence, skipping each list's unused tail, with the next
-        // tile's loads in flight while this one is filtered.
-        const int nl = last - first;
-        const u64* lists = P.in + ((long long)row * P.in_lists + first) * P.k;
-        if (tid < nl) sh.lcnt[tid] = (u32)P.in_cnt[(long long)row * P.in_lists + first + tid];
-        __syncthreads();
-        const long long total = (long long)nl * P.k;
-        u64 nxt[ITEMS];
-#pragma unroll
-        for (int j = 0; j < ITEMS; ++j) nxt[j] = merge_load(lists, sh, (long long)j * FS_BLOCK + tid, total, P.k);
-        for (long long base = 0; base < total; base += TILE) {
-            u64 cur[ITEMS];
-#pragma unroll
-            for (int j = 0; j < ITEMS; ++j) cur[j] = nxt[j];
-            if (base + TILE < total) {
-#pragma unroll
-                for (int j = 0; j < ITEMS; ++j)
-                    nxt[j] = merge_load(lists, sh, base + TILE + (long long)j * FS_BLOCK + tid, total, P.k);
-            }
-            __syncthreads();
-            const u32 n = sh.count;
-            if (n + TILE > (u32)P.cap) {
-                const long long t0 = PROF_CLOCK();
-                compact<E::TOP_BIT>(buf, sh, n, (u32)P.k, ((u32)P.cap - TILE + (u32)P.k) / 2);
-                if (tid == 0) {
-                    PROF_ADD(9, PROF_CLOCK() - t0);
-                    PROF_ADD(10, 1);
-                }
-            }
-            const u64 lb = sh.lb;
-#pragma unroll
-            for (int j = 0; j < ITEMS; ++j) push(buf, sh, cur[j] != 0ull && cur[j] >= lb, cur[j]);
-        }
-        const void* row_scores = (const char*)P.scores + (long long)row * P.row_stride * esize;
-        if (final_row && P.row_lb) {
-            // The row's sampled bound admitted fewer than min(k, len) elements:
-            // it may have dropped some of the top k, so this CTA selects the
-            // row again, exactly, from lb = 0 (slow, and needs a sample that is
-            // unrepresentative by over four standard deviations).
-            __syncthreads();
-            const int len = row_length(P.lengths, row, P.cols);
-            if ((int)sh.count < (len < P.k ? len : P.k)) {
-                __syncthreads();
-                if (tid == 0) {
-                    sh.count = 0;
-                    sh.lb = 0;
-                    PROF_ADD(7, 1);
-                }
-                __syncthreads();
-                const bool aligned = (((unsigned long long)row_scores) & 15ull) == 0;
-                stream_range<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest);
-            }
-        }
-        const long long lo = (long long)row * gridDim.x + g;
-        const long long t_fin = PROF_CLOCK();
-        finish<TAG>(buf, sh, P.k, final_row, P.order_index, P.out_idx, P.out_val, row_scores, row,
-                    P.out + lo * P.k, P.out_cnt + lo);
-        if (tid == 0) {
-            PROF_ADD(11, PROF_CLOCK() - t_fin);
-            PROF_ADD(8, PROF_CLOCK() - t_row);
-            PROF_ADD(12, 1);
-        }
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f32(const ScanParams p) { scan_impl<32>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_bf16(const ScanParams p) { scan_impl<16>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f16(const ScanParams p) { scan_impl<15>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_sample_f32(const ScanParams p) { presample_impl<32>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_sample_bf16(const ScanParams p) { presample_impl<16>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_sample_f16(const ScanParams p) { presample_impl<15>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_f32(const MergeParams p) { merge_impl<32>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_bf16(const MergeParams p) { merge_impl<16>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_merge_f16(const MergeParams p) { merge_impl<15>(p); }
+// Row path (one CTA per row): two CTAs per SM. Split path: room for the last
+// CTA's merge; its grids are small (one row's CTAs spread over the GPU).
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f32(const ScanParams p) { scan_impl<32, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_bf16(const ScanParams p) { scan_impl<16, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f16(const ScanParams p) { scan_impl<15, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_split_f32(const ScanParams p) { scan_impl<32, true>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_split_bf16(const ScanParams p) { scan_impl<16, true>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_split_f16(const ScanParams p) { scan_impl<15, true>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_f32(const ScanParams p) { prep_impl<32>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_bf16(const ScanParams p) { prep_impl<16>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_f16(const ScanParams p) { prep_impl<15>(p); }

@@ -26,7 +26,9 @@ pub enum Data {
     /// 1.0 on the first 256 elements of every `period` (where the samplers
     /// look when a row is 16 periods long), far lower elsewhere: the sampled
     /// bound admits too few elements and the exact fallback must run.
-    SampleTrap { period: usize },
+    SampleTrap {
+        period: usize,
+    },
 }
 
 pub const ALL_DATA: [Data; 8] = [
@@ -300,7 +302,7 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         cases.push(c);
     }
     // Data that defeats the samplers: the row path's restart (one CTA per row)
-    // and the split path's exact fallback in the final merge.
+    // and the split path's exact fallback in the row's last CTA.
     for &dtype in &[DType::F32, DType::BF16] {
         let mut c = base(300, 65_536, 5000, dtype, Data::SampleTrap { period: 4096 });
         c.order = OutputOrder::Index;
@@ -381,7 +383,7 @@ impl Report {
     }
 }
 
-/// Captures one selection (a split geometry: scan + merges) in a CUDA graph on
+/// Captures one selection (a split geometry: prep + scan) in a CUDA graph on
 /// a side stream, then replays it on fresh data copied into the same input
 /// buffer, comparing every replay with the CPU engine.
 pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {

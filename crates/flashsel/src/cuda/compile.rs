@@ -25,12 +25,12 @@ pub const SELECT_KERNELS: [&str; 9] = [
     "fs_scan_f32",
     "fs_scan_bf16",
     "fs_scan_f16",
-    "fs_sample_f32",
-    "fs_sample_bf16",
-    "fs_sample_f16",
-    "fs_merge_f32",
-    "fs_merge_bf16",
-    "fs_merge_f16",
+    "fs_split_f32",
+    "fs_split_bf16",
+    "fs_split_f16",
+    "fs_prep_f32",
+    "fs_prep_bf16",
+    "fs_prep_f16",
 ];
 
 /// One compiled variant of the kernel source.

@@ -19,7 +19,8 @@ struct ScanParams {
     out_idx: u64,
     out_val: u64,
     cand: u64,
-    cand_cnt: u64,
+    row_count: u64,
+    row_done: u64,
     gbuf: u64,
     row_lb: u64,
     rows: i32,
@@ -30,31 +31,6 @@ struct ScanParams {
     nan_largest: i32,
     order_index: i32,
     pad: i32,
-}
-
-/// `MergeParams` in select.cu; field order and types must match.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct MergeParams {
-    input: u64,
-    in_cnt: u64,
-    out: u64,
-    out_cnt: u64,
-    scores: u64,
-    row_stride: i64,
-    lengths: u64,
-    out_idx: u64,
-    out_val: u64,
-    gbuf: u64,
-    row_lb: u64,
-    rows: i32,
-    cols: i32,
-    k: i32,
-    in_lists: i32,
-    fan_in: i32,
-    cap: i32,
-    order_index: i32,
-    nan_largest: i32,
 }
 
 pub(crate) fn check(r: sys::CUresult, what: &str) -> Result<()> {
@@ -96,7 +72,8 @@ unsafe fn launch<P>(f: sys::CUfunction, grid: (u32, u32), block: u32, smem: u32,
     )
 }
 
-/// Launches the scan and every merge level of `plan`.
+/// Launches `plan`: for split rows the prep kernel (counters, row-wide
+/// sample), then the scan (whose last CTA per split row merges the row).
 ///
 /// # Safety
 /// As [`super::CudaEngine::select_device`].
@@ -104,22 +81,19 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
     let spec = &a.spec;
     let slot = dtype_slot(spec.dtype);
     let ws = a.workspace;
-    let gbuf = plan.layout.gbuf.map_or(0, |o| ws + o);
-    let row_lb = plan.layout.row_lb.map_or(0, |o| ws + o);
-    let (cand, cand_cnt) = match plan.layout.stages.first() {
-        Some(&(l, c, _)) => (ws + l, ws + c),
-        None => (0, 0),
-    };
+    let at = |o: Option<u64>| o.map_or(0, |o| ws + o);
+    let split = plan.layout.split;
     let sp = ScanParams {
         scores: a.scores,
         row_stride: spec.row_stride as i64,
         lengths: a.lengths.unwrap_or(0),
         out_idx: a.out_indices,
         out_val: a.out_values.unwrap_or(0),
-        cand,
-        cand_cnt,
-        gbuf,
-        row_lb,
+        cand: at(split.map(|s| s.cand)),
+        row_count: at(split.map(|s| s.row_count)),
+        row_done: at(split.map(|s| s.row_done)),
+        gbuf: at(plan.layout.gbuf),
+        row_lb: at(split.map(|s| s.row_lb)),
         rows: spec.rows as i32,
         cols: spec.cols as i32,
         k: spec.k as i32,
@@ -129,54 +103,13 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         order_index: (spec.order == crate::OutputOrder::Index) as i32,
         pad: 0,
     };
-    if plan.sampled {
-        launch(kernels.sample[slot].cu_function(), (1, plan.row_slots), plan.block, plan.smem_bytes, a.stream, &sp)?;
-    }
-    launch(
-        kernels.scan[slot].cu_function(),
-        (plan.ctas_per_row, plan.row_slots),
-        plan.block,
-        plan.smem_bytes,
-        a.stream,
-        &sp,
-    )?;
-    for (lvl, m) in plan.merges.iter().enumerate() {
-        let (input, in_cnt, _) = plan.layout.stages[lvl];
-        let (out, out_cnt) = match plan.layout.stages.get(lvl + 1) {
-            Some(&(l, c, _)) => (ws + l, ws + c),
-            None => (0, 0),
-        };
-        let mp = MergeParams {
-            input: ws + input,
-            in_cnt: ws + in_cnt,
-            out,
-            out_cnt,
-            scores: a.scores,
-            row_stride: spec.row_stride as i64,
-            lengths: a.lengths.unwrap_or(0),
-            out_idx: a.out_indices,
-            out_val: a.out_values.unwrap_or(0),
-            gbuf,
-            row_lb,
-            rows: spec.rows as i32,
-            cols: spec.cols as i32,
-            k: spec.k as i32,
-            in_lists: m.lists_in as i32,
-            fan_in: m.fan_in as i32,
-            cap: plan.cap as i32,
-            order_index: sp.order_index,
-            nan_largest: sp.nan_largest,
-        };
-        launch(
-            kernels.merge[slot].cu_function(),
-            (m.lists_out, plan.row_slots),
-            plan.block,
-            plan.smem_bytes,
-            a.stream,
-            &mp,
-        )?;
-    }
-    Ok(())
+    let scan = if split.is_some() {
+        launch(kernels.prep[slot].cu_function(), (1, plan.row_slots), plan.block, plan.smem_bytes, a.stream, &sp)?;
+        &kernels.split[slot]
+    } else {
+        &kernels.scan[slot]
+    };
+    launch(scan.cu_function(), (plan.ctas_per_row, plan.row_slots), plan.block, plan.smem_bytes, a.stream, &sp)
 }
 
 /// Times `f` (which enqueues work on `stream`) `iters` times, in seconds per

@@ -51,8 +51,8 @@ pub struct DeviceSelect {
 pub(crate) struct Kernels {
     pub(crate) module: Arc<cudarc::driver::CudaModule>,
     pub(crate) scan: [CudaFunction; 3],
-    pub(crate) sample: [CudaFunction; 3],
-    pub(crate) merge: [CudaFunction; 3],
+    pub(crate) split: [CudaFunction; 3],
+    pub(crate) prep: [CudaFunction; 3],
 }
 
 /// The CUDA engine bound to one device.
@@ -215,8 +215,8 @@ impl CudaEngine {
         let k = Arc::new(Kernels {
             module: module.clone(),
             scan: [f("fs_scan_f32")?, f("fs_scan_bf16")?, f("fs_scan_f16")?],
-            sample: [f("fs_sample_f32")?, f("fs_sample_bf16")?, f("fs_sample_f16")?],
-            merge: [f("fs_merge_f32")?, f("fs_merge_bf16")?, f("fs_merge_f16")?],
+            split: [f("fs_split_f32")?, f("fs_split_bf16")?, f("fs_split_f16")?],
+            prep: [f("fs_prep_f32")?, f("fs_prep_bf16")?, f("fs_prep_f16")?],
         });
         map.insert(global_buffer, k.clone());
         Ok(k)

@@ -12,35 +12,33 @@
 //! - `fit` is the shortest range worth a CTA of its own: `max(8192, 4k)`
 //!   columns, so a split CTA always discards at least three quarters of what it
 //!   reads.
-//! - Rows are spread over CTAs until the grid has about `waves_target` CTAs per
-//!   SM: `ctas_per_row = clamp(ceil(target / rows), 1, cols / fit)`. Many rows
+//! - Rows are spread over CTAs until one wave fills the SMs:
+//!   `ctas_per_row = clamp(floor(SMs / rows), 1, cols / fit)`. Many rows
 //!   (prefill) give one CTA per row (`Path::Row`, one read of each score, the
-//!   result written directly). Few wide rows split (`Path::Split`): a single
+//!   result written directly, two CTAs per SM). Few wide rows split (`Path::Split`): a single
 //!   row of 1,048,576 columns uses 128 CTAs, never one.
-//! - A split row's `ctas_per_row` candidate lists (each `<= k`) are merged by a
-//!   tree of merge launches with fan-in `MERGE_FAN_IN` (a level of at most
-//!   `MERGE_ONE_LEVEL_MAX` lists is merged in one step). Every merge round keeps
-//!   at most `k` per output list.
-//! - A split row of at least 16 tiles first takes a sample across the whole
-//!   row (`fs_sample_*`): the key of a sample rank chosen so that clearly more
-//!   than `k` elements are expected above it. Every scan CTA of the row starts
-//!   its filter there, so the candidate lists are short and the merges cheap;
-//!   the final merge re-selects the row exactly if the bound admitted fewer
-//!   than `min(k, len)` elements.
+//! - A split row's CTAs each append their exact top-`min(k, n)` to the row's
+//!   candidate slots (at most `ctas_per_row x k`, so nothing can overflow);
+//!   the CTA that finishes last merges them in the same launch (one merge
+//!   round, exact: the top k of a union is the top k of the union of the
+//!   parts' top k).
+//! - Before the scan, `fs_prep_*` (one CTA per split row) zeroes the row's
+//!   counters and, for rows of at least 16 tiles with `8k <= len`, samples the
+//!   whole row: the key of a sample rank chosen so that clearly more than `k`
+//!   elements are expected above it. Every scan CTA of the row starts its
+//!   filter there, so the row's candidates number about `k (1 + margin)` and
+//!   the merge is cheap; the last CTA re-selects the row exactly if the bound
+//!   admitted fewer than `min(k, len)` elements.
 //! - Work follows the active lengths: a CTA's range is its share of
 //!   `lengths[row]`, not of `cols`, so short rows in a wide buffer cost what
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
-//!   exit after writing an empty list).
+//!   append nothing).
 
 use crate::contract::{DType, Error, Result, SelectSpec};
 
 /// Threads per CTA of every kernel.
 pub const BLOCK: u32 = 512;
-/// Lists merged by one merge CTA in a multi-level tree.
-pub const MERGE_FAN_IN: u32 = 8;
-/// A level with at most this many lists is merged by one CTA per row.
-pub const MERGE_ONE_LEVEL_MAX: u32 = 16;
-/// Elements per merge tile (kernel constant: `FS_BLOCK * 8`).
+/// Elements per tile of the last CTA's merge (kernel constant: `FS_BLOCK * 8`).
 pub const MERGE_TILE: u32 = BLOCK * 8;
 /// Static shared memory of a kernel (the `Shared` struct), rounded up.
 pub const STATIC_SMEM: u32 = 2048;
@@ -74,7 +72,7 @@ impl DeviceProps {
 pub enum Path {
     /// One CTA per row; one read of each score; output written directly.
     Row,
-    /// Several CTAs per row, then a merge tree pruned to `k`.
+    /// Several CTAs per row; the row's last CTA merges their top-k lists.
     Split,
 }
 
@@ -86,22 +84,15 @@ pub enum Buffer {
     Global,
 }
 
-/// One merge launch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct MergeLevel {
-    pub lists_in: u32,
-    pub fan_in: u32,
-    pub lists_out: u32,
-}
-
 /// A launch plan. Workspace offsets are bytes from the workspace start.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Plan {
     pub path: Path,
     pub buffer: Buffer,
     pub ctas_per_row: u32,
+    /// Merge rounds after the scan: 1 for a split row (its last CTA merges the
+    /// row's candidates), 0 otherwise.
     pub merge_levels: usize,
-    pub merges: Vec<MergeLevel>,
     /// Grid `y` of every launch: row slots, each CTA looping over rows.
     pub row_slots: u32,
     pub block: u32,
@@ -113,26 +104,34 @@ pub struct Plan {
     pub smem_bytes: u32,
     /// Shortest range worth a CTA of its own, columns.
     pub fit: u64,
-    /// Split rows long enough for a row-wide sample first run `fs_sample_*`,
-    /// whose key bound every scan CTA of the row starts from.
+    /// Whether split rows of the full width take the row-wide sample in
+    /// `fs_prep_*` (whose key bound every scan CTA of the row starts from).
     pub sampled: bool,
     pub workspace_bytes: u64,
-    /// Offsets of the candidate lists of each stage (scan, then each merge
-    /// level but the last), and of the global buffers.
     #[serde(skip)]
     pub layout: Layout,
 }
 
-/// Workspace regions, bytes.
+/// Workspace regions, byte offsets from the workspace start.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Layout {
-    /// For stage `s` (0 = the scan, `s` = merge level `s`'s output): (lists
-    /// offset, counts offset, lists per row). The final stage has none.
-    pub stages: Vec<(u64, u64, u32)>,
+    /// Split rows' shared state, when `Path::Split`.
+    pub split: Option<SplitLayout>,
     /// Global candidate buffers, when `Buffer::Global`.
     pub gbuf: Option<u64>,
-    /// Per-row sampled bounds (`u64`), when `Plan::sampled`.
-    pub row_lb: Option<u64>,
+}
+
+/// The per-row regions of a split plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitLayout {
+    /// `rows x ctas_per_row x k` candidate slots (`u64` composites).
+    pub cand: u64,
+    /// `rows` counters of appended candidates (`u32`).
+    pub row_count: u64,
+    /// `rows` counters of finished CTAs (`u32`).
+    pub row_done: u64,
+    /// `rows` sampled key bounds (`u64`).
+    pub row_lb: u64,
 }
 
 /// Scan elements per thread per tile (kernel constant `Elem<...>::ITEMS`).
@@ -176,8 +175,11 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     let cap = cap64 as u32;
     let smem_bytes = if buffer == Buffer::Shared { (cap64 * 8) as u32 } else { 0 };
 
-    // Resident CTAs per SM, by threads, shared memory and registers (the scan
-    // kernel is built for two CTAs per SM: `__launch_bounds__(512, 2)`).
+    // Resident CTAs per SM of the row-path kernel, by threads, shared memory
+    // and registers (`__launch_bounds__(512, 2)` with a shared buffer). The
+    // split kernel is built for one CTA per SM (the last CTA's merge needs the
+    // registers), so a split grid is kept to one wave: floor(SMs / rows) CTAs
+    // per row.
     let by_threads = (dev.max_threads_per_sm / block).max(1);
     let by_smem = (dev.smem_per_sm / (smem_bytes + STATIC_SMEM + 1024)).max(1);
     let by_regs = if buffer == Buffer::Shared { SCAN_CTAS_PER_SM } else { 1 };
@@ -186,18 +188,9 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
 
     let fit = (4 * k).max(8192);
     let max_split = (cols / fit).max(1);
-    let ctas_per_row = if rows == 0 { 1 } else { target.div_ceil(rows).clamp(1, max_split) };
+    let ctas_per_row = if rows == 0 { 1 } else { (dev.sm_count as u64 / rows).clamp(1, max_split) };
     let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
-
-    let mut merges = Vec::new();
-    let mut lists = ctas_per_row;
-    while lists > 1 {
-        let fan_in = if lists <= MERGE_ONE_LEVEL_MAX { lists } else { MERGE_FAN_IN };
-        let out = lists.div_ceil(fan_in);
-        merges.push(MergeLevel { lists_in: lists, fan_in, lists_out: out });
-        lists = out;
-    }
 
     // Row slots: with shared buffers, as many as the grid allows; with global
     // buffers, enough to fill the GPU, since each slot owns a buffer.
@@ -208,41 +201,31 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     } as u32;
 
     let mut off = 0u64;
-    let mut stages = Vec::new();
-    let mut stage_lists = vec![ctas_per_row];
-    stage_lists.extend(merges.iter().map(|m| m.lists_out));
-    for &l in &stage_lists[..stage_lists.len() - 1] {
-        let lists_off = off;
-        off = align(off + rows * l as u64 * k * 8);
-        let cnt_off = off;
-        off = align(off + rows * l as u64 * 4);
-        stages.push((lists_off, cnt_off, l));
-    }
-    // A row-wide sample pays where a row is split and long: 16 tiles at least,
-    // and k no more than an eighth of it (the kernel checks the same per row
-    // against its active length).
-    let sampled = path == Path::Split && cols >= 16 * tile as u64 && 8 * k <= cols;
-    let row_lb = if sampled {
+    let mut region = |bytes: u64| {
         let o = off;
-        off = align(off + rows * 8);
-        Some(o)
+        off = align(off + bytes);
+        o
+    };
+    let split = if path == Path::Split {
+        Some(SplitLayout {
+            cand: region(rows * ctas_per_row as u64 * k * 8),
+            row_count: region(rows * 4),
+            row_done: region(rows * 4),
+            row_lb: region(rows * 8),
+        })
     } else {
         None
     };
-    let gbuf = if buffer == Buffer::Global {
-        let widest = stage_lists.iter().copied().max().unwrap_or(1) as u64;
-        let g = off;
-        off = align(off + widest * row_slots as u64 * cap64 * 8);
-        Some(g)
-    } else {
-        None
-    };
+    let gbuf =
+        if buffer == Buffer::Global { Some(region(ctas_per_row as u64 * row_slots as u64 * cap64 * 8)) } else { None };
+    // The kernel decides per row (against its active length) whether the
+    // row-wide sample runs; this is the same test on the buffer width.
+    let sampled = path == Path::Split && cols >= 16 * tile as u64 && 8 * k <= cols;
     Ok(Plan {
         path,
         buffer,
         ctas_per_row,
-        merge_levels: merges.len(),
-        merges,
+        merge_levels: (path == Path::Split) as usize,
         row_slots,
         block,
         tile,
@@ -251,7 +234,7 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
         fit,
         sampled,
         workspace_bytes: off,
-        layout: Layout { stages, gbuf, row_lb },
+        layout: Layout { split, gbuf },
     })
 }
 

@@ -29,15 +29,13 @@ fn fit_boundaries_for_one_row() {
 fn wide_rows_never_run_on_one_cta() {
     // The seed-003 geometry: 1 x 262,144, k 512.
     let pl = p(1, 262_144, 512);
-    assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Split, Buffer::Shared, 32, 2));
+    assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Split, Buffer::Shared, 32, 1));
     let pl = p(1, 1_048_576, 2048);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 128, 2));
-    assert_eq!(pl.merges[0], MergeLevel { lists_in: 128, fan_in: 8, lists_out: 16 });
-    assert_eq!(pl.merges[1], MergeLevel { lists_in: 16, fan_in: 16, lists_out: 1 });
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 128, 1));
     let pl = p(1, 4_194_304, 2048);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 264, 3));
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 132, 1));
     let pl = p(1, 4_194_304, 512);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 264, 3));
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 132, 1));
 }
 
 #[test]
@@ -48,7 +46,10 @@ fn many_rows_take_one_cta_per_row() {
     let pl = p(100_000, 4096, 64);
     assert_eq!(pl.row_slots, MAX_GRID_Y);
     let pl = p(64, 131_072, 2048);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 5, 1));
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 2, 1));
+    // One wave: more rows than half the SMs take one CTA per row.
+    assert_eq!(p(67, 131_072, 2048).path, Path::Row);
+    assert_eq!(p(66, 131_072, 2048).ctas_per_row, 2);
 }
 
 #[test]
@@ -65,15 +66,16 @@ fn large_k_moves_the_buffer_to_global_memory_not_to_an_error() {
 }
 
 #[test]
-fn workspace_holds_every_stage() {
+fn workspace_holds_every_region() {
     let pl = p(3, 1_048_576, 2048);
-    let mut end = 0;
-    for &(lists, cnt, n) in &pl.layout.stages {
-        assert!(lists >= end && cnt >= lists + 3 * n as u64 * 2048 * 8);
-        end = cnt + 3 * n as u64 * 4;
+    let sl = pl.layout.split.expect("a split plan has split regions");
+    let cand_end = sl.cand + 3 * pl.ctas_per_row as u64 * 2048 * 8;
+    assert!(sl.row_count >= cand_end && sl.row_done >= sl.row_count + 3 * 4 && sl.row_lb >= sl.row_done + 3 * 4);
+    assert!(pl.workspace_bytes >= sl.row_lb + 3 * 8);
+    for off in [sl.cand, sl.row_count, sl.row_done, sl.row_lb] {
+        assert_eq!(off % 256, 0);
     }
-    assert!(pl.workspace_bytes >= end);
-    assert_eq!(pl.layout.stages.len(), pl.merge_levels);
+    assert_eq!(p(8192, 131_072, 2048).layout, Layout::default());
 }
 
 #[test]
@@ -87,7 +89,7 @@ fn plans_are_pure_and_validate() {
 #[test]
 fn long_split_rows_are_sampled_first() {
     let pl = p(1, 1_048_576, 2048);
-    assert!(pl.sampled && pl.layout.row_lb.is_some());
+    assert!(pl.sampled && pl.layout.split.is_some());
     let pl = p(1, 262_144, 512);
     assert!(pl.sampled);
     // Too short for 16 tiles, or k too large a share of the row, or one CTA per row.
