@@ -35,7 +35,10 @@
 //     The planner gives C up to 4k + TILE where shared memory allows, so one
 //     compaction absorbs up to 3k survivors.
 //   - Every loop bound that contains __syncthreads or a warp collective is
-//     uniform over the CTA.
+//     uniform over the CTA. Decisions taken from sh.count (compact or not, how
+//     many tiles until the next barrier) are read by every thread between two
+//     barriers, before any push can move it (compute-sanitizer racecheck found
+//     the version without the second barrier).
 //   - The top-k of a union is the top-k of the union of each part's top-k, so
 //     the split rows' one merge round returns the same set as one CTA would.
 //
@@ -679,6 +682,9 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
             // c >= lb  <=>  key > lbk, or key == lbk and column <= tie_col.
             lbk = (u32)(lb >> 32);
             tie_col = 0xffffffffu - (u32)lb;
+            // Nobody pushes (moving sh.count) before every thread has read it:
+            // the budget must be the same in every thread.
+            __syncthreads();
         }
         --budget;
         const u32 tile0 = (u32)base;
@@ -734,6 +740,7 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
     for (u32 base = 0; base < total; base += TILE) {
         __syncthreads();
         const u32 cnt = sh.count;
+        __syncthreads();  // read by all before anyone pushes: a uniform decision
         if (cnt + TILE > (u32)P.cap) compact<Elem<TAG>::TOP_BIT>(buf, sh, cnt, (u32)P.k, ((u32)P.cap - TILE + (u32)P.k) / 2);
         const u64 lb = sh.lb;
 #pragma unroll
