@@ -12,7 +12,7 @@ pub enum Error {
     /// `k` was zero.
     #[error("k must be at least 1 (got 0)")]
     ZeroK,
-    /// `k`, `rows * k`, `cols` or a stride does not fit the `i32` the output uses.
+    /// `k`, `rows`, `rows * k` or `cols` does not fit the `i32` the output uses.
     #[error("{what} = {value} does not fit in i32 (max {max})", max = i32::MAX)]
     TooLarge { what: &'static str, value: u128 },
     /// A row stride shorter than the row.

@@ -63,7 +63,7 @@ impl DType {
             Self::BF16 | Self::F16 => 2,
         }
     }
-    /// Significant bits of the key ([`ScoreElem::key`] is below `1 << key_bits`).
+    /// Significant bits of the key: [`ScoreElem::key`] fits in this many bits.
     pub fn key_bits(self) -> u32 {
         (self.size() * 8) as u32
     }
@@ -98,8 +98,16 @@ fn key_from_bits(bits: u32, sign: u32, exp_mask: u32, man_mask: u32, nan: NanPol
     }
 }
 
-/// One score element type: `f32`, `bf16` or `f16`.
-pub trait ScoreElem: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for half::bf16 {}
+    impl Sealed for half::f16 {}
+}
+
+/// One score element type: `f32`, `bf16` or `f16` (sealed: the backends rely
+/// on `DTYPE` naming the real layout).
+pub trait ScoreElem: sealed::Sealed + Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
     const DTYPE: DType;
     /// The order key of this score under `nan` (see the module docs).
     fn key(self, nan: NanPolicy) -> u32;

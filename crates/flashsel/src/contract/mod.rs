@@ -30,8 +30,8 @@ pub use key::{composite, composite_index, composite_key, DType, NanPolicy, Score
 pub use spec::{OutputOrder, ScoresView, SelectSpec, Selection};
 
 /// The naive reference: sort each row's candidates by the total order and take
-/// the first `k`. Quadratic in nothing, but `O(n log n)` per row; used by tests
-/// to pin every engine. Validates like every backend does.
+/// the first `k` (`O(n log n)` per row). Tests pin every engine to it. Validates
+/// like every backend does.
 pub fn reference_select<T: ScoreElem>(
     scores: &ScoresView<'_, T>,
     spec: &SelectSpec,

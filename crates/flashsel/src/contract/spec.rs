@@ -131,6 +131,11 @@ impl SelectSpec {
                 scores.rows, scores.cols, scores.row_stride, self.rows, self.cols, self.row_stride
             )));
         }
+        // The view's fields are public: check the buffer against them again.
+        let need = self.elements_needed();
+        if scores.data.len() < need {
+            return Err(Error::BufferSize { what: "scores", got: scores.data.len(), need });
+        }
         if let Some(l) = lengths {
             self.validate_lengths(l)?;
         }

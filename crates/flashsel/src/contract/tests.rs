@@ -111,6 +111,12 @@ fn bad_input_is_a_typed_error() {
     assert!(matches!(reference_select(&v, &v.spec(2), Some(&[1])), Err(Error::LengthsCount { .. })));
     assert!(matches!(ScoresView::with_stride(&data, 2, 4, 3), Err(Error::StrideTooShort { .. })));
     assert!(matches!(ScoresView::new(&data, 3, 4), Err(Error::BufferSize { .. })));
+    let mut shrunk = ScoresView::new(&data, 2, 4).unwrap();
+    shrunk.rows = 3; // the fields are public: validation re-checks the buffer
+    assert!(matches!(
+        reference_select(&shrunk, &SelectSpec::new(3, 4, 2, DType::F32), None),
+        Err(Error::BufferSize { .. })
+    ));
     let big = SelectSpec::new(1 << 20, 8, 1 << 12, DType::F32);
     assert!(matches!(big.validate(), Err(Error::TooLarge { what: "rows * k", .. })));
     assert!(matches!(SelectSpec::new(1, 8, 1 << 31, DType::F32).validate(), Err(Error::TooLarge { what: "k", .. })));
