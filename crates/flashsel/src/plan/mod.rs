@@ -188,7 +188,7 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
 
     let fit = (4 * k).max(8192);
     let max_split = (cols / fit).max(1);
-    let ctas_per_row = if rows == 0 { 1 } else { (dev.sm_count as u64 / rows).clamp(1, max_split) };
+    let ctas_per_row = (dev.sm_count as u64).checked_div(rows).unwrap_or(1).clamp(1, max_split);
     let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
 
