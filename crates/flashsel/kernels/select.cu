@@ -59,12 +59,6 @@
 // Compile-time options (the host passes them as -D):
 //   FS_BLOCK        threads per CTA (multiple of 32, <= 1024)
 //   FS_GLOBAL_BUF   0 or 1, as above
-//   FS_HIST         histogram update: 0 plain shared atomics (default: fastest
-//                   measured, docs/perf-log.md), 1 warp-aggregated
-//                   (__match_any_sync), 2 per-thread run-length counts
-//                   flushed through warp aggregation
-//   FS_PREFETCH     tiles ahead that are prefetched into L2 (default 0: none;
-//                   measured no gain, docs/perf-log.md)
 //   FS_SAMPLE       1: seed lb from a sample of long ranges (default)
 //   FS_PROFILE      1: accumulate clock64() phase counters in fs_prof
 
@@ -78,14 +72,8 @@ typedef unsigned long long u64;
 #ifndef FS_GLOBAL_BUF
 #define FS_GLOBAL_BUF 0
 #endif
-#ifndef FS_HIST
-#define FS_HIST 0
-#endif
 #ifndef FS_PROFILE
 #define FS_PROFILE 0
-#endif
-#ifndef FS_PREFETCH
-#define FS_PREFETCH 0
 #endif
 #ifndef FS_SAMPLE
 #define FS_SAMPLE 1
@@ -278,46 +266,13 @@ __device__ __forceinline__ void push(u64* buf, Shared& sh, bool pred, u64 c) {
 }
 
 // Adds the digit at `shift` of every composite matching `prefix` under `mask`
-// to sh.hist. Scores cluster in few bins (the top digits hold sign and
-// exponent), and same-address shared atomics serialise, so the default variant
-// counts runs of equal bins per thread and flushes the last run of each
-// thread through one atomic per distinct bin of its warp.
+// to sh.hist, with plain shared atomics: warp-aggregated (__match_any_sync) and
+// run-length variants measured slower (docs/perf-log.md, v2/v3).
 __device__ __forceinline__ void hist_pass(const u64* buf, Shared& sh, u32 n, u64 prefix, u64 mask, int shift) {
-    const int tid = threadIdx.x;
-#if FS_HIST == 0
-    for (u32 i = tid; i < n; i += FS_BLOCK) {
+    for (u32 i = threadIdx.x; i < n; i += FS_BLOCK) {
         const u64 c = buf[i];
         if ((c & mask) == prefix) atomicAdd(&sh.hist[(u32)(c >> shift) & 255u], 1u);
     }
-#elif FS_HIST == 1
-    for (u32 base = 0; base < n; base += FS_BLOCK) {
-        const u32 i = base + tid;
-        const u64 c = i < n ? buf[i] : 0ull;
-        const bool in = i < n && (c & mask) == prefix;
-        const u32 bin = in ? ((u32)(c >> shift) & 255u) : 0xffffffffu;
-        const u32 peers = __match_any_sync(FULL_MASK, bin);
-        if (in && (tid & 31) == (__ffs(peers) - 1)) atomicAdd(&sh.hist[bin], (u32)__popc(peers));
-    }
-#else
-    u32 run_bin = 0xffffffffu, run_cnt = 0;
-    for (u32 i = tid; i < n; i += FS_BLOCK) {
-        const u64 c = buf[i];
-        if ((c & mask) == prefix) {
-            const u32 bin = (u32)(c >> shift) & 255u;
-            if (bin != run_bin) {
-                if (run_cnt) atomicAdd(&sh.hist[run_bin], run_cnt);
-                run_bin = bin;
-                run_cnt = 0;
-            }
-            ++run_cnt;
-        }
-    }
-    // Lanes whose last runs share a bin add once (uniform: every lane is here).
-    const u32 key = run_cnt ? run_bin : 0xffffffffu;
-    const u32 peers = __match_any_sync(FULL_MASK, key);
-    const u32 total = __reduce_add_sync(peers, run_cnt);
-    if (run_cnt && (tid & 31) == (__ffs(peers) - 1)) atomicAdd(&sh.hist[run_bin], total);
-#endif
 }
 
 // Pushes the elements of this thread's tile (`cur`: ITEMS elements as 16-byte
@@ -635,7 +590,6 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
     constexpr int ITEMS = E::ITEMS;
     constexpr int TILE = FS_BLOCK * ITEMS;
     const int tid = threadIdx.x;
-    const int esize = sizeof(typename E::raw);
     // Software pipeline: the next tile's loads are in flight while this
     // tile is filtered (and while a compaction runs).
     uint4 nxt[ITEMS / VEC];
@@ -657,14 +611,6 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
             for (int j = 0; j < ITEMS / VEC; ++j)
                 nxt[j] = load_vec<TAG>(row_scores, base + TILE + ((long long)j * FS_BLOCK + tid) * VEC, end, aligned);
         }
-#if FS_PREFETCH
-        // Pull a later tile into L2 (one 128-byte line per thread).
-        {
-            const long long pe = base + (long long)FS_PREFETCH * TILE + (long long)tid * (128 / esize);
-            if (tid < TILE * esize / 128 && pe < end)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)row_scores + pe * esize));
-        }
-#endif
         if (budget == 0) {  // uniform: every thread counts the same tiles
             __syncthreads();
             u32 n = sh.count;
