@@ -124,6 +124,8 @@ struct ScanParams {
     int order_index;         // 1: output by ascending column
     int pad_;
 };
+// The host mirror (src/cuda/launch.rs) asserts the same layout.
+static_assert(sizeof(ScanParams) == 112, "ScanParams layout changed: update launch.rs");
 
 // ---------------------------------------------------------------------------
 // Keys: raw float bits -> unsigned key ordered as the float, -0 == +0, one NaN.

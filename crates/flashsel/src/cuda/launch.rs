@@ -156,3 +156,19 @@ pub(crate) fn time_on_stream(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ScanParams;
+
+    /// The kernel source asserts the same size (static_assert in select.cu,
+    /// checked whenever NVRTC compiles it), and the fields below are laid out
+    /// as there: ten 8-byte pointers/offsets, then eight ints.
+    #[test]
+    fn scan_params_layout_matches_the_kernel() {
+        assert_eq!(std::mem::size_of::<ScanParams>(), 112);
+        assert_eq!(std::mem::offset_of!(ScanParams, row_lb), 72);
+        assert_eq!(std::mem::offset_of!(ScanParams, rows), 80);
+        assert_eq!(std::mem::offset_of!(ScanParams, pad), 108);
+    }
+}
