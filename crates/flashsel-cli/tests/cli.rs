@@ -499,6 +499,67 @@ fn gpu_subcommands_parse_their_flags() {
     assert!(help.contains("--quick") && help.contains("--seed") && help.contains("--backend"));
 }
 
+#[test]
+fn plan_prints_the_path_a_geometry_takes_without_a_gpu() {
+    let o = flashsel(&["plan", "--rows", "1", "--cols", "1048576", "--k", "2048", "--sm-count", "132", "--json"]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("plan --json is JSON");
+    assert_eq!(v["path"], "split");
+    assert_eq!(v["ctas_per_row"], 128);
+    assert_eq!(v["merge_levels"], 1);
+    assert!(v["workspace_bytes"].as_u64().unwrap() >= 128 * 2048 * 8);
+    assert_eq!(v["sampled"], true);
+    let o = flashsel(&["plan", "--rows", "8192", "--cols", "131072", "--k", "2048", "--sm-count", "132", "--json"]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        (v["path"].as_str(), v["ctas_per_row"].as_u64(), v["workspace_bytes"].as_u64()),
+        (Some("row"), Some(1), Some(0))
+    );
+    // A k too large for shared memory still has a plan.
+    let o = flashsel(&["plan", "--rows", "2", "--cols", "1000000", "--k", "100000", "--sm-count", "132", "--json"]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["buffer"], "global");
+    // The human-readable form names the same fields; bad geometry is an error.
+    let o = flashsel(&["plan", "--rows", "1", "--cols", "262144", "--k", "512", "--sm-count", "132"]);
+    assert_ok(&o);
+    for f in ["path", "ctas_per_row", "merge_levels", "workspace_bytes"] {
+        assert!(stdout(&o).contains(f), "plan output lacks {f}");
+    }
+    assert_fails(
+        &flashsel(&["plan", "--rows", "1", "--cols", "8", "--k", "0", "--sm-count", "132"]),
+        1,
+        &["k must be"],
+    );
+}
+
+#[test]
+fn kernels_compile_only_lists_every_variant_when_nvrtc_is_present() {
+    let o = flashsel(&["kernels", "--compile-only", "--arch", "sm_90a"]);
+    if !o.status.success() && stderr(&o).contains("libnvrtc") {
+        // CI sets FLASHSEL_REQUIRE_NVRTC=1 and installs NVRTC: there this must run.
+        assert!(std::env::var_os("FLASHSEL_REQUIRE_NVRTC").is_none(), "NVRTC required: {}", stderr(&o));
+        eprintln!("skipped: {}", stderr(&o));
+        return;
+    }
+    assert_ok(&o);
+    let out = stdout(&o);
+    for k in ["fs_scan_f32", "fs_split_bf16", "fs_prep_f16"] {
+        assert!(out.contains(k), "kernels output lacks {k}:\n{out}");
+    }
+    assert!(out.contains("buffer=shared") && out.contains("buffer=global"));
+}
+
+#[test]
+fn check_without_a_gpu_says_why() {
+    if flashsel::cuda::availability().is_ok() && flashsel::cuda::CudaEngine::new(0).is_ok() {
+        return; // a GPU is here: `check` would run for real (done on the GPU machine)
+    }
+    let o = flashsel(&["check", "--quick"]);
+    assert_fails(&o, 1, &["backend unavailable"]);
+}
+
 // ------------------------------------------------------------- bench, info
 
 #[test]
