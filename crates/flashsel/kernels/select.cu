@@ -27,13 +27,14 @@
 // INVARIANTS
 //   - Composites are unique within a row (the column is in the low word), so the
 //     k-th largest is well defined and the selected set is exactly the contract's.
-//   - The buffer is a cache, never a decision: lb is always <= the k-th largest
-//     composite of everything seen so far, so no element of the true top-k is
-//     ever rejected, and a compaction drops only elements with >= k better ones.
-//   - capacity C >= 2k + TILE, so after a compaction (count <= k) the next tile
-//     always fits and compaction is only entered with count > C - TILE >= 2k.
-//     The planner gives C up to 4k + TILE where shared memory allows, so one
-//     compaction absorbs up to 3k survivors.
+//   - The buffer is a cache, never a decision: a compaction only raises lb to
+//     a prefix that at least k buffered composites reach, so it never rejects an
+//     element of the true top k, and it drops only elements with >= k better
+//     ones. A sampled seed is the one bound not proven by the buffer: the range
+//     (or row) is selected again from lb = 0 unless min(k, len) elements
+//     passed it.
+//   - capacity C = 2k + TILE, so after a compaction (count <= (C - TILE + k) / 2)
+//     at least one tile fits, and (C - count) / TILE tiles run between barriers.
 //   - Every loop bound that contains __syncthreads or a warp collective is
 //     uniform over the CTA. Decisions taken from sh.count (compact or not, how
 //     many tiles until the next barrier) are read by every thread between two
@@ -47,9 +48,12 @@
 //   row's candidates once more (about k (1 + margin) of them, at most
 //   chunks x k).
 //   Writes: <= k composites per split CTA, k indices (+ values) per row.
-//   Compute per element: one key transform, one 64-bit compare, one ballot.
+//   Compute per element: one key transform, a 32-bit compare (the column only
+//   on a key tie), a bit in the thread's mask; per warp and tile one vote, and
+//   a scan and one shared atomic when something passed.
 //   A compaction costs up to 8 histogram passes over <= C shared entries
-//   (usually 3-4: random keys separate within the key word).
+//   (usually 1-2 for an intermediate one, 3-4 exact: random keys separate
+//   within the key word).
 //
 // BUFFERS
 //   FS_GLOBAL_BUF = 0: the buffer is dynamic shared memory (k <= the planner's
