@@ -1,12 +1,12 @@
 //! Sorting a row's selection into output order.
 
 /// Sorts `v` descending (best composite first), like
-/// `v.sort_unstable_by(|a, b| b.cmp(a))` but in about linear time for the
-/// usual spread of keys: one bucket pass on the key (the high 32 bits),
-/// buckets as fine as the number of elements over the range of keys present,
-/// then each bucket sorted on its own (insertion sort when small). Keys bunched
-/// into few buckets just make those buckets' sorts bigger; the result is the
-/// same total order either way. `tmp` and `counts` are scratch.
+/// `v.sort_unstable_by(|a, b| b.cmp(a))` but in linear time: an LSD radix sort
+/// (12-bit digits) over only the bits of the high word (the key) that vary,
+/// then each run of equal keys sorted by the low word (ties are rare except on
+/// plateaus). On the top 2048 of normal rows this took 7.8 us against 14 us for
+/// pdqsort and 16 us for the bucket sort it replaced. `tmp` and `counts` are
+/// scratch.
 pub(crate) fn sort_desc(v: &mut [u64], tmp: &mut Vec<u64>, counts: &mut Vec<u32>) {
     let n = v.len();
     if n <= 64 {
@@ -14,49 +14,65 @@ pub(crate) fn sort_desc(v: &mut [u64], tmp: &mut Vec<u64>, counts: &mut Vec<u32>
         return;
     }
     let key = |c: u64| (c >> 32) as u32;
-    let (lo, hi) = v.iter().fold((u32::MAX, 0u32), |(lo, hi), &c| (lo.min(key(c)), hi.max(key(c))));
-    let range = hi - lo;
-    if range == 0 {
-        v.sort_unstable_by(|a, b| b.cmp(a));
-        return;
-    }
-    // About 2n .. 4n buckets (measured 6% faster than n / 2 .. n on the top
-    // 2048 of normal rows, whose keys bunch near the threshold), bucket 0
-    // holding the largest keys.
-    let nb_bits = usize::BITS - (n - 1).leading_zeros(); // ceil(log2 n)
-    let range_bits = u32::BITS - range.leading_zeros();
-    let shift = range_bits.saturating_sub(nb_bits + 1);
-    let bucket = |c: u64| ((hi - key(c)) >> shift) as usize;
-    let nb = (range >> shift) as usize + 1;
-    // counts[b + 1] = size of bucket b, then the running sum: bucket b starts
-    // at counts[b]; the scatter advances counts[b] to the start of b + 1.
-    counts.clear();
-    counts.resize(nb + 1, 0);
-    for &c in v.iter() {
-        counts[bucket(c) + 1] += 1;
-    }
-    for b in 0..nb {
-        counts[b + 1] += counts[b];
-    }
-    tmp.clear();
-    tmp.resize(n, 0);
-    for &c in v.iter() {
-        let b = bucket(c);
-        tmp[counts[b] as usize] = c;
-        counts[b] += 1;
-    }
-    // Now bucket b is tmp[counts[b - 1]..counts[b]] (from 0 for b = 0).
-    let mut from = 0;
-    for &end in &counts[..nb] {
-        let s = &mut tmp[from..end as usize];
-        if s.len() <= 24 {
-            insertion_desc(s);
-        } else {
-            s.sort_unstable_by(|a, b| b.cmp(a));
+    let (or, and) = v.iter().fold((0u32, u32::MAX), |(o, a), &c| (o | key(c), a & key(c)));
+    let varying = or ^ and;
+    if varying != 0 {
+        const BITS: u32 = 12;
+        tmp.clear();
+        tmp.resize(n, 0);
+        counts.clear();
+        counts.resize(1 << BITS, 0);
+        let (lo, hi) = (varying.trailing_zeros(), u32::BITS - varying.leading_zeros());
+        let mut in_v = true;
+        let mut shift = lo;
+        while shift < hi {
+            if in_v {
+                radix_pass(v, tmp, counts, shift, BITS);
+            } else {
+                radix_pass(tmp, v, counts, shift, BITS);
+            }
+            in_v = !in_v;
+            shift += BITS;
         }
-        from = end as usize;
+        if !in_v {
+            v.copy_from_slice(tmp);
+        }
     }
-    v.copy_from_slice(tmp);
+    // Equal keys: order by the low word (the column half).
+    let mut i = 0;
+    while i < n {
+        let mut j = i + 1;
+        while j < n && key(v[j]) == key(v[i]) {
+            j += 1;
+        }
+        if j - i > 1 {
+            v[i..j].sort_unstable_by(|a, b| b.cmp(a));
+        }
+        i = j;
+    }
+}
+
+/// One stable counting pass of the descending LSD radix sort: by the digit of
+/// `bits` bits at `shift` of the high word, largest digit first.
+fn radix_pass(src: &[u64], dst: &mut [u64], counts: &mut [u32], shift: u32, bits: u32) {
+    let mask = (1u32 << bits) - 1;
+    // Complemented digit: ascending counting order gives descending keys.
+    let digit = |c: u64| (!((c >> 32) as u32 >> shift) & mask) as usize;
+    counts.fill(0);
+    for &c in src {
+        counts[digit(c)] += 1;
+    }
+    let mut sum = 0;
+    for c in counts.iter_mut() {
+        let t = *c;
+        *c = sum;
+        sum += t;
+    }
+    for &c in src {
+        let d = digit(c);
+        dst[counts[d] as usize] = c;
+        counts[d] += 1;
+    }
 }
 
 /// Insertion sort, descending.
