@@ -31,8 +31,9 @@
 //!    again, which can only raise `t`.
 //! 3. *Finish*: compact to `min(k, len)`, then order: [`OutputOrder::Score`] sorts
 //!    the composites descending, [`OutputOrder::Index`] by ascending column (as
-//!    [`OutputOrder::arrange`] does), both by one bucket pass on the sort field
-//!    and then each bucket sorted; write indices, the value bits, and padding.
+//!    [`OutputOrder::arrange`] does), both by an LSD radix sort over the bits of
+//!    the sort field that vary, ties then ordered by the other half; write
+//!    indices, the value bits, and padding.
 //!
 //! # Invariants
 //! * After each compaction the buffer holds the exact top `k` of the elements
