@@ -185,11 +185,7 @@ struct Elem<16> {
     static constexpr u32 NEG_INF = 0xff80u;
 };
 template <>
-struct Elem<15> {
-    typedef u16 raw;
-    static constexpr int VEC = 8;
-    static constexpr int ITEMS = 8;
-    static constexpr int TOP_BIT = 47;
+struct Elem<15> : Elem<16> {  // f16: the bf16 storage, its own -inf
     static constexpr u32 NEG_INF = 0xfc00u;
 };
 

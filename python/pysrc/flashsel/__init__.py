@@ -328,6 +328,20 @@ def _topk_numpy(scores: np.ndarray, k: int, lengths: Any, order: str, nan: str, 
         out_idx,
         None if out_val is None else out_val.view(bits_dtype),
     )
+    return _result(out_idx, out_val, was_1d, return_values)
+
+
+def _torch_dtype_name(torch: Any, dtype: Any) -> str:
+    """The native dtype name of a torch score dtype, or TypeError."""
+    names = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+    name = names.get(dtype)
+    if name is None:
+        raise TypeError(f"unsupported scores dtype {dtype}: flashsel takes torch.float32, torch.float16 or torch.bfloat16")
+    return name
+
+
+def _result(out_idx: Any, out_val: Any, was_1d: bool, return_values: bool) -> Any:
+    """Drops the row axis of a 1-D call; indices, or (indices, values)."""
     if was_1d:
         out_idx = out_idx[0]
         out_val = None if out_val is None else out_val[0]
@@ -335,12 +349,7 @@ def _topk_numpy(scores: np.ndarray, k: int, lengths: Any, order: str, nan: str, 
 
 
 def _topk_torch_cpu(torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: str, return_values: bool) -> Any:
-    names = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
-    name = names.get(scores.dtype)
-    if name is None:
-        raise TypeError(
-            f"unsupported scores dtype {scores.dtype}: flashsel takes torch.float32, torch.float16 or torch.bfloat16"
-        )
+    name = _torch_dtype_name(torch, scores.dtype)
     rows, cols, was_1d = _as_2d_shape(tuple(scores.shape))
     s2 = scores.detach().unsqueeze(0) if was_1d else scores.detach()  # views, never copies
     itemsize = scores.element_size()
@@ -367,10 +376,7 @@ def _topk_torch_cpu(torch: Any, scores: Any, k: int, lengths: Any, order: str, n
         out_idx.numpy(),
         None if out_val is None else bits(out_val),
     )
-    if was_1d:
-        out_idx = out_idx[0]
-        out_val = None if out_val is None else out_val[0]
-    return (out_idx, out_val) if return_values else out_idx
+    return _result(out_idx, out_val, was_1d, return_values)
 
 
 # ---------------------------------------------------------------------------
@@ -395,12 +401,7 @@ def _ensure_engine(device: int) -> None:
 
 
 def _topk_cuda(torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: str, return_values: bool) -> Any:
-    names = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
-    name = names.get(scores.dtype)
-    if name is None:
-        raise TypeError(
-            f"unsupported scores dtype {scores.dtype}: flashsel takes torch.float32, torch.float16 or torch.bfloat16"
-        )
+    name = _torch_dtype_name(torch, scores.dtype)
     rows, cols, was_1d = _as_2d_shape(tuple(scores.shape))
     s2 = scores.detach()
     if was_1d:
@@ -471,7 +472,4 @@ def _topk_cuda(torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: s
         )
         # `ws` and `lens` go back to torch's caching allocator here; their
         # reuse is ordered after this launch on the same stream.
-    if was_1d:
-        out_idx = out_idx[0]
-        out_val = None if out_val is None else out_val[0]
-    return (out_idx, out_val) if return_values else out_idx
+    return _result(out_idx, out_val, was_1d, return_values)

@@ -34,12 +34,14 @@
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
 //!   append nothing).
 
-use crate::contract::{DType, Error, Result, SelectSpec};
+use crate::contract::{Error, Result, SelectSpec};
 
 /// Threads per CTA of every kernel.
 pub const BLOCK: u32 = 512;
-/// Elements per tile of the last CTA's merge (kernel constant: `FS_BLOCK * 8`).
-pub const MERGE_TILE: u32 = BLOCK * 8;
+/// Elements per tile of every streaming loop, all dtypes (kernel: `FS_BLOCK *
+/// Elem<...>::ITEMS`, 8 items per thread: one 16-byte load for the 16-bit types,
+/// two for f32, and no register spills on sm_80).
+pub const TILE: u32 = BLOCK * 8;
 /// Static shared memory of a kernel (the `Shared` struct), rounded up.
 pub const STATIC_SMEM: u32 = 2048;
 /// CTAs per SM the scan kernel's register budget allows (shared-buffer
@@ -134,15 +136,6 @@ pub struct SplitLayout {
     pub row_lb: u64,
 }
 
-/// Scan elements per thread per tile (kernel constant `Elem<...>::ITEMS`).
-pub fn scan_items(dtype: DType) -> u32 {
-    match dtype {
-        // One 16-byte load per thread per tile for the 16-bit types, two for
-        // f32: the same tile length, and no register spills on sm_80.
-        DType::F32 | DType::BF16 | DType::F16 => 8,
-    }
-}
-
 fn align(x: u64) -> u64 {
     x.div_ceil(256) * 256
 }
@@ -158,11 +151,10 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     let rows = spec.rows as u64;
     let cols = spec.cols as u64;
     let block = BLOCK;
-    let tile = BLOCK * scan_items(spec.dtype);
+    let tile = TILE;
     // The buffer must hold k survivors plus one more tile, and compaction must
     // free at least a tile: cap = 2k + tile.
-    let tile64 = tile.max(MERGE_TILE) as u64;
-    let min_cap = 2 * k + tile64;
+    let min_cap = 2 * k + tile as u64;
     if min_cap > u32::MAX as u64 / 2 {
         return Err(Error::too_large("k (candidate buffer)", k as u128));
     }
