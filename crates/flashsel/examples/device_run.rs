@@ -23,40 +23,54 @@ fn gen_par(data: Data, n: usize, seed: u64) -> Vec<f32> {
     parts.concat()
 }
 
-fn tune(bw: f64) {
-    let shapes: [(usize, usize, usize); 3] = [(1, 1_048_576, 2048), (64, 131_072, 2048), (2048, 131_072, 2048)];
-    let variants: [(&str, Option<u32>); 2] = [("FS_PROFILE=1", None), ("FS_PROFILE=1,FS_SAMPLE=0", None)];
-    let mut rng = Rng::new(5);
-    for &(rows, cols, k) in &shapes {
-        let data = gen_par(Data::Normal, rows * cols, rng.next_u64());
-        let view = ScoresView::new(&data, rows, cols).unwrap();
-        let spec = SelectSpec::new(rows, cols, k, flashsel::DType::F32);
-        let want = flashsel::cpu::select(&view, &spec, None).unwrap();
-        for (defs, cap) in variants {
-            let e = CudaEngine::new(0).unwrap().with_tuning(defs, cap);
-            let plan = e.plan(&spec, false).unwrap();
-            let (got, mut t) = e.time_select(&view, &spec, None, 10).unwrap();
-            let prof = if defs.contains("PROFILE") { e.take_profile().unwrap() } else { vec![0; 32] };
-            t.sort_by(f64::total_cmp);
-            let med = t[t.len() / 2];
-            let per = |tot: u64, n: u64| if n == 0 { 0.0 } else { tot as f64 / n as f64 };
-            println!(
-                "TUNE {rows}x{cols} k{k} [{defs} cap={}] {:.2} us ({:.0} GB/s) ok={} | scan rows {} cyc/row {:.0} loop compactions {} finish cyc/row {:.0} | restarts {} split fallbacks {} last-CTA merge cyc/row {:.0} | hist passes {}",
-                plan.cap,
-                med * 1e6,
-                (rows * cols * 4) as f64 / med / 1e9,
-                got.indices == want.indices,
-                prof[4],
-                per(prof[0], prof[4]),
-                prof[2],
-                per(prof[3], prof[4]),
-                prof[6],
-                prof[7],
-                per(prof[9], (prof[4] / plan.ctas_per_row as u64).max(1)),
-                prof[16]
-            );
-        }
+fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, variants: &[String], rng: &mut Rng) {
+    let raw = gen_par(data, rows * cols, rng.next_u64());
+    let typed: Vec<T> = raw.iter().map(|&x| T::from_f32(x)).collect();
+    let view = ScoresView::new(&typed, rows, cols).unwrap();
+    let spec = SelectSpec::new(rows, cols, k, T::DTYPE);
+    let want = flashsel::cpu::select(&view, &spec, None).unwrap();
+    for defs in variants {
+        let e = CudaEngine::new(0).unwrap().with_tuning(defs, None);
+        let plan = e.plan(&spec, false).unwrap();
+        let (got, mut t) = e.time_select(&view, &spec, None, 10).unwrap();
+        let prof = if defs.contains("PROFILE") { e.take_profile().unwrap() } else { vec![0; 32] };
+        t.sort_by(f64::total_cmp);
+        let med = t[t.len() / 2];
+        let per = |tot: u64, n: u64| if n == 0 { 0.0 } else { tot as f64 / n as f64 };
+        println!(
+            "TUNE {rows}x{cols} k{k} {} {data:?} [{defs}] {:.2} us ({:.0} GB/s) ok={} | rows {} cyc/row {:.0} loop compactions {} redone segs {} finish cyc/row {:.0} | restarts {} split fallbacks {} last-CTA merge cyc {:.0} | hist passes {}",
+            T::DTYPE.name(),
+            med * 1e6,
+            (rows * cols * std::mem::size_of::<T>()) as f64 / med / 1e9,
+            got.indices == want.indices,
+            prof[4],
+            per(prof[0], prof[4]),
+            prof[2],
+            prof[5],
+            per(prof[3], prof[4]),
+            prof[6],
+            prof[7],
+            per(prof[9], (prof[4] / plan.ctas_per_row as u64).max(1)),
+            prof[16]
+        );
     }
+}
+
+/// Times kernel variants (`-D` sets, `;`-separated in FS_TUNE) on the main shapes.
+fn tune(bw: f64) {
+    let variants: Vec<String> = std::env::var("FS_TUNE")
+        .unwrap_or("FS_PROFILE=1".into())
+        .split(';')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let mut rng = Rng::new(5);
+    tune_shape::<f32>(1, 262_144, 512, Data::Normal, &variants, &mut rng);
+    tune_shape::<f32>(1, 1_048_576, 2048, Data::Normal, &variants, &mut rng);
+    tune_shape::<f32>(64, 131_072, 2048, Data::Normal, &variants, &mut rng);
+    tune_shape::<f32>(2048, 131_072, 2048, Data::Normal, &variants, &mut rng);
+    tune_shape::<bf16>(2048, 131_072, 2048, Data::Normal, &variants, &mut rng);
+    tune_shape::<f32>(2048, 131_072, 2048, Data::ReluFew, &variants, &mut rng);
+    tune_shape::<f32>(1, 1_048_576, 2048, Data::ReluFew, &variants, &mut rng);
     // The samplers' fallbacks must run on trap data (fs_prof[6]: row-path
     // restarts, [7]: split-row exact fallbacks).
     for &(rows, cols, k, period) in &[(300usize, 65_536usize, 5000usize, 4096usize), (1, 262_144, 8192, 16_384)] {
@@ -144,6 +158,7 @@ fn main() {
         };
         cases.push(extra(1, 40_000, 512, Data::Normal));
         cases.push(extra(1, 70_000, 512, Data::Relu));
+        cases.push(extra(1, 140_000, 512, Data::ReluFew));
         cases.push(extra(2, 40_000, 20_000, Data::Normal));
         let (mut run, mut failed) = (0, 0);
         for c in &cases {
@@ -171,7 +186,7 @@ fn main() {
         let bw = e.copy_bandwidth(1 << 30).unwrap();
         println!("copy bandwidth {:.2} TB/s", bw / 1e12);
         let mut rng = Rng::new(99);
-        for data in [Data::Normal, Data::Relu] {
+        for data in [Data::Normal, Data::ReluFew] {
             time_shape::<f32>(&e, 1, 262_144, 512, data, bw, &mut rng);
             time_shape::<f32>(&e, 1, 1_048_576, 2048, data, bw, &mut rng);
             time_shape::<f32>(&e, 64, 131_072, 2048, data, bw, &mut rng);

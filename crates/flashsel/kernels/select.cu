@@ -92,7 +92,8 @@ typedef unsigned long long u64;
 
 #if FS_PROFILE
 // 0 row cycles, 1 in-loop compaction cycles, 2 in-loop compactions, 3 finish
-// cycles, 4 CTA rows, 6 row-path sample restarts, 7 split-row exact fallbacks,
+// cycles, 4 CTA rows, 5 optimistic segments redone, 6 row-path sample
+// restarts, 7 split-row exact fallbacks,
 // 9 last-CTA merge cycles, 16 histogram passes (thread 0 of each CTA counts).
 __device__ unsigned long long fs_prof[32];
 #define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
@@ -231,6 +232,66 @@ __device__ __forceinline__ uint4 load_vec(const void* row, long long e0, long lo
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// The q-th element of a 16-byte group as a float, exactly (bf16 and f16 widen
+// without rounding), for the fast filter.
+template <int TAG>
+__device__ __forceinline__ float elem_float(const uint4& v, int q) {
+    if (TAG == 32) return __uint_as_float(word(v, q));
+    const u32 w = word(v, q >> 1);
+    if (TAG == 16) return __uint_as_float((q & 1) ? (w & 0xffff0000u) : (w << 16));
+    float f;
+    const u32 h = (q & 1) ? (w >> 16) : (w & 0xffffu);
+    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "r"(h));
+    return f;
+}
+
+template <int TAG>
+__device__ __forceinline__ float bits_float(u32 bits) {
+    if (TAG == 32) return __uint_as_float(bits);
+    if (TAG == 16) return __uint_as_float(bits << 16);
+    float f;
+    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "r"(bits));
+    return f;
+}
+
+// The filter's view of a lower bound lb (taken at a barrier).
+//   Exact test: c >= lb  <=>  key > key(lb), or key == key(lb) and
+//   column <= tie_col.
+//   Fast test, valid when `fast`: the element's float x against t, the float
+//   whose key is key(lb) (clamped to -inf below it): x > t passes, x < t fails,
+//   and x == t (a key tie; -0 and +0 are one key) passes iff its column is
+//   <= tie_col. NaN passes iff `unord` (its key, all ones or zero, is then
+//   above key(lb)).
+//   Not `fast` when key(lb) is above +inf's key (only NaNs can pass, with a
+//   column test) or is the NaN-lowest key with a column part: the exact test
+//   then runs on every element.
+struct Bound {
+    u32 key;
+    u32 tie_col;
+    float t;
+    bool fast;
+    bool unord;
+};
+
+template <int TAG>
+__device__ __forceinline__ Bound make_bound(u64 lb, int nan_largest) {
+    typedef FloatBits<TAG> F;
+    const u32 all = F::SIGN | F::EXP | F::MAN;
+    const u32 key_ninf = ~(F::SIGN | F::EXP) & all;
+    const u32 key_pinf = F::SIGN | F::EXP;
+    Bound b;
+    b.key = (u32)(lb >> 32);
+    b.tie_col = 0xffffffffu - (u32)lb;
+    b.fast = !(b.key > key_pinf || (b.key == 0 && lb != 0));
+    b.unord = nan_largest || lb == 0;
+    const u32 bits = (b.key & F::SIGN) ? (b.key & ~F::SIGN) : (~b.key & all);
+    b.t = b.key <= key_ninf ? __uint_as_float(0xff800000u) : bits_float<TAG>(bits);
+    // Below -inf's key, -inf (x == t) passes whatever its column; likewise
+    // +-0 when key(lb) is the unused key just below zero's (t is then -0.0).
+    if (b.key < key_ninf || bits == F::SIGN) b.tie_col = 0xffffffffu;
+    return b;
+}
+
 // ---------------------------------------------------------------------------
 // Per-CTA shared state.
 
@@ -277,14 +338,31 @@ __device__ __forceinline__ void hist_pass(const u64* buf, Shared& sh, u32 n, u64
     }
 }
 
+// Element b (= j * VEC + q) of this thread's tile: its raw bits, picked from
+// the registers with a select tree (a dynamic index would spill to local memory).
+template <int TAG, int NV>
+__device__ __forceinline__ u32 pick(const uint4 (&cur)[NV], u32 b) {
+    const u32 w_i = TAG == 32 ? b : b >> 1;  // word index over the NV groups
+    uint4 v = cur[0];
+#pragma unroll
+    for (int j = 1; j < NV; ++j) v = (w_i >> 2) == (u32)j ? cur[j] : v;
+    const u32 lo = (w_i & 1) ? v.y : v.x, hi = (w_i & 1) ? v.w : v.z;
+    const u32 w = (w_i & 2) ? hi : lo;
+    if (TAG == 32) return w;
+    return (b & 1) ? (w >> 16) : (w & 0xffffu);
+}
+
 // Pushes the elements of this thread's tile (`cur`: ITEMS elements as 16-byte
 // groups; element j * VEC + q has column tile0 + (j * FS_BLOCK + tid) * VEC + q)
-// whose bit is set in `pass`, with one shared atomic per warp. Keys are
-// recomputed rather than kept, to stay within the register budget. Every lane
-// of the warp calls it.
+// whose bit is set in `pass`, with one shared atomic per warp. Only the set
+// bits are visited (a warp loops as often as its busiest lane has passes), and
+// keys are recomputed from the raw bits rather than kept, to save registers.
+// Slots at or past `cap` are not written: sh.count then exceeds cap and the
+// streaming loop redoes the segment (see stream_range). Every lane of the
+// warp calls it.
 template <int TAG, int NV>
 __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const uint4 (&cur)[NV], u32 tile0,
-                                          int nan_largest) {
+                                          u32 cap, int nan_largest) {
     constexpr int VEC = Elem<TAG>::VEC;
     if (!__any_sync(FULL_MASK, pass != 0)) return;
     const int lane = threadIdx.x & 31;
@@ -299,15 +377,12 @@ __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const 
     if (lane == 31) base = atomicAdd(&sh.count, incl);
     base = __shfl_sync(FULL_MASK, base, 31);
     u32 pos = base + incl - cnt;
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) {
-            if (pass & (1u << (j * VEC + q))) {
-                const u32 e = tile0 + (u32)((j * FS_BLOCK + threadIdx.x) * VEC + q);
-                buf[pos++] = composite(order_key<TAG>(unpack<TAG>(cur[j], q), nan_largest), e);
-            }
-        }
+    while (pass) {
+        const u32 b = __ffs(pass) - 1;
+        pass &= pass - 1;
+        const u32 e = tile0 + (u32)(((b / VEC) * FS_BLOCK + threadIdx.x) * VEC + (b % VEC));
+        if (pos < cap) buf[pos] = composite(order_key<TAG>(pick<TAG>(cur, b), nan_largest), e);
+        ++pos;
     }
 }
 
@@ -572,50 +647,141 @@ __device__ __noinline__ void sample_lb(u64* buf, Shared& sh, const void* row_sco
     const u32 j = (u32)(expect + 4.0f * sqrtf(expect) + 4.0f);
     const u32 n = sh.count;
     if (j < n) compact<E::TOP_BIT>(buf, sh, n, j, j + j / 4);
-    // Keep the key only: every element whose key equals the bound's passes, so
-    // a plateau of ties (ReLU zeros, all-equal rows) cannot push the bound
-    // above the k-th element through the column half.
+    // On a plateau of ties (ReLU zeros, all-equal rows) the bound's key is
+    // the plateau's and its column says how many of the sample's tied elements
+    // it admits. The sample's columns are not the row's, so the column is
+    // mapped from the bound's place among the sample positions to the same
+    // fraction of the range: about as many of the row's ties pass as the
+    // sample rank asked for, not the whole plateau. (A sampled bound is never
+    // trusted: too few passing elements send the caller to the exact path.)
     if (threadIdx.x == 0) {
-        sh.lb = (sh.lb >> 32) << 32;
+        const u64 lb = sh.lb;
+        u32 low = 0;  // column part 0: every element of the bound's key passes
+        if ((u32)lb != 0u) {
+            constexpr u32 SPAN = TILE / 16;  // elements per sample block
+            const u32 rel = (0xffffffffu - (u32)lb) - (u32)start;  // columns < 2^31
+            u32 b = rel / (u32)spacing;
+            b = b > 15u ? 15u : b;
+            u32 o = rel - b * (u32)spacing;
+            o = o > SPAN - 1 ? SPAN - 1 : o;
+            const u64 scaled = ((u64)(b * SPAN + o + 1) * (u64)range + TILE - 1) / TILE;
+            u32 col = (u32)start + (u32)scaled;
+            col = col > (u32)(end - 1) ? (u32)(end - 1) : col;
+            low = 0xffffffffu - col;
+        }
+        sh.lb = ((lb >> 32) << 32) | low;
         sh.count = 0;
     }
 }
 
-// Streams [start, end) of one row through the filter into the buffer
-// (compacting when a tile might not fit). Out of line, so that the streaming
-// loop keeps its registers whatever the caller holds.
+// The exact filter over one tile: bit j * VEC + q set iff the element passes
+// c >= lb (elements at offsets >= lim are outside the range).
+template <int TAG, int NV>
+__device__ __forceinline__ u32 exact_mask(const uint4 (&cur)[NV], u32 tile0, u32 lim, const Bound& bd,
+                                          int nan_largest) {
+    constexpr int VEC = Elem<TAG>::VEC;
+    u32 pass = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+            const u32 off = (u32)((j * FS_BLOCK + threadIdx.x) * VEC + q);
+            const u32 key = order_key<TAG>(unpack<TAG>(cur[j], q), nan_largest);
+            // Bitwise, not short-circuit: no branch per element.
+            const u32 ok = (u32)(off < lim) & ((u32)(key > bd.key) | ((u32)(key == bd.key) & (u32)(tile0 + off <= bd.tie_col)));
+            pass |= ok << (j * VEC + q);
+        }
+    }
+    return pass;
+}
+
+// The filter over one full tile in the float domain (see Bound). Without
+// TIES: one compare per element plus an equality flag (`tie`); a warp where
+// some element equals t runs it again WITH TIES, which adds the column test
+// for those elements. Exact whenever the bound is `fast`.
+template <int TAG, bool UNORD, bool TIES, int NV>
+__device__ __forceinline__ u32 fast_mask(const uint4 (&cur)[NV], const Bound& bd, u32 tile0, bool& tie) {
+    constexpr int VEC = Elem<TAG>::VEC;
+    u32 pass = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+            const float x = elem_float<TAG>(cur[j], q);
+            u32 ok = (u32)(UNORD ? !(x <= bd.t) : (x > bd.t));
+            if (TIES) {
+                const u32 col = tile0 + (u32)((j * FS_BLOCK + threadIdx.x) * VEC + q);
+                ok |= (u32)(x == bd.t) & (u32)(col <= bd.tie_col);
+            } else {
+                tie |= x == bd.t;
+            }
+            pass |= ok << (j * VEC + q);
+        }
+    }
+    return pass;
+}
+
+template <int TAG>
+__device__ __forceinline__ void load_tile(uint4 (&v)[Elem<TAG>::ITEMS / Elem<TAG>::VEC], const void* row_scores,
+                                          long long base, long long end, bool aligned) {
+#pragma unroll
+    for (int j = 0; j < Elem<TAG>::ITEMS / Elem<TAG>::VEC; ++j)
+        v[j] = load_vec<TAG>(row_scores, base + ((long long)j * FS_BLOCK + threadIdx.x) * Elem<TAG>::VEC, end,
+                             aligned);
+}
+
+// Streams [start, end) of one row through the filter into the buffer.
+// Out of line, so that the streaming loop keeps its registers whatever the
+// caller holds.
+//
+// SEGMENTS. Barriers come only at checkpoints between segments of tiles. At a
+// checkpoint with n composites buffered, (cap - n) / TILE tiles fit whatever
+// passes (a safe segment); when the last segment pushed few, a longer,
+// optimistic segment runs, sized for twice the measured pushes per tile
+// (at most FS_SEG tiles). Pushes past cap are not stored; if the count
+// exceeds cap at the next checkpoint, the segment is discarded (count reset)
+// and streamed again as a safe one. Either way nothing is lost, and lb is read
+// only at checkpoints (between them it is stale-low: admits more, never fewer).
+#ifndef FS_SEG
+#define FS_SEG 16
+#endif
+#ifndef FS_FAST
+#define FS_FAST 1
+#endif
 template <int TAG>
 __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_scores, long long start,
                                           long long end, bool aligned, int cap, int k, int nan_largest) {
     typedef Elem<TAG> E;
-    constexpr int VEC = E::VEC;
-    constexpr int ITEMS = E::ITEMS;
-    constexpr int TILE = FS_BLOCK * ITEMS;
+    constexpr int NV = E::ITEMS / E::VEC;
+    constexpr int TILE = FS_BLOCK * E::ITEMS;
     const int tid = threadIdx.x;
     // Software pipeline: the next tile's loads are in flight while this
-    // tile is filtered (and while a compaction runs).
-    uint4 nxt[ITEMS / VEC];
-#pragma unroll
-    for (int j = 0; j < ITEMS / VEC; ++j)
-        nxt[j] = load_vec<TAG>(row_scores, start + ((long long)j * FS_BLOCK + tid) * VEC, end, aligned);
-    // Barriers only where needed: after one, with `n` composites buffered, the
-    // next (cap - n) / TILE tiles fit whatever passes, so they run without one.
-    // lb is re-read at each barrier (between them it can only be stale-low,
-    // which admits more, never fewer).
-    u32 budget = 0;
-    u32 lbk = 0, tie_col = 0xffffffffu;
-    for (long long base = start; base < end; base += TILE) {
-        uint4 cur[ITEMS / VEC];
-#pragma unroll
-        for (int j = 0; j < ITEMS / VEC; ++j) cur[j] = nxt[j];
-        if (base + TILE < end) {
-#pragma unroll
-            for (int j = 0; j < ITEMS / VEC; ++j)
-                nxt[j] = load_vec<TAG>(row_scores, base + TILE + ((long long)j * FS_BLOCK + tid) * VEC, end, aligned);
-        }
-        if (budget == 0) {  // uniform: every thread counts the same tiles
+    // tile is filtered.
+    uint4 nxt[NV];
+    long long base = start;
+    load_tile<TAG>(nxt, row_scores, base, end, aligned);
+    u32 left = 0;  // tiles before the next checkpoint (uniform)
+    long long seg_base = start;
+    u32 seg_n = 0, rate = TILE;
+    Bound bd;
+    for (;;) {
+        if (left == 0 || base >= end) {  // uniform
             __syncthreads();
             u32 n = sh.count;
+            // Nobody pushes (moving sh.count) before every thread has read it.
+            __syncthreads();
+            if (n > (u32)cap) {
+                // The optimistic segment overflowed: drop it, redo it safely.
+                if (tid == 0) sh.count = seg_n;
+                n = seg_n;
+                base = seg_base;
+                load_tile<TAG>(nxt, row_scores, base, end, aligned);
+                rate = TILE;
+                if (tid == 0) PROF_ADD(5, 1);
+            } else if (base > seg_base) {
+                rate = (n - seg_n) / (u32)((base - seg_base + TILE - 1) / TILE);
+            }
+            if (base >= end) break;
             if (n + TILE > (u32)cap) {
                 const long long t0 = PROF_CLOCK();
                 compact<E::TOP_BIT>(buf, sh, n, (u32)k, ((u32)cap - TILE + (u32)k) / 2);
@@ -625,30 +791,34 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
                     PROF_ADD(2, 1);
                 }
             }
-            budget = ((u32)cap - n) / TILE;
-            const u64 lb = sh.lb;
-            // c >= lb  <=>  key > lbk, or key == lbk and column <= tie_col.
-            lbk = (u32)(lb >> 32);
-            tie_col = 0xffffffffu - (u32)lb;
-            // Nobody pushes (moving sh.count) before every thread has read it:
-            // the budget must be the same in every thread.
+            const u32 safe = ((u32)cap - n) / TILE;
+            const u32 opt = ((u32)cap - n) / (2 * rate + 64);
+            left = safe > (opt < FS_SEG ? opt : FS_SEG) ? safe : (opt < FS_SEG ? opt : FS_SEG);
+            seg_base = base;
+            seg_n = n;
+            bd = make_bound<TAG>(sh.lb, nan_largest);
             __syncthreads();
         }
-        --budget;
+        uint4 cur[NV];
+#pragma unroll
+        for (int j = 0; j < NV; ++j) cur[j] = nxt[j];
+        if (base + TILE < end) load_tile<TAG>(nxt, row_scores, base + TILE, end, aligned);
         const u32 tile0 = (u32)base;
-        const u32 lim = base + TILE <= end ? 0xffffffffu : (u32)(end - base);
-        u32 pass = 0;
-#pragma unroll
-        for (int j = 0; j < ITEMS / VEC; ++j) {
-#pragma unroll
-            for (int q = 0; q < VEC; ++q) {
-                const u32 off = (u32)((j * FS_BLOCK + tid) * VEC + q);
-                const u32 key = order_key<TAG>(unpack<TAG>(cur[j], q), nan_largest);
-                const bool ok = off < lim && (key > lbk || (key == lbk && tile0 + off <= tie_col));
-                pass |= (u32)ok << (j * VEC + q);
-            }
+        const bool full = base + TILE <= end;
+        u32 pass;
+        if (FS_FAST && full && bd.fast) {  // uniform
+            bool tie = false;
+            pass = bd.unord ? fast_mask<TAG, true, false>(cur, bd, tile0, tie)
+                            : fast_mask<TAG, false, false>(cur, bd, tile0, tie);
+            if (__any_sync(FULL_MASK, tie))
+                pass = bd.unord ? fast_mask<TAG, true, true>(cur, bd, tile0, tie)
+                                : fast_mask<TAG, false, true>(cur, bd, tile0, tie);
+        } else {
+            pass = exact_mask<TAG>(cur, tile0, full ? 0xffffffffu : (u32)(end - base), bd, nan_largest);
         }
-        push_tile<TAG>(buf, sh, pass, cur, tile0, nan_largest);
+        push_tile<TAG>(buf, sh, pass, cur, tile0, (u32)cap, nan_largest);
+        base += TILE;
+        --left;
     }
 }
 

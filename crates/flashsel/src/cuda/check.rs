@@ -13,6 +13,9 @@ pub enum Data {
     Normal,
     /// ReLU plateaus: `max(0, x)`, half the row exactly 0.0.
     Relu,
+    /// `max(0, x - 3)`: about 0.13% positive, so for most k the k-th score is
+    /// one of a plateau of tied zeros (ties decided by column).
+    ReluFew,
     AllEqual,
     /// NaN on every fifth element.
     Nan5,
@@ -31,9 +34,10 @@ pub enum Data {
     },
 }
 
-pub const ALL_DATA: [Data; 8] = [
+pub const ALL_DATA: [Data; 9] = [
     Data::Normal,
     Data::Relu,
+    Data::ReluFew,
     Data::AllEqual,
     Data::Nan5,
     Data::InfZero,
@@ -73,6 +77,7 @@ pub fn generate(d: Data, n: usize, rng: &mut Rng) -> Vec<f32> {
         .map(|i| match d {
             Data::Normal => rng.normal(),
             Data::Relu => rng.normal().max(0.0),
+            Data::ReluFew => (rng.normal() - 3.0).max(0.0),
             Data::AllEqual => 1.5,
             Data::Nan5 => {
                 if i % 5 == 0 {
@@ -266,7 +271,7 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
             widths.push(4_194_304);
         }
         for &cols in &widths {
-            for &data in &[Data::Normal, Data::Relu, Data::Ascending] {
+            for &data in &[Data::Normal, Data::Relu, Data::ReluFew, Data::Ascending] {
                 for &dtype in &[DType::F32, DType::BF16] {
                     let mut c = base(1, cols, k, dtype, data);
                     c.order = if cols % 2 == 0 { OutputOrder::Index } else { OutputOrder::Score };
@@ -276,7 +281,7 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         }
     }
     // Multi-row shapes that split, with lengths, strides and short rows in wide buffers.
-    for &data in &[Data::Normal, Data::Relu, Data::FewValues] {
+    for &data in &[Data::Normal, Data::Relu, Data::ReluFew, Data::FewValues] {
         let mut c = base(5, 300_000, 700, DType::F32, data);
         c.lengths = Some(LengthRecipe::Edges);
         c.stride_pad = 1;
@@ -293,7 +298,9 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
     // range >= 16 tiles): ties make the sample's bound too high, forcing the
     // exact restart.
     for (i, &data) in
-        [Data::Normal, Data::Relu, Data::AllEqual, Data::FewValues, Data::Ascending, Data::Nan5].iter().enumerate()
+        [Data::Normal, Data::Relu, Data::AllEqual, Data::FewValues, Data::Ascending, Data::Nan5, Data::ReluFew]
+            .iter()
+            .enumerate()
     {
         let dtype = dtypes[i % 3];
         let mut c = base(300, 70_000, if i % 2 == 0 { 2048 } else { 300 }, dtype, data);
