@@ -37,8 +37,10 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
         t.sort_by(f64::total_cmp);
         let med = t[t.len() / 2];
         let per = |tot: u64, n: u64| if n == 0 { 0.0 } else { tot as f64 / n as f64 };
+        // finish_row runs once per row (row path) or once per split row (its last CTA).
+        let fin = if plan.ctas_per_row > 1 { prof[4] / plan.ctas_per_row as u64 } else { prof[4] };
         println!(
-            "TUNE {rows}x{cols} k{k} {} {data:?} [{defs}] {:.2} us ({:.0} GB/s) ok={} | rows {} cyc/row {:.0} loop compactions {} redone segs {} finish cyc/row {:.0} | restarts {} split fallbacks {} last-CTA merge cyc {:.0} | hist passes {}",
+            "TUNE {rows}x{cols} k{k} {} {data:?} [{defs}] {:.2} us ({:.0} GB/s) ok={} | rows {} cyc/row {:.0} loop compactions {} redone segs {} finish cyc/row {:.0} | restarts {} split fallbacks {} last-CTA merge cyc {:.0} | hist passes {} | finishes {}: compact {:.0} sort {:.0} write {:.0} cyc, {:.0} cands",
             T::DTYPE.name(),
             med * 1e6,
             (rows * cols * std::mem::size_of::<T>()) as f64 / med / 1e9,
@@ -51,7 +53,12 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
             prof[6],
             prof[7],
             per(prof[9], (prof[4] / plan.ctas_per_row as u64).max(1)),
-            prof[16]
+            prof[16],
+            fin,
+            per(prof[10], fin),
+            per(prof[11], fin),
+            per(prof[12], fin),
+            per(prof[13], fin)
         );
     }
 }

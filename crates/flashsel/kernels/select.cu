@@ -65,6 +65,10 @@
 //   FS_GLOBAL_BUF   0 or 1, as above
 //   FS_SAMPLE       1: seed lb from a sample of long ranges (default)
 //   FS_PROFILE      1: accumulate clock64() phase counters in fs_prof
+//   FS_SEG          longest optimistic segment, tiles (0: safe segments only)
+//   FS_FAST         1: float-domain filter (0: the key filter on every tile)
+//   FS_BUCKET       1: bucket-rank finish when it applies (0: radix select +
+//                   bitonic sort always)
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -82,6 +86,15 @@ typedef unsigned long long u64;
 #ifndef FS_SAMPLE
 #define FS_SAMPLE 1
 #endif
+#ifndef FS_SEG
+#define FS_SEG 16
+#endif
+#ifndef FS_FAST
+#define FS_FAST 1
+#endif
+#ifndef FS_BUCKET
+#define FS_BUCKET 1
+#endif
 // Two scan CTAs per SM (<= 64 registers) with a shared buffer; the global-
 // buffer variant (large k) addresses the buffer generically and gets room.
 #if FS_GLOBAL_BUF
@@ -94,7 +107,8 @@ typedef unsigned long long u64;
 // 0 row cycles, 1 in-loop compaction cycles, 2 in-loop compactions, 3 finish
 // cycles, 4 CTA rows, 5 optimistic segments redone, 6 row-path sample
 // restarts, 7 split-row exact fallbacks,
-// 9 last-CTA merge cycles, 16 histogram passes (thread 0 of each CTA counts).
+// 9 last-CTA merge cycles, 10/11/12 finish: exact compaction / sort / write
+// cycles, 13 candidates at the finish, 14 bucket-rank finishes, 16 histogram passes (thread 0 of each CTA counts).
 __device__ unsigned long long fs_prof[32];
 #define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
 #define PROF_CLOCK() clock64()
@@ -591,21 +605,153 @@ __device__ __forceinline__ int row_length(const int* lengths, int row, int cols)
     return (len < 0 || len > cols) ? 0 : len;
 }
 
-// Finishes a row: compact to min(k, count), sort, write indices and values.
+// BUCKET-RANK FINISH. Selects and sorts in one pass when the candidates spread
+// out: buf[0..n) -> buf[0..m), the m largest composites in descending order.
+//   1. min and max of the n composites; the bucket of c is its NB_BITS bits
+//      below their common prefix, so buckets are ordered as the composites.
+//   2. histogram, then an exclusive scan from the top bucket down: start[b]
+//      is where bucket b's elements go in the output.
+//   3. scatter into bucket order (tmp), then each element's rank inside its
+//      bucket (how many of the bucket are larger: one pass over the bucket)
+//      gives its output position; positions >= m are dropped.
+// Returns false, having changed nothing in buf[0..n), when a bucket that
+// reaches into the top m holds more than RANK_MAX elements (plateaus of ties,
+// outliers that stretch the range) or the scratch space is short; the caller
+// then takes the general path (radix select + bitonic sort). Scratch: tmp
+// (n composites) and two NB-entry u32 tables past buf[n], in the buffer.
+// Cost: ~6 barriers, 3 passes over n, and a bucket's size in shared reads per
+// element.
+#define NB_BITS 11
+#define NB (1 << NB_BITS)
+#define RANK_MAX 64
+static_assert(NB % FS_BLOCK == 0, "bucket table must split evenly over the threads");
+
+__device__ __noinline__ bool bucket_rank(u64* buf, Shared& sh, u32 n, u32 m, u32 cap) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (n < 2 || 2 * n + NB > cap) return false;  // uniform
+    u64* tmp = buf + n;
+    u32* cnt = (u32*)(buf + 2 * n);
+    u32* pos = cnt + NB;
+    u64* red = (u64*)sh.hist;  // 2 x FS_WARPS partials (the histogram is free here)
+    // 1. min and max.
+    u64 mx = 0, mn = ~0ull;
+    for (u32 i = tid; i < n; i += FS_BLOCK) {
+        const u64 c = buf[i];
+        mx = umax64(mx, c);
+        mn = umin64(mn, c);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        mx = umax64(mx, __shfl_xor_sync(FULL_MASK, mx, o));
+        mn = umin64(mn, __shfl_xor_sync(FULL_MASK, mn, o));
+    }
+    if (lane == 0) {
+        red[warp] = mx;
+        red[FS_WARPS + warp] = mn;
+    }
+    for (u32 i = tid; i < NB; i += FS_BLOCK) cnt[i] = 0;
+    if (tid == 0) sh.digit = 0;  // set when some bucket is too big
+    __syncthreads();
+    mx = red[0];
+    mn = red[FS_WARPS];
+#pragma unroll
+    for (int w = 1; w < FS_WARPS; ++w) {
+        mx = umax64(mx, red[w]);
+        mn = umin64(mn, red[FS_WARPS + w]);
+    }
+    const int top = 63 - __clzll((long long)(mx ^ mn));  // composites are unique: mx != mn
+    const int shift = top >= NB_BITS - 1 ? top - (NB_BITS - 1) : 0;
+    const u64 b0 = mn >> shift;
+    // 2. histogram and the scan from the top bucket down.
+    for (u32 i = tid; i < n; i += FS_BLOCK) atomicAdd(&cnt[(u32)((buf[i] >> shift) - b0)], 1u);
+    __syncthreads();
+    constexpr int PER = NB / FS_BLOCK;
+    u32 c[PER], sum = 0;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+        c[j] = cnt[NB - 1 - (tid * PER + j)];
+        sum += c[j];
+    }
+    u32 incl = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
+        if (lane >= o) incl += v;
+    }
+    __syncthreads();  // every thread has read `red` before it is reused
+    u32* wsum = sh.hist;
+    if (lane == 31) wsum[warp] = incl;
+    __syncthreads();
+    u32 run = incl - sum;
+    for (int w = 0; w < warp; ++w) run += wsum[w];
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+        const u32 b = NB - 1 - (tid * PER + j);
+        pos[b] = run;  // becomes the bucket's end after the scatter
+        if (run < m && c[j] > RANK_MAX) atomicOr(&sh.digit, 1u);
+        run += c[j];
+    }
+    __syncthreads();
+    if (sh.digit) return false;  // uniform; buf[0..n) untouched
+    // 3. scatter into bucket order, then rank inside the bucket.
+    for (u32 i = tid; i < n; i += FS_BLOCK) {
+        const u64 v = buf[i];
+        tmp[atomicAdd(&pos[(u32)((v >> shift) - b0)], 1u)] = v;
+    }
+    __syncthreads();
+    for (u32 i = tid; i < n; i += FS_BLOCK) {
+        const u64 v = tmp[i];
+        const u32 b = (u32)((v >> shift) - b0);
+        const u32 end = pos[b], s0 = end - cnt[b];
+        if (s0 >= m) continue;
+        u32 r = s0;
+        for (u32 q = s0; q < end; ++q) r += tmp[q] > v;
+        if (r < m) buf[r] = v;
+    }
+    __syncthreads();
+    return true;
+}
+
+// Finishes a row: the top min(k, count) in output order, then indices and
+// values. Bucket-rank when the candidates spread out (after an intermediate
+// compaction if the buffer lacks its scratch space), else an exact radix
+// select and a bitonic sort. Index order sorts the selected set again by
+// column (words swapped: the low word, 0xffffffff - column, leads).
 template <int TAG>
-__device__ void finish_row(u64* buf, Shared& sh, int k, int order_index, int* out_idx, void* out_val,
+__device__ void finish_row(u64* buf, Shared& sh, int k, int cap, int order_index, int* out_idx, void* out_val,
                            const void* row_scores, long long row) {
     __syncthreads();
-    const u32 n = sh.count;
+    u32 n = sh.count;
     const u32 m = n < (u32)k ? n : (u32)k;
-    if (n > m) compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m, m);
-    if (m <= 4 * FS_BLOCK) {  // the buffer holds >= 8 * FS_BLOCK entries
-        sort_desc_regs(buf, m, order_index);
-    } else {
-        sort_desc(buf, m, order_index);
+    const long long t0 = PROF_CLOCK();
+    if (n > m && 2 * n + NB > (u32)cap) {
+        compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m, ((u32)cap - NB) / 2);
+        n = sh.count;
     }
+    const long long t1 = PROF_CLOCK();
+    bool sorted = FS_BUCKET && bucket_rank(buf, sh, n, m, (u32)cap);
+    if (sorted && order_index) {
+        for (u32 i = threadIdx.x; i < m; i += FS_BLOCK) buf[i] = (buf[i] << 32) | (buf[i] >> 32);
+        __syncthreads();
+        if (!bucket_rank(buf, sh, m, m, (u32)cap)) sort_desc(buf, m, 0);
+    } else if (!sorted) {
+        if (n > m) compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m, m);
+        if (m > 2 * FS_BLOCK && m <= 4 * FS_BLOCK) {  // the buffer holds >= 8 * FS_BLOCK entries
+            sort_desc_regs(buf, m, order_index);
+        } else {
+            sort_desc(buf, m, order_index);
+        }
+    }
+    const long long t2 = PROF_CLOCK();
     write_row<TAG>(buf, m, order_index, k, out_idx, out_val, row_scores, row);
     __syncthreads();
+    if (threadIdx.x == 0) {
+        PROF_ADD(10, t1 - t0);
+        PROF_ADD(11, t2 - t1);
+        PROF_ADD(12, PROF_CLOCK() - t2);
+        PROF_ADD(13, n);
+        PROF_ADD(14, sorted ? 1 : 0);
+    }
 }
 
 __device__ __forceinline__ void reset(Shared& sh) {
@@ -742,12 +888,6 @@ __device__ __forceinline__ void load_tile(uint4 (&v)[Elem<TAG>::ITEMS / Elem<TAG
 // exceeds cap at the next checkpoint, the segment is discarded (count reset)
 // and streamed again as a safe one. Either way nothing is lost, and lb is read
 // only at checkpoints (between them it is stale-low: admits more, never fewer).
-#ifndef FS_SEG
-#define FS_SEG 16
-#endif
-#ifndef FS_FAST
-#define FS_FAST 1
-#endif
 template <int TAG>
 __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_scores, long long start,
                                           long long end, bool aligned, int cap, int k, int nan_largest) {
@@ -884,7 +1024,7 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
         __syncthreads();
         stream_range<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest);
     }
-    finish_row<TAG>(buf, sh, P.k, P.order_index, P.out_idx, P.out_val, row_scores, row);
+    finish_row<TAG>(buf, sh, P.k, P.cap, P.order_index, P.out_idx, P.out_val, row_scores, row);
     if (tid == 0) PROF_ADD(9, PROF_CLOCK() - t_m);
 }
 
@@ -949,7 +1089,7 @@ __device__ void scan_impl(const ScanParams& P) {
         if (split) {
             split_finish<TAG>(P, buf, sh, row, row_scores, aligned);
         } else {
-            finish_row<TAG>(buf, sh, P.k, P.order_index, P.out_idx, P.out_val, row_scores, row);
+            finish_row<TAG>(buf, sh, P.k, P.cap, P.order_index, P.out_idx, P.out_val, row_scores, row);
         }
         if (tid == 0) {
             PROF_ADD(3, PROF_CLOCK() - t_fin);
