@@ -40,7 +40,7 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
         // finish_row runs once per row (row path) or once per split row (its last CTA).
         let fin = if plan.ctas_per_row > 1 { prof[4] / plan.ctas_per_row as u64 } else { prof[4] };
         println!(
-            "TUNE {rows}x{cols} k{k} {} {data:?} [{defs}] {:.2} us ({:.0} GB/s) ok={} | rows {} cyc/row {:.0} loop compactions {} redone segs {} finish cyc/row {:.0} | restarts {} split fallbacks {} last-CTA merge cyc {:.0} | hist passes {} | finishes {}: compact {:.0} sort {:.0} write {:.0} cyc, {:.0} cands",
+            "TUNE {rows}x{cols} k{k} {} {data:?} [{defs}] {:.2} us ({:.0} GB/s) ok={} | rows {} cyc/row {:.0} loop compactions {} redone segs {} finish cyc/row {:.0} | restarts {} split fallbacks {} last-CTA merge cyc {:.0} | hist passes {} | finishes {} (bucket {}): compact {:.0} sort {:.0} write {:.0} cyc, {:.0} cands",
             T::DTYPE.name(),
             med * 1e6,
             (rows * cols * std::mem::size_of::<T>()) as f64 / med / 1e9,
@@ -55,6 +55,7 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
             per(prof[9], (prof[4] / plan.ctas_per_row as u64).max(1)),
             prof[16],
             fin,
+            prof[14],
             per(prof[10], fin),
             per(prof[11], fin),
             per(prof[12], fin),

@@ -69,6 +69,7 @@
 //   FS_FAST         1: float-domain filter (0: the key filter on every tile)
 //   FS_BUCKET       1: bucket-rank finish when it applies (0: radix select +
 //                   bitonic sort always)
+//   SPLIT_DEPTH     tiles in flight per thread in the split kernel
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -94,6 +95,9 @@ typedef unsigned long long u64;
 #endif
 #ifndef FS_BUCKET
 #define FS_BUCKET 1
+#endif
+#ifndef SPLIT_DEPTH
+#define SPLIT_DEPTH 1
 #endif
 // Two scan CTAs per SM (<= 64 registers) with a shared buffer; the global-
 // buffer variant (large k) addresses the buffer generically and gets room.
@@ -588,7 +592,18 @@ __device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* ou
             if (order_index) c = (c << 32) | (c >> 32);
             const u32 col = composite_col(c);
             out_idx[o] = (int)col;
-            if (out_val) store_bits<TAG>(out_val, o, load_bits<TAG>(row_scores, col));
+            if (out_val) {
+                // The key gives the value back, except where the key merged
+                // several encodings (zero: -0 and +0; NaN: every payload):
+                // only those are read from the row.
+                typedef FloatBits<TAG> F;
+                const u32 all = F::SIGN | F::EXP | F::MAN;
+                const u32 key = (u32)(c >> 32);
+                const u32 bits = (key == F::SIGN || key == 0u || key == all)
+                                     ? load_bits<TAG>(row_scores, col)
+                                     : ((key & F::SIGN) ? (key & ~F::SIGN) : (~key & all));
+                store_bits<TAG>(out_val, o, bits);
+            }
         } else {
             out_idx[o] = -1;
             if (out_val) store_bits<TAG>(out_val, o, Elem<TAG>::NEG_INF);
@@ -605,73 +620,135 @@ __device__ __forceinline__ int row_length(const int* lengths, int row, int cols)
     return (len < 0 || len > cols) ? 0 : len;
 }
 
+// Descending bitonic sort of a[0..len) in place, any len: the variant whose
+// merges all run one way (a mirror step, then half-cleaners), so the virtual
+// padding past len (below everything) never has to move and is not stored.
+// log2(N) (log2(N) + 1) / 2 steps of N/2 compare-exchanges, N = pow2 >= len,
+// a barrier after each.
+__device__ void sort_desc_range(u64* a, u32 len) {
+    u32 n = 1;
+    while (n < len) n <<= 1;
+    for (u32 size = 2; size <= n; size <<= 1) {
+        for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
+            for (u32 i = threadIdx.x; i < n / 2; i += FS_BLOCK) {
+                u32 lo, hi;
+                if (stride == size >> 1) {  // mirror step
+                    const u32 blk = i / stride, off = i % stride;
+                    lo = blk * size + off;
+                    hi = blk * size + size - 1 - off;
+                } else {
+                    lo = 2 * i - (i & (stride - 1));
+                    hi = lo + stride;
+                }
+                if (hi < len) {
+                    const u64 x = a[lo], y = a[hi];
+                    if (x < y) {
+                        a[lo] = y;
+                        a[hi] = x;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
 // BUCKET-RANK FINISH. Selects and sorts in one pass when the candidates spread
-// out: buf[0..n) -> buf[0..m), the m largest composites in descending order.
-//   1. min and max of the n composites; the bucket of c is its NB_BITS bits
-//      below their common prefix, so buckets are ordered as the composites.
-//   2. histogram, then an exclusive scan from the top bucket down: start[b]
-//      is where bucket b's elements go in the output.
+// out: n composites -> the m largest, in descending order.
+//   1. the range of the n composites' key words and column words; the bucket
+//      of c is the top of its key offset, followed, when the keys span fewer
+//      than NB_BITS bits, by the top of its column offset (Buckets), so
+//      buckets are ordered as the composites (and tied keys, as in bf16,
+//      still spread out by column).
+//   2. histogram, then an exclusive scan from the top bucket down: where each
+//      bucket's elements go in the output.
 //   3. scatter into bucket order (tmp), then each element's rank inside its
 //      bucket (how many of the bucket are larger: one pass over the bucket)
 //      gives its output position; positions >= m are dropped.
-// Returns false, having changed nothing in buf[0..n), when a bucket that
-// reaches into the top m holds more than RANK_MAX elements (plateaus of ties,
-// outliers that stretch the range) or the scratch space is short; the caller
-// then takes the general path (radix select + bitonic sort). Scratch: tmp
-// (n composites) and two NB-entry u32 tables past buf[n], in the buffer.
+//   4. a bucket that reaches into the top m with more than RANK_MAX elements
+//      (a plateau of tied keys among spread ones) goes through the same pass
+//      on its own, where its keys are equal and its columns spread it out
+//      (bucket_big); at most BIG_MAX of them.
+// Returns false, having changed nothing in its input, when more buckets are
+// that big or the scratch space is short; the caller then takes the general
+// path (radix select + bitonic sort). Scratch past the input, in the buffer:
+// tmp (n composites) and two NB-entry u32 tables, per level.
 // Cost: ~6 barriers, 3 passes over n, and a bucket's size in shared reads per
 // element.
 #define NB_BITS 11
 #define NB (1 << NB_BITS)
 #define RANK_MAX 64
+#define BIG_MAX 4
+#define BIG_LIST 128  // sh.hist[BIG_LIST ..]: the big buckets' ids
 static_assert(NB % FS_BLOCK == 0, "bucket table must split evenly over the threads");
 
-__device__ __noinline__ bool bucket_rank(u64* buf, Shared& sh, u32 n, u32 m, u32 cap) {
+__device__ __forceinline__ int bit_len(u32 x) { return 32 - __clz(x); }
+
+struct Buckets {
+    u32 kmin, lmin;
+    int s1, s2, t2;
+    __device__ __forceinline__ u32 of(u64 c) const {
+        const u32 kd = (u32)(c >> 32) - kmin;
+        if (t2 == 0) return kd >> s1;
+        return (kd << t2) | (((u32)c - lmin) >> s2);
+    }
+};
+
+// One bucket pass: in[0..n) -> out[0..m). Big buckets are left to the caller:
+// their ids in sh.hist[BIG_LIST ..], their count in the return value (or
+// ~0u when there are more than BIG_MAX: nothing was written then).
+// tab: 2 NB u32 (counts, then ends after the scatter); tmp: n composites.
+__device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u64* tmp, u32* tab, Shared& sh) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (n < 2 || 2 * n + NB > cap) return false;  // uniform
-    u64* tmp = buf + n;
-    u32* cnt = (u32*)(buf + 2 * n);
-    u32* pos = cnt + NB;
-    u64* red = (u64*)sh.hist;  // 2 x FS_WARPS partials (the histogram is free here)
-    // 1. min and max.
-    u64 mx = 0, mn = ~0ull;
+    u32* cnt = tab;
+    u32* pos = tab + NB;
+    u32* red = sh.hist;  // 4 x FS_WARPS partials (the histogram is free here)
+    // 1. key and column ranges.
+    u32 kmin = ~0u, kmax = 0, lmin = ~0u, lmax = 0;
     for (u32 i = tid; i < n; i += FS_BLOCK) {
-        const u64 c = buf[i];
-        mx = umax64(mx, c);
-        mn = umin64(mn, c);
+        const u64 c = in[i];
+        const u32 hi = (u32)(c >> 32), lo = (u32)c;
+        kmin = min(kmin, hi);
+        kmax = max(kmax, hi);
+        lmin = min(lmin, lo);
+        lmax = max(lmax, lo);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        mx = umax64(mx, __shfl_xor_sync(FULL_MASK, mx, o));
-        mn = umin64(mn, __shfl_xor_sync(FULL_MASK, mn, o));
-    }
+    kmin = __reduce_min_sync(FULL_MASK, kmin);
+    kmax = __reduce_max_sync(FULL_MASK, kmax);
+    lmin = __reduce_min_sync(FULL_MASK, lmin);
+    lmax = __reduce_max_sync(FULL_MASK, lmax);
     if (lane == 0) {
-        red[warp] = mx;
-        red[FS_WARPS + warp] = mn;
+        red[warp] = kmin;
+        red[FS_WARPS + warp] = kmax;
+        red[2 * FS_WARPS + warp] = lmin;
+        red[3 * FS_WARPS + warp] = lmax;
     }
     for (u32 i = tid; i < NB; i += FS_BLOCK) cnt[i] = 0;
-    if (tid == 0) sh.digit = 0;  // set when some bucket is too big
+    if (tid == 0) sh.above = 0;  // big buckets reaching into the top m
     __syncthreads();
-    mx = red[0];
-    mn = red[FS_WARPS];
+    Buckets bk;
+    kmin = red[0], kmax = red[FS_WARPS], lmin = red[2 * FS_WARPS], lmax = red[3 * FS_WARPS];
 #pragma unroll
     for (int w = 1; w < FS_WARPS; ++w) {
-        mx = umax64(mx, red[w]);
-        mn = umin64(mn, red[FS_WARPS + w]);
+        kmin = min(kmin, red[w]);
+        kmax = max(kmax, red[FS_WARPS + w]);
+        lmin = min(lmin, red[2 * FS_WARPS + w]);
+        lmax = max(lmax, red[3 * FS_WARPS + w]);
     }
-    const int top = 63 - __clzll((long long)(mx ^ mn));  // composites are unique: mx != mn
-    const int shift = top >= NB_BITS - 1 ? top - (NB_BITS - 1) : 0;
-    const u64 b0 = mn >> shift;
+    const int kb = bit_len(kmax - kmin);
+    bk.kmin = kmin;
+    bk.lmin = lmin;
+    bk.s1 = kb > NB_BITS ? kb - NB_BITS : 0;
+    bk.t2 = kb >= NB_BITS ? 0 : NB_BITS - kb;
+    const int lb_ = bit_len(lmax - lmin);
+    bk.s2 = lb_ > bk.t2 ? lb_ - bk.t2 : 0;
     // 2. histogram and the scan from the top bucket down.
-    for (u32 i = tid; i < n; i += FS_BLOCK) atomicAdd(&cnt[(u32)((buf[i] >> shift) - b0)], 1u);
+    for (u32 i = tid; i < n; i += FS_BLOCK) atomicAdd(&cnt[bk.of(in[i])], 1u);
     __syncthreads();
     constexpr int PER = NB / FS_BLOCK;
-    u32 c[PER], sum = 0;
+    u32 sum = 0;
 #pragma unroll
-    for (int j = 0; j < PER; ++j) {
-        c[j] = cnt[NB - 1 - (tid * PER + j)];
-        sum += c[j];
-    }
+    for (int j = 0; j < PER; ++j) sum += cnt[NB - 1 - (tid * PER + j)];
     u32 incl = sum;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -687,28 +764,73 @@ __device__ __noinline__ bool bucket_rank(u64* buf, Shared& sh, u32 n, u32 m, u32
 #pragma unroll
     for (int j = 0; j < PER; ++j) {
         const u32 b = NB - 1 - (tid * PER + j);
+        const u32 cb = cnt[b];
         pos[b] = run;  // becomes the bucket's end after the scatter
-        if (run < m && c[j] > RANK_MAX) atomicOr(&sh.digit, 1u);
-        run += c[j];
+        if (run < m && cb > RANK_MAX) {
+            const u32 t = atomicAdd(&sh.above, 1u);
+            if (t < BIG_MAX) sh.hist[BIG_LIST + t] = b;
+        }
+        run += cb;
     }
     __syncthreads();
-    if (sh.digit) return false;  // uniform; buf[0..n) untouched
+    const u32 nbig = sh.above;
+    if (nbig > BIG_MAX) return ~0u;  // uniform; nothing written
     // 3. scatter into bucket order, then rank inside the bucket.
     for (u32 i = tid; i < n; i += FS_BLOCK) {
-        const u64 v = buf[i];
-        tmp[atomicAdd(&pos[(u32)((v >> shift) - b0)], 1u)] = v;
+        const u64 v = in[i];
+        tmp[atomicAdd(&pos[bk.of(v)], 1u)] = v;
     }
     __syncthreads();
     for (u32 i = tid; i < n; i += FS_BLOCK) {
         const u64 v = tmp[i];
-        const u32 b = (u32)((v >> shift) - b0);
+        const u32 b = bk.of(v);
         const u32 end = pos[b], s0 = end - cnt[b];
-        if (s0 >= m) continue;
+        if (s0 >= m || end - s0 > RANK_MAX) continue;
         u32 r = s0;
         for (u32 q = s0; q < end; ++q) r += tmp[q] > v;
-        if (r < m) buf[r] = v;
+        if (r < m) out[r] = v;
     }
     __syncthreads();
+    return nbig;
+}
+
+// The whole finish: buf[0..n) -> buf[0..m) sorted, two levels deep: a big
+// bucket of the first pass gets a pass of its own (scratch permitting), and a
+// big bucket of that one a bitonic sort. False: nothing changed.
+__device__ bool bucket_rank(u64* buf, Shared& sh, u32 n, u32 m, u32 cap) {
+    if (n < 2 || 2 * n + NB > cap) return false;  // uniform
+    u64* tmp = buf + n;
+    u32* tab = (u32*)(buf + 2 * n);
+    const u32 nbig = bucket_pass(buf, n, buf, m, tmp, tab, sh);
+    if (nbig == ~0u) return false;
+    u32 big[BIG_MAX];
+#pragma unroll
+    for (int t = 0; t < BIG_MAX; ++t) big[t] = t < (int)nbig ? sh.hist[BIG_LIST + t] : 0;
+    __syncthreads();  // big[] read before the next pass rewrites the list
+    const u32 used = 2 * n + NB;  // buffer entries in use: buf, tmp, tables
+    for (u32 t = 0; t < nbig; ++t) {  // uniform
+        const u32 b = big[t];
+        const u32 end = tab[NB + b], s0 = end - tab[b], len = end - s0;
+        const u32 take = min(end, m) - s0;
+        u32 nbig2 = ~0u;
+        if (used + len + NB <= cap) {
+            u64* tmp2 = buf + used;
+            nbig2 = bucket_pass(tmp + s0, len, buf + s0, take, tmp2, (u32*)(tmp2 + len), sh);
+            for (u32 t2 = 0; nbig2 != ~0u && t2 < nbig2; ++t2) {
+                const u32 b2 = sh.hist[BIG_LIST + t2];
+                u32* tab2 = (u32*)(tmp2 + len);
+                const u32 e2 = tab2[NB + b2], z2 = e2 - tab2[b2];
+                sort_desc_range(tmp2 + z2, e2 - z2);
+                for (u32 i = threadIdx.x; z2 + i < min(e2, take); i += FS_BLOCK) buf[s0 + z2 + i] = tmp2[z2 + i];
+                __syncthreads();
+            }
+        }
+        if (nbig2 == ~0u) {  // no room or too many big buckets: sort the bucket
+            sort_desc_range(tmp + s0, len);
+            for (u32 i = threadIdx.x; i < take; i += FS_BLOCK) buf[s0 + i] = tmp[s0 + i];
+            __syncthreads();
+        }
+    }
     return true;
 }
 
@@ -888,18 +1010,22 @@ __device__ __forceinline__ void load_tile(uint4 (&v)[Elem<TAG>::ITEMS / Elem<TAG
 // exceeds cap at the next checkpoint, the segment is discarded (count reset)
 // and streamed again as a safe one. Either way nothing is lost, and lb is read
 // only at checkpoints (between them it is stale-low: admits more, never fewer).
-template <int TAG>
+template <int TAG, int DEPTH>
 __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_scores, long long start,
                                           long long end, bool aligned, int cap, int k, int nan_largest) {
     typedef Elem<TAG> E;
     constexpr int NV = E::ITEMS / E::VEC;
     constexpr int TILE = FS_BLOCK * E::ITEMS;
     const int tid = threadIdx.x;
-    // Software pipeline: the next tile's loads are in flight while this
-    // tile is filtered.
-    uint4 nxt[NV];
+    // Software pipeline: the next DEPTH tiles' loads are in flight while this
+    // tile is filtered (DEPTH 1 in the row kernel's 64 registers; deeper in
+    // the split kernel, one CTA per SM, where one CTA must keep enough bytes
+    // in flight on its own).
+    uint4 ring[DEPTH][NV];
     long long base = start;
-    load_tile<TAG>(nxt, row_scores, base, end, aligned);
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d)
+        if (base + d * TILE < end) load_tile<TAG>(ring[d], row_scores, base + d * TILE, end, aligned);
     u32 left = 0;  // tiles before the next checkpoint (uniform)
     long long seg_base = start;
     u32 seg_n = 0, rate = TILE;
@@ -915,7 +1041,9 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
                 if (tid == 0) sh.count = seg_n;
                 n = seg_n;
                 base = seg_base;
-                load_tile<TAG>(nxt, row_scores, base, end, aligned);
+#pragma unroll
+                for (int d = 0; d < DEPTH; ++d)
+                    if (base + d * TILE < end) load_tile<TAG>(ring[d], row_scores, base + d * TILE, end, aligned);
                 rate = TILE;
                 if (tid == 0) PROF_ADD(5, 1);
             } else if (base > seg_base) {
@@ -941,8 +1069,12 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
         }
         uint4 cur[NV];
 #pragma unroll
-        for (int j = 0; j < NV; ++j) cur[j] = nxt[j];
-        if (base + TILE < end) load_tile<TAG>(nxt, row_scores, base + TILE, end, aligned);
+        for (int j = 0; j < NV; ++j) cur[j] = ring[0][j];
+#pragma unroll
+        for (int d = 0; d + 1 < DEPTH; ++d)
+#pragma unroll
+            for (int j = 0; j < NV; ++j) ring[d][j] = ring[d + 1][j];
+        if (base + DEPTH * TILE < end) load_tile<TAG>(ring[DEPTH - 1], row_scores, base + DEPTH * TILE, end, aligned);
         const u32 tile0 = (u32)base;
         const bool full = base + TILE <= end;
         u32 pass;
@@ -1022,7 +1154,7 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
             PROF_ADD(7, 1);
         }
         __syncthreads();
-        stream_range<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest);
+        stream_range<TAG, SPLIT_DEPTH>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest);
     }
     finish_row<TAG>(buf, sh, P.k, P.cap, P.order_index, P.out_idx, P.out_val, row_scores, row);
     if (tid == 0) PROF_ADD(9, PROF_CLOCK() - t_m);
@@ -1072,7 +1204,7 @@ __device__ void scan_impl(const ScanParams& P) {
             sample_lb<TAG>(buf, sh, row_scores, start, end, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
-        stream_range<TAG>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
+        stream_range<TAG, SPLIT ? SPLIT_DEPTH : 1>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
         __syncthreads();
         const long long want = range < P.k ? range : P.k;
         if (eligible && (long long)sh.count < want) {
@@ -1083,7 +1215,7 @@ __device__ void scan_impl(const ScanParams& P) {
                 PROF_ADD(6, 1);
             }
             __syncthreads();
-            stream_range<TAG>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
+            stream_range<TAG, SPLIT ? SPLIT_DEPTH : 1>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
         }
         const long long t_fin = PROF_CLOCK();
         if (split) {

@@ -160,10 +160,23 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     }
     let buffer =
         if min_cap * 8 + STATIC_SMEM as u64 <= dev.max_smem_per_block as u64 { Buffer::Shared } else { Buffer::Global };
-    // The smallest buffer that works: with the sampled lower bound a row
-    // rarely compacts, and a smaller buffer measured faster than 4k + tile
-    // (docs/perf-log.md, v6): more L1 and room for a second CTA per SM.
-    let cap64 = min_cap;
+    let fit = (4 * k).max(8192);
+    let max_split = (cols / fit).max(1);
+    let ctas_per_row = (dev.sm_count as u64).checked_div(rows).unwrap_or(1).clamp(1, max_split);
+    let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
+    let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
+
+    // Row path: the smallest buffer that works: with the sampled lower bound
+    // a row rarely compacts, and a smaller buffer measured faster than 4k +
+    // tile (docs/perf-log.md, v6): more L1 and room for a second CTA per SM.
+    // Split path: one CTA per SM anyway (registers), so the buffer takes the
+    // shared memory there is: the last CTA then merges and finishes the row's
+    // candidates without compacting them first.
+    let cap64 = if path == Path::Split && buffer == Buffer::Shared {
+        min_cap.max((dev.max_smem_per_block - STATIC_SMEM) as u64 / 8)
+    } else {
+        min_cap
+    };
     let cap = cap64 as u32;
     let smem_bytes = if buffer == Buffer::Shared { (cap64 * 8) as u32 } else { 0 };
 
@@ -177,12 +190,6 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     let by_regs = if buffer == Buffer::Shared { SCAN_CTAS_PER_SM } else { 1 };
     let per_sm = by_threads.min(by_smem).min(by_regs) as u64;
     let target = dev.sm_count as u64 * per_sm;
-
-    let fit = (4 * k).max(8192);
-    let max_split = (cols / fit).max(1);
-    let ctas_per_row = (dev.sm_count as u64).checked_div(rows).unwrap_or(1).clamp(1, max_split);
-    let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
-    let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
 
     // Row slots: with shared buffers, as many as the grid allows; with global
     // buffers, enough to fill the GPU, since each slot owns a buffer.
