@@ -29,8 +29,13 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
     let view = ScoresView::new(&typed, rows, cols).unwrap();
     let spec = SelectSpec::new(rows, cols, k, T::DTYPE);
     let want = flashsel::cpu::select(&view, &spec, None).unwrap();
-    for defs in variants {
-        let e = CudaEngine::new(0).unwrap().with_tuning(defs, None);
+    for var in variants {
+        // "DEFINES" or "DEFINES@CAP" (a buffer capacity in place of the planner's)
+        let (defs, cap) = match var.split_once('@') {
+            Some((d, c)) => (d, c.parse().ok()),
+            None => (var.as_str(), None),
+        };
+        let e = CudaEngine::new(0).unwrap().with_tuning(defs, cap);
         let plan = e.plan(&spec, false).unwrap();
         let (got, mut t) = e.time_select(&view, &spec, None, 10).unwrap();
         let prof = if defs.contains("PROFILE") { e.take_profile().unwrap() } else { vec![0; 32] };
@@ -40,7 +45,7 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
         // finish_row runs once per row (row path) or once per split row (its last CTA).
         let fin = if plan.ctas_per_row > 1 { prof[4] / plan.ctas_per_row as u64 } else { prof[4] };
         println!(
-            "TUNE {rows}x{cols} k{k} {} {data:?} [{defs}] {:.2} us ({:.0} GB/s) ok={} | rows {} cyc/row {:.0} loop compactions {} redone segs {} finish cyc/row {:.0} | restarts {} split fallbacks {} last-CTA merge cyc {:.0} | hist passes {} | finishes {} (bucket {}): compact {:.0} sort {:.0} write {:.0} cyc, {:.0} cands",
+            "TUNE {rows}x{cols} k{k} {} {data:?} [{var}] {:.2} us ({:.0} GB/s) ok={} | rows {} cyc/row {:.0} loop compactions {} redone segs {} finish cyc/row {:.0} | restarts {} split fallbacks {} last-CTA merge cyc {:.0} | hist passes {} | finishes {} (bucket {}): compact {:.0} sort {:.0} write {:.0} cyc, {:.0} cands",
             T::DTYPE.name(),
             med * 1e6,
             (rows * cols * std::mem::size_of::<T>()) as f64 / med / 1e9,

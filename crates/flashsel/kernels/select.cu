@@ -69,7 +69,6 @@
 //   FS_FAST         1: float-domain filter (0: the key filter on every tile)
 //   FS_BUCKET       1: bucket-rank finish when it applies (0: radix select +
 //                   bitonic sort always)
-//   SPLIT_DEPTH     tiles in flight per thread in the split kernel
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -95,9 +94,6 @@ typedef unsigned long long u64;
 #endif
 #ifndef FS_BUCKET
 #define FS_BUCKET 1
-#endif
-#ifndef SPLIT_DEPTH
-#define SPLIT_DEPTH 1
 #endif
 // Two scan CTAs per SM (<= 64 registers) with a shared buffer; the global-
 // buffer variant (large k) addresses the buffer generically and gets room.
@@ -372,29 +368,20 @@ __device__ __forceinline__ u32 pick(const uint4 (&cur)[NV], u32 b) {
 
 // Pushes the elements of this thread's tile (`cur`: ITEMS elements as 16-byte
 // groups; element j * VEC + q has column tile0 + (j * FS_BLOCK + tid) * VEC + q)
-// whose bit is set in `pass`, with one shared atomic per warp. Only the set
-// bits are visited (a warp loops as often as its busiest lane has passes), and
-// keys are recomputed from the raw bits rather than kept, to save registers.
-// Slots at or past `cap` are not written: sh.count then exceeds cap and the
-// streaming loop redoes the segment (see stream_range). Every lane of the
-// warp calls it.
+// whose bit is set in `pass`, with one shared atomic per lane that has any.
+// Only the set bits are visited (a warp loops as often as its busiest lane has
+// passes), and keys are recomputed from the raw bits rather than kept, to save
+// registers. Slots at or past `cap` are not written: sh.count then exceeds cap
+// and the streaming loop redoes the segment (see stream_range).
 template <int TAG, int NV>
 __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const uint4 (&cur)[NV], u32 tile0,
                                           u32 cap, int nan_largest) {
     constexpr int VEC = Elem<TAG>::VEC;
-    if (!__any_sync(FULL_MASK, pass != 0)) return;
-    const int lane = threadIdx.x & 31;
-    const u32 cnt = __popc(pass);
-    u32 incl = cnt;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
-        if (lane >= o) incl += v;
-    }
-    u32 base = 0;
-    if (lane == 31) base = atomicAdd(&sh.count, incl);
-    base = __shfl_sync(FULL_MASK, base, 31);
-    u32 pos = base + incl - cnt;
+    // One shared atomic per lane that has passes (a few per warp and tile at
+    // the sampled bound's rate; measured faster than a warp scan and one
+    // atomic per warp: docs/perf-log.md, v12).
+    if (pass == 0) return;
+    u32 pos = atomicAdd(&sh.count, (u32)__popc(pass));
     while (pass) {
         const u32 b = __ffs(pass) - 1;
         pass &= pass - 1;
@@ -1010,22 +997,19 @@ __device__ __forceinline__ void load_tile(uint4 (&v)[Elem<TAG>::ITEMS / Elem<TAG
 // exceeds cap at the next checkpoint, the segment is discarded (count reset)
 // and streamed again as a safe one. Either way nothing is lost, and lb is read
 // only at checkpoints (between them it is stale-low: admits more, never fewer).
-template <int TAG, int DEPTH>
+template <int TAG>
 __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_scores, long long start,
                                           long long end, bool aligned, int cap, int k, int nan_largest) {
     typedef Elem<TAG> E;
     constexpr int NV = E::ITEMS / E::VEC;
     constexpr int TILE = FS_BLOCK * E::ITEMS;
     const int tid = threadIdx.x;
-    // Software pipeline: the next DEPTH tiles' loads are in flight while this
-    // tile is filtered (DEPTH 1 in the row kernel's 64 registers; deeper in
-    // the split kernel, one CTA per SM, where one CTA must keep enough bytes
-    // in flight on its own).
-    uint4 ring[DEPTH][NV];
+    // Software pipeline: the next tile's loads are in flight while this tile
+    // is filtered (deeper pipelines, in registers, measured no faster in the
+    // split kernel: docs/perf-log.md, v12).
+    uint4 nxt[NV];
     long long base = start;
-#pragma unroll
-    for (int d = 0; d < DEPTH; ++d)
-        if (base + d * TILE < end) load_tile<TAG>(ring[d], row_scores, base + d * TILE, end, aligned);
+    load_tile<TAG>(nxt, row_scores, base, end, aligned);
     u32 left = 0;  // tiles before the next checkpoint (uniform)
     long long seg_base = start;
     u32 seg_n = 0, rate = TILE;
@@ -1041,9 +1025,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
                 if (tid == 0) sh.count = seg_n;
                 n = seg_n;
                 base = seg_base;
-#pragma unroll
-                for (int d = 0; d < DEPTH; ++d)
-                    if (base + d * TILE < end) load_tile<TAG>(ring[d], row_scores, base + d * TILE, end, aligned);
+                load_tile<TAG>(nxt, row_scores, base, end, aligned);
                 rate = TILE;
                 if (tid == 0) PROF_ADD(5, 1);
             } else if (base > seg_base) {
@@ -1069,12 +1051,8 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
         }
         uint4 cur[NV];
 #pragma unroll
-        for (int j = 0; j < NV; ++j) cur[j] = ring[0][j];
-#pragma unroll
-        for (int d = 0; d + 1 < DEPTH; ++d)
-#pragma unroll
-            for (int j = 0; j < NV; ++j) ring[d][j] = ring[d + 1][j];
-        if (base + DEPTH * TILE < end) load_tile<TAG>(ring[DEPTH - 1], row_scores, base + DEPTH * TILE, end, aligned);
+        for (int j = 0; j < NV; ++j) cur[j] = nxt[j];
+        if (base + TILE < end) load_tile<TAG>(nxt, row_scores, base + TILE, end, aligned);
         const u32 tile0 = (u32)base;
         const bool full = base + TILE <= end;
         u32 pass;
@@ -1154,7 +1132,7 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
             PROF_ADD(7, 1);
         }
         __syncthreads();
-        stream_range<TAG, SPLIT_DEPTH>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest);
+        stream_range<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest);
     }
     finish_row<TAG>(buf, sh, P.k, P.cap, P.order_index, P.out_idx, P.out_val, row_scores, row);
     if (tid == 0) PROF_ADD(9, PROF_CLOCK() - t_m);
@@ -1204,7 +1182,7 @@ __device__ void scan_impl(const ScanParams& P) {
             sample_lb<TAG>(buf, sh, row_scores, start, end, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
-        stream_range<TAG, SPLIT ? SPLIT_DEPTH : 1>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
+        stream_range<TAG>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
         __syncthreads();
         const long long want = range < P.k ? range : P.k;
         if (eligible && (long long)sh.count < want) {
@@ -1215,7 +1193,7 @@ __device__ void scan_impl(const ScanParams& P) {
                 PROF_ADD(6, 1);
             }
             __syncthreads();
-            stream_range<TAG, SPLIT ? SPLIT_DEPTH : 1>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
+            stream_range<TAG>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
         }
         const long long t_fin = PROF_CLOCK();
         if (split) {

@@ -166,16 +166,19 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
 
-    // Row path: the smallest buffer that works: with the sampled lower bound
-    // a row rarely compacts, and a smaller buffer measured faster than 4k +
-    // tile (docs/perf-log.md, v6): more L1 and room for a second CTA per SM.
-    // Split path: one CTA per SM anyway (registers), so the buffer takes the
-    // shared memory there is: the last CTA then merges and finishes the row's
-    // candidates without compacting them first.
-    let cap64 = if path == Path::Split && buffer == Buffer::Shared {
-        min_cap.max((dev.max_smem_per_block - STATIC_SMEM) as u64 / 8)
-    } else {
-        min_cap
+    // A bigger buffer gives the finish its scratch space (the bucket-rank
+    // passes, docs/design.md) and longer stretches between barriers.
+    // Row path: as big as two CTAs per SM allow (their registers allow no
+    // more). Split path: one CTA per SM anyway, so all the shared memory there
+    // is: the last CTA then merges and finishes the row's candidates without
+    // compacting them first.
+    let cap64 = match (path, buffer) {
+        (_, Buffer::Global) => min_cap,
+        (Path::Split, Buffer::Shared) => min_cap.max((dev.max_smem_per_block - STATIC_SMEM) as u64 / 8),
+        (Path::Row, Buffer::Shared) => {
+            let per_cta = (dev.smem_per_sm / SCAN_CTAS_PER_SM).saturating_sub(STATIC_SMEM + 1024) as u64;
+            min_cap.max(per_cta / 8)
+        }
     };
     let cap = cap64 as u32;
     let smem_bytes = if buffer == Buffer::Shared { (cap64 * 8) as u32 } else { 0 };
