@@ -195,7 +195,7 @@ template <>
 struct Elem<16> {
     typedef u16 raw;
     static constexpr int VEC = 8;
-    static constexpr int ITEMS = 8;
+    static constexpr int ITEMS = 16;  // two 16-byte loads per tile, as f32
     static constexpr int TOP_BIT = 47;
     static constexpr u32 NEG_INF = 0xff80u;
 };
@@ -929,21 +929,32 @@ __device__ __noinline__ void sample_lb(u64* buf, Shared& sh, const void* row_sco
     }
 }
 
+// tie_col as an offset from column c0, clamped to [-1, 2^31): an element at
+// c0 + rel (rel >= 0) has column <= tie_col iff rel <= the result.
+__device__ __forceinline__ int tie_offset(u32 tie_col, u32 c0) {
+    return tie_col < c0 ? -1 : (int)min(tie_col - c0, 0x7fffffffu);
+}
+
 // The exact filter over one tile: bit j * VEC + q set iff the element passes
 // c >= lb (elements at offsets >= lim are outside the range).
 template <int TAG, int NV>
 __device__ __forceinline__ u32 exact_mask(const uint4 (&cur)[NV], u32 tile0, u32 lim, const Bound& bd,
                                           int nan_largest) {
     constexpr int VEC = Elem<TAG>::VEC;
+    // Offsets relative to this thread's first element, so that each element's
+    // tests are against an immediate (no register per element).
+    const u32 t0 = threadIdx.x * VEC;
+    const int olim = lim <= t0 ? -1 : (int)min(lim - t0 - 1, 0x7fffffffu);
+    const int otie = tie_offset(bd.tie_col, tile0 + t0);
     u32 pass = 0;
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
 #pragma unroll
         for (int q = 0; q < VEC; ++q) {
-            const u32 off = (u32)((j * FS_BLOCK + threadIdx.x) * VEC + q);
+            const int rel = j * FS_BLOCK * VEC + q;
             const u32 key = order_key<TAG>(unpack<TAG>(cur[j], q), nan_largest);
             // Bitwise, not short-circuit: no branch per element.
-            const u32 ok = (u32)(off < lim) & ((u32)(key > bd.key) | ((u32)(key == bd.key) & (u32)(tile0 + off <= bd.tie_col)));
+            const u32 ok = (u32)(rel <= olim) & ((u32)(key > bd.key) | ((u32)(key == bd.key) & (u32)(rel <= otie)));
             pass |= ok << (j * VEC + q);
         }
     }
@@ -957,6 +968,7 @@ __device__ __forceinline__ u32 exact_mask(const uint4 (&cur)[NV], u32 tile0, u32
 template <int TAG, bool UNORD, bool TIES, int NV>
 __device__ __forceinline__ u32 fast_mask(const uint4 (&cur)[NV], const Bound& bd, u32 tile0, bool& tie) {
     constexpr int VEC = Elem<TAG>::VEC;
+    const int otie = TIES ? tie_offset(bd.tie_col, tile0 + threadIdx.x * VEC) : 0;
     u32 pass = 0;
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
@@ -965,8 +977,7 @@ __device__ __forceinline__ u32 fast_mask(const uint4 (&cur)[NV], const Bound& bd
             const float x = elem_float<TAG>(cur[j], q);
             u32 ok = (u32)(UNORD ? !(x <= bd.t) : (x > bd.t));
             if (TIES) {
-                const u32 col = tile0 + (u32)((j * FS_BLOCK + threadIdx.x) * VEC + q);
-                ok |= (u32)(x == bd.t) & (u32)(col <= bd.tie_col);
+                ok |= (u32)(x == bd.t) & (u32)(j * FS_BLOCK * VEC + q <= otie);
             } else {
                 tie |= x == bd.t;
             }
