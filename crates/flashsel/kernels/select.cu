@@ -69,7 +69,6 @@
 //   FS_FAST         1: float-domain filter (0: the key filter on every tile)
 //   FS_BUCKET       1: bucket-rank finish when it applies (0: radix select +
 //                   bitonic sort always)
-//   FS_PREP_TILES   most tiles in a split row's sample (fs_prep_*)
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -88,16 +87,13 @@ typedef unsigned long long u64;
 #define FS_SAMPLE 1
 #endif
 #ifndef FS_SEG
-#define FS_SEG 32
+#define FS_SEG 16
 #endif
 #ifndef FS_FAST
 #define FS_FAST 1
 #endif
 #ifndef FS_BUCKET
 #define FS_BUCKET 1
-#endif
-#ifndef FS_PREP_TILES
-#define FS_PREP_TILES 4
 #endif
 // Two scan CTAs per SM (<= 64 registers) with a shared buffer; the global-
 // buffer variant (large k) addresses the buffer generically and gets room.
@@ -875,42 +871,34 @@ __device__ __forceinline__ void reset(Shared& sh) {
     __syncthreads();
 }
 
-// Seeds sh.lb from a sample of [start, end): s tiles (1 <= s <= SMAX) in
-// 16 s blocks spread over the range. The bound is the key of sample rank j,
-// with j chosen so that clearly more than k elements of the range are
-// expected above it (expected j * range / (s TILE); j adds four standard
-// deviations and 4): a bigger sample needs a smaller margin. Leaves the
-// buffer empty (it must hold s tiles). Out of line: it runs once per range
-// and would otherwise crowd the streaming loop's registers.
-template <int TAG, int SMAX>
+// Seeds sh.lb from a sample of [start, end): 16 blocks spread over the range,
+// one tile in all. The bound is the key of sample rank j, with j chosen
+// so that clearly more than k elements of the range are expected above it
+// (expected j * range / TILE; j adds four standard deviations and 4). Leaves
+// the buffer empty. Out of line: it runs once per range and would otherwise
+// crowd the streaming loop's registers.
+template <int TAG>
 __device__ __noinline__ void sample_lb(u64* buf, Shared& sh, const void* row_scores, long long start, long long end,
-                                       bool aligned, int k, int nan_largest, int s) {
+                                       bool aligned, int k, int nan_largest) {
     typedef Elem<TAG> E;
     constexpr int VEC = E::VEC;
-    constexpr int NV = E::ITEMS / VEC;
     constexpr int TILE = FS_BLOCK * E::ITEMS;
     constexpr int BLK = TILE / VEC / 16;  // vectors per sample block
     const long long range = end - start;
-    const long long spacing = (range / (16 * s)) & ~7ll;
-    uint4 w[SMAX * NV];  // every load in flight before the first push
+    const long long spacing = (range / 16) & ~7ll;
 #pragma unroll
-    for (int j = 0; j < SMAX * NV; ++j) {
+    for (int j = 0; j < E::ITEMS / VEC; ++j) {
         const int v = j * FS_BLOCK + threadIdx.x;
         const long long e0 = start + (v / BLK) * spacing + (long long)(v % BLK) * VEC;
-        w[j] = j < s * NV ? load_vec<TAG>(row_scores, e0, end, aligned) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int j = 0; j < SMAX * NV; ++j) {
-        const int v = j * FS_BLOCK + threadIdx.x;
-        const long long e0 = start + (v / BLK) * spacing + (long long)(v % BLK) * VEC;
+        const uint4 w = load_vec<TAG>(row_scores, e0, end, aligned);
 #pragma unroll
         for (int q = 0; q < VEC; ++q) {
-            const u64 c = composite(order_key<TAG>(unpack<TAG>(w[j], q), nan_largest), (u32)(e0 + q));
-            push(buf, sh, j < s * NV && e0 + q < end, c);
+            const u64 c = composite(order_key<TAG>(unpack<TAG>(w, q), nan_largest), (u32)(e0 + q));
+            push(buf, sh, e0 + q < end, c);
         }
     }
     __syncthreads();
-    const float expect = (float)k * (float)(s * TILE) / (float)range;
+    const float expect = (float)k * (float)TILE / (float)range;
     const u32 j = (u32)(expect + 4.0f * sqrtf(expect) + 4.0f);
     const u32 n = sh.count;
     if (j < n) compact<E::TOP_BIT>(buf, sh, n, j, j + j / 4);
@@ -927,12 +915,11 @@ __device__ __noinline__ void sample_lb(u64* buf, Shared& sh, const void* row_sco
         if ((u32)lb != 0u) {
             constexpr u32 SPAN = TILE / 16;  // elements per sample block
             const u32 rel = (0xffffffffu - (u32)lb) - (u32)start;  // columns < 2^31
-            const u32 blocks = 16 * (u32)s;
             u32 b = rel / (u32)spacing;
-            b = b > blocks - 1 ? blocks - 1 : b;
+            b = b > 15u ? 15u : b;
             u32 o = rel - b * (u32)spacing;
             o = o > SPAN - 1 ? SPAN - 1 : o;
-            const u64 scaled = ((u64)(b * SPAN + o + 1) * (u64)range + s * TILE - 1) / (u64)(s * TILE);
+            const u64 scaled = ((u64)(b * SPAN + o + 1) * (u64)range + TILE - 1) / TILE;
             u32 col = (u32)start + (u32)scaled;
             col = col > (u32)(end - 1) ? (u32)(end - 1) : col;
             low = 0xffffffffu - col;
@@ -1203,7 +1190,7 @@ __device__ void scan_impl(const ScanParams& P) {
         }
         const bool eligible = !split && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
         if (eligible) {
-            sample_lb<TAG, 1>(buf, sh, row_scores, start, end, aligned, P.k, P.nan_largest, 1);
+            sample_lb<TAG>(buf, sh, row_scores, start, end, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
         stream_range<TAG>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
@@ -1254,12 +1241,7 @@ __device__ void prep_impl(const ScanParams& P) {
         const bool aligned = (((unsigned long long)row_scores) & 15ull) == 0;
         const bool eligible = FS_SAMPLE && len >= 16LL * TILE && 8LL * P.k <= len;
         if (eligible) {
-            // Up to FS_PREP_TILES tiles, one per 16 tiles of the row (the
-            // buffer holds them: a split plan's buffer takes the shared memory).
-            long long s = len / (16LL * TILE);
-            s = s > FS_PREP_TILES ? FS_PREP_TILES : s;
-            s = s > P.cap / TILE ? P.cap / TILE : s;
-            sample_lb<TAG, FS_PREP_TILES>(buf, sh, row_scores, 0, len, aligned, P.k, P.nan_largest, (int)(s < 1 ? 1 : s));
+            sample_lb<TAG>(buf, sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
         if (threadIdx.x == 0) {
