@@ -87,7 +87,7 @@ typedef unsigned long long u64;
 #define FS_SAMPLE 1
 #endif
 #ifndef FS_SEG
-#define FS_SEG 16
+#define FS_SEG 32
 #endif
 #ifndef FS_FAST
 #define FS_FAST 1
