@@ -195,7 +195,7 @@ template <>
 struct Elem<16> {
     typedef u16 raw;
     static constexpr int VEC = 8;
-    static constexpr int ITEMS = 16;  // two 16-byte loads per tile, as f32
+    static constexpr int ITEMS = 8;
     static constexpr int TOP_BIT = 47;
     static constexpr u32 NEG_INF = 0xff80u;
 };
@@ -715,7 +715,7 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
     __syncthreads();
     Buckets bk;
     kmin = red[0], kmax = red[FS_WARPS], lmin = red[2 * FS_WARPS], lmax = red[3 * FS_WARPS];
-#pragma unroll
+#pragma unroll 1
     for (int w = 1; w < FS_WARPS; ++w) {
         kmin = min(kmin, red[w]);
         kmax = max(kmax, red[FS_WARPS + w]);

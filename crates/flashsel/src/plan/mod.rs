@@ -34,19 +34,15 @@
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
 //!   append nothing).
 
-use crate::contract::{DType, Error, Result, SelectSpec};
+use crate::contract::{Error, Result, SelectSpec};
 
 /// Threads per CTA of every kernel.
 pub const BLOCK: u32 = 512;
-/// Elements per tile of the streaming loops: 8 per thread for f32 (two 16-byte
-/// loads), 16 for the 16-bit types (two 16-byte loads too: measured faster
-/// than one, docs/perf-log.md v13). Kernel: `FS_BLOCK * Elem<...>::ITEMS`.
-pub const fn tile(dtype: DType) -> u32 {
-    match dtype {
-        DType::F32 => BLOCK * 8,
-        DType::BF16 | DType::F16 => BLOCK * 16,
-    }
-}
+/// Elements per tile of every streaming loop, all dtypes (kernel: `FS_BLOCK *
+/// Elem<...>::ITEMS`, 8 items per thread: one 16-byte load for the 16-bit types,
+/// two for f32; 16 items for the 16-bit types measured no faster and would
+/// double the rows a sample needs: docs/perf-log.md, v13).
+pub const TILE: u32 = BLOCK * 8;
 /// Static shared memory of a kernel (the `Shared` struct), rounded up.
 pub const STATIC_SMEM: u32 = 2048;
 /// CTAs per SM the scan kernel's register budget allows (shared-buffer
@@ -156,7 +152,7 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     let rows = spec.rows as u64;
     let cols = spec.cols as u64;
     let block = BLOCK;
-    let tile = tile(spec.dtype);
+    let tile = TILE;
     // The buffer must hold k survivors plus one more tile, and compaction must
     // free at least a tile: cap = 2k + tile.
     let min_cap = 2 * k + tile as u64;

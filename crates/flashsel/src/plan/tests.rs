@@ -60,7 +60,7 @@ fn large_k_moves_the_buffer_to_global_memory_not_to_an_error() {
     assert!(pl.layout.gbuf.is_some());
     assert!(pl.workspace_bytes >= pl.row_slots as u64 * pl.cap as u64 * 8);
     // The largest shared-memory k and the first global one.
-    let shared_max = (h200().max_smem_per_block - STATIC_SMEM) as usize / 16 - tile(DType::F32) as usize / 2;
+    let shared_max = (h200().max_smem_per_block - STATIC_SMEM) as usize / 16 - TILE as usize / 2;
     assert_eq!(p(1, 1 << 20, shared_max).buffer, Buffer::Shared);
     assert_eq!(p(1, 1 << 20, shared_max + 1).buffer, Buffer::Global);
 }
@@ -83,7 +83,7 @@ fn plans_are_pure_and_validate() {
     assert_eq!(p(5, 300_000, 700), p(5, 300_000, 700));
     assert!(plan(&SelectSpec::new(1, 8, 0, DType::F32), false, &h200()).is_err());
     let bf = plan(&SelectSpec::new(1, 1 << 20, 2048, DType::BF16), true, &h200()).unwrap();
-    assert_eq!(bf.tile, BLOCK * 16);
+    assert_eq!(bf.tile, BLOCK * 8);
 }
 
 #[test]
