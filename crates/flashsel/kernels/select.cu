@@ -6,17 +6,23 @@
 //       c = key << 32 | (0xffffffff - column)
 //   whose unsigned order is the contract's total order (larger key first, then
 //   lower column first; docs/semantics.md). An element is pushed into the CTA's
-//   candidate buffer iff c >= lb, the running lower bound. When the next tiles
-//   might not fit, the buffer is compacted: an MSD radix select (8-bit digits,
-//   256-bin shared histogram) keeps a prefix of the largest composites (exactly
-//   the k largest when finishing) and lb rises to that prefix.
-//   Long ranges start from a sampled bound: the key of a sample rank chosen so
-//   that clearly more than k elements are expected above it; if fewer pass, the
-//   range (or row) is selected again from lb = 0.
+//   candidate buffer iff c >= lb, the running lower bound, tested as one float
+//   compare per element (Bound). Barriers come only between segments of tiles;
+//   an optimistic segment that overflows the buffer is streamed again. When the
+//   next tiles might not fit, the buffer is compacted: an MSD radix select
+//   (8-bit digits, 256-bin shared histogram) keeps a prefix of the largest
+//   composites and lb rises to that prefix.
+//   Long ranges start from a sampled bound: a sample rank chosen so that clearly
+//   more than k elements are expected above it (its column scaled from the
+//   sample to the range, for plateaus of ties); if fewer pass, the range (or
+//   row) is selected again from lb = 0.
+//   The finish selects and sorts the top min(k, n) in one bucket-rank pass
+//   (bucket_rank; radix select + bitonic sort when the candidates do not
+//   spread out), then writes indices and values (values rebuilt from keys).
 //   Kernels:
-//     fs_scan_*   one CTA per row (prefill): stream, compact to min(k, n),
-//                 bitonic-sort (score order: composite descending; index order:
-//                 the low word descending, i.e. column ascending), write.
+//     fs_scan_*   one CTA per row (prefill): stream, finish (score order:
+//                 composite descending; index order: the low word descending,
+//                 i.e. column ascending), write.
 //     fs_prep_*   one CTA per split row, before fs_split_*: zero the row's
 //                 counters, take the row-wide sampled bound.
 //     fs_split_*  several CTAs per row: each streams its chunk from the row's
@@ -33,8 +39,10 @@
 //     ones. A sampled seed is the one bound not proven by the buffer: the range
 //     (or row) is selected again from lb = 0 unless min(k, len) elements
 //     passed it.
-//   - capacity C = 2k + TILE, so after a compaction (count <= (C - TILE + k) / 2)
-//     at least one tile fits, and (C - count) / TILE tiles run between barriers.
+//   - capacity C >= 2k + TILE, so after a compaction (count <= (C - TILE + k)
+//     / 2) at least one tile fits: (C - count) / TILE tiles is a safe segment.
+//     Longer (optimistic) segments store nothing past C and are redone when
+//     the count says they overflowed.
 //   - Every loop bound that contains __syncthreads or a warp collective is
 //     uniform over the CTA. Decisions taken from sh.count (compact or not, how
 //     many tiles until the next barrier) are read by every thread between two
@@ -48,12 +56,12 @@
 //   row's candidates once more (about k (1 + margin) of them, at most
 //   chunks x k).
 //   Writes: <= k composites per split CTA, k indices (+ values) per row.
-//   Compute per element: one key transform, a 32-bit compare (the column only
-//   on a key tie), a bit in the thread's mask; per warp and tile one vote, and
-//   a scan and one shared atomic when something passed.
+//   Compute per element: one float compare and an equality flag, a bit in the
+//   thread's mask; per warp and tile a vote, per lane with passes one shared
+//   atomic and a key transform per passing element.
 //   A compaction costs up to 8 histogram passes over <= C shared entries
-//   (usually 1-2 for an intermediate one, 3-4 exact: random keys separate
-//   within the key word).
+//   (usually 1-2 for an intermediate one). The bucket-rank finish: ~6
+//   barriers, 3 passes over the candidates, a bucket's size per element.
 //
 // BUFFERS
 //   FS_GLOBAL_BUF = 0: the buffer is dynamic shared memory (k <= the planner's
