@@ -71,11 +71,8 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
 
 /// Times kernel variants (`-D` sets, `;`-separated in FS_TUNE) on the main shapes.
 fn tune(bw: f64) {
-    let variants: Vec<String> = std::env::var("FS_TUNE")
-        .unwrap_or("FS_PROFILE=1".into())
-        .split(';')
-        .map(|s| s.trim().to_string())
-        .collect();
+    let variants: Vec<String> =
+        std::env::var("FS_TUNE").unwrap_or("FS_PROFILE=1".into()).split(';').map(|s| s.trim().to_string()).collect();
     let mut rng = Rng::new(5);
     tune_shape::<f32>(1, 262_144, 512, Data::Normal, &variants, &mut rng);
     tune_shape::<f32>(1, 1_048_576, 2048, Data::Normal, &variants, &mut rng);
