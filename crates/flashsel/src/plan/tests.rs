@@ -98,3 +98,28 @@ fn long_split_rows_are_sampled_first() {
     assert!(!p(8192, 131_072, 2048).sampled);
     assert!(p(1, 262_144, 8192).sampled);
 }
+
+#[test]
+fn shared_buffers_take_the_room_there_is() {
+    let dev = h200();
+    // Row path: as big as two CTAs per SM allow, and two still fit.
+    let pl = p(8192, 131_072, 2048);
+    assert_eq!((pl.buffer, pl.cap), (Buffer::Shared, 14_208));
+    assert_eq!(pl.smem_bytes, pl.cap * 8);
+    assert!(2 * (pl.smem_bytes + STATIC_SMEM + 1024) <= dev.smem_per_sm);
+    // Never below the minimum 2k + tile, even where that costs the second CTA.
+    let pl = p(8192, 131_072, 6000);
+    assert_eq!(pl.cap, 2 * 6000 + TILE);
+    // Split path: the whole opt-in limit (one CTA per SM anyway).
+    let pl = p(1, 1_048_576, 2048);
+    assert_eq!(pl.cap, (dev.max_smem_per_block - STATIC_SMEM) / 8);
+    assert!(pl.smem_bytes + STATIC_SMEM <= dev.max_smem_per_block);
+    // Global buffers stay at the minimum: they are workspace.
+    let pl = p(4, 1 << 20, 100_000);
+    assert_eq!((pl.buffer, pl.cap), (Buffer::Global, 2 * 100_000 + TILE));
+    // A smaller device (sm_86: 100 KiB per SM, 99 KiB per block): the minimum.
+    let ampere =
+        DeviceProps { sm_count: 84, max_smem_per_block: 101_376, smem_per_sm: 102_400, max_threads_per_sm: 1536 };
+    let pl = plan(&SelectSpec::new(8192, 131_072, 2048, DType::F32), false, &ampere).unwrap();
+    assert_eq!((pl.buffer, pl.cap), (Buffer::Shared, 2 * 2048 + TILE));
+}
