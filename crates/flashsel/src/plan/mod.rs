@@ -8,7 +8,9 @@
 //!   over a contiguous range; its candidate buffer holds at least `2k + tile`
 //!   composites. The buffer lives in shared memory when it fits the device's
 //!   opt-in limit, else in a per-CTA slice of the workspace (`Buffer::Global`):
-//!   same code, any `k`. No `k` makes a plan impossible.
+//!   same code, any `k`. No `k` makes a plan impossible. A shared buffer takes
+//!   the room there is (two CTAs per SM on the row path, the whole opt-in limit
+//!   on the split path): scratch for the finish, fewer barriers.
 //! - `fit` is the shortest range worth a CTA of its own: `max(8192, 4k)`
 //!   columns, so a split CTA always discards at least three quarters of what it
 //!   reads.
@@ -24,8 +26,9 @@
 //!   parts' top k).
 //! - Before the scan, `fs_prep_*` (one CTA per split row) zeroes the row's
 //!   counters and, for rows of at least 16 tiles with `8k <= len`, samples the
-//!   whole row: the key of a sample rank chosen so that clearly more than `k`
-//!   elements are expected above it. Every scan CTA of the row starts its
+//!   whole row: the composite of a sample rank chosen so that clearly more than `k`
+//!   elements are expected above it (on a plateau of ties its column is scaled
+//!   from the sample to the row). Every scan CTA of the row starts its
 //!   filter there, so the row's candidates number about `k (1 + margin)` and
 //!   the merge is cheap; the last CTA re-selects the row exactly if the bound
 //!   admitted fewer than `min(k, len)` elements.
