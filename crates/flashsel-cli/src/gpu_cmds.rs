@@ -40,7 +40,7 @@ pub struct KernelsArgs {
     /// Compile only: do not load the modules onto a device.
     #[arg(long)]
     pub compile_only: bool,
-    /// Target architecture (repeatable), e.g. sm_90a, sm_80, sm_86, sm_89.
+    /// Target architecture (repeatable), e.g. sm_90a, sm_90, sm_80, sm_86, sm_89.
     #[arg(long = "arch", value_name = "A", value_parser = parse_arch)]
     pub arch: Vec<String>,
 }

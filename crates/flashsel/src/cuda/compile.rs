@@ -77,8 +77,10 @@ impl Variant {
     }
 }
 
-/// The architectures CI compiles for: Hopper and the portable sm_80+ family.
-pub const ARCHS: [&str; 4] = ["sm_90a", "sm_80", "sm_86", "sm_89"];
+/// The architectures CI compiles for: Hopper (`sm_90a`, and plain `sm_90`: the
+/// portable build forced on Hopper with `FLASHSEL_ARCH=sm_90`) and the portable
+/// sm_80+ family.
+pub const ARCHS: [&str; 5] = ["sm_90a", "sm_90", "sm_80", "sm_86", "sm_89"];
 
 /// Resource use of one kernel, parsed from ptxas' report.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
