@@ -108,6 +108,9 @@ impl Suite {
 enum DataKind {
     Normal,
     Relu,
+    /// `max(0, x - 3)`: ~0.13% positive, so for the suite's k the k-th score is
+    /// one of a plateau of tied zeros, decided by column.
+    ReluSparse,
 }
 
 impl DataKind {
@@ -115,6 +118,7 @@ impl DataKind {
         match self {
             DataKind::Normal => "normal",
             DataKind::Relu => "relu",
+            DataKind::ReluSparse => "relu-sparse",
         }
     }
 }
@@ -254,7 +258,7 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
     print_header();
 
     let shapes = suite.shapes();
-    let total: u64 = shapes.iter().map(|s| 2 * s.dtypes.len() as u64).sum();
+    let total: u64 = shapes.iter().map(|s| KINDS.len() as u64 * s.dtypes.len() as u64).sum();
     let pb = ProgressBar::new(total);
     if let Ok(style) = ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}") {
         pb.set_style(style);
@@ -271,19 +275,17 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
             pb.inc(1);
             rows.push(row);
         };
-        for kind in [DataKind::Normal, DataKind::Relu] {
-            if kind == DataKind::Relu {
-                relu_in_place(&mut normal);
-            }
+        // Each kind derives from the one before, in place: normal, then
+        // max(0, x), then max(0, x - 3) (= max(0, max(0, x) - 3)).
+        for kind in KINDS {
+            to_kind_in_place(&mut normal, kind);
             pb.set_message(label(s, "f32", kind));
             emit(run_case(&ctx, s, &normal, kind, si));
         }
         drop(normal);
         if let Some(bf) = bf.as_mut() {
-            for kind in [DataKind::Normal, DataKind::Relu] {
-                if kind == DataKind::Relu {
-                    relu_in_place(bf);
-                }
+            for kind in KINDS {
+                to_kind_in_place(bf, kind);
                 pb.set_message(label(s, "bf16", kind));
                 emit(run_case(&ctx, s, bf, kind, si));
             }
@@ -342,7 +344,7 @@ fn label(s: &Shape, dtype: &str, kind: DataKind) -> String {
 
 fn print_header() {
     println!(
-        "{:<14} {:>5} {:<5} {:<6} {:<7} {:>5} {:>11} {:>8} {:>10} {:>10} {:>8}  verified",
+        "{:<14} {:>5} {:<5} {:<11} {:<7} {:>5} {:>11} {:>8} {:>10} {:>10} {:>8}  verified",
         "shape", "k", "dtype", "data", "backend", "iters", "median us", "GB/s", "floor us", "floor GB/s", "of floor"
     );
 }
@@ -355,7 +357,7 @@ fn print_row(r: &Row) {
         None => r.verified.clone(),
     };
     println!(
-        "{:<14} {:>5} {:<5} {:<6} {:<7} {:>5} {:>11.1} {:>8.2} {:>10} {:>10} {:>8}  {}",
+        "{:<14} {:>5} {:<5} {:<11} {:<7} {:>5} {:>11.1} {:>8.2} {:>10} {:>10} {:>8}  {}",
         shape,
         r.k,
         r.dtype,
@@ -583,13 +585,27 @@ fn to_bf16(v: &[f32]) -> Vec<bf16> {
     v.par_iter().map(|&x| bf16::from_f32(x)).collect()
 }
 
-/// `max(0, x)` with `+0.0` for every non-positive entry.
-fn relu_in_place<T: ScoreElem>(v: &mut [T]) {
+/// The data kinds of every shape, in the order `to_kind_in_place` derives them.
+const KINDS: [DataKind; 3] = [DataKind::Normal, DataKind::Relu, DataKind::ReluSparse];
+
+/// Turns the previous kind's data into `kind`'s (normal data is left as is).
+fn to_kind_in_place<T: ScoreElem>(v: &mut [T], kind: DataKind) {
+    match kind {
+        DataKind::Normal => {}
+        DataKind::Relu => relu_in_place(v, 0.0),
+        DataKind::ReluSparse => relu_in_place(v, 3.0),
+    }
+}
+
+/// `max(0, x - shift)` with `+0.0` for every entry at or below `shift`.
+fn relu_in_place<T: ScoreElem>(v: &mut [T], shift: f32) {
     let zero = T::from_f32(0.0);
     v.par_iter_mut().for_each(|x| {
         let v = x.to_f32();
-        if v.is_nan() || v <= 0.0 {
+        if v.is_nan() || v <= shift {
             *x = zero;
+        } else if shift != 0.0 {
+            *x = T::from_f32(v - shift);
         }
     });
 }
@@ -612,10 +628,19 @@ mod tests {
         assert_eq!(a, gen_normal(200_000, 7, 1));
         assert_ne!(a, gen_normal(200_000, 8, 1));
         let mut r = a.clone();
-        relu_in_place(&mut r);
+        to_kind_in_place(&mut r, DataKind::Relu);
         let zeros = r.iter().filter(|x| x.to_bits() == 0).count();
         assert!((90_000..110_000).contains(&zeros), "{zeros}");
         assert!(r.iter().all(|x| *x >= 0.0));
+        // relu-sparse from relu: max(0, x - 3), ~0.13% positive.
+        to_kind_in_place(&mut r, DataKind::ReluSparse);
+        let positive = r.iter().filter(|x| **x > 0.0).count();
+        assert!((150..450).contains(&positive), "{positive}");
+        let direct: Vec<f32> = a.iter().map(|&x| if x > 3.0 { x - 3.0 } else { 0.0 }).collect();
+        assert_eq!(
+            r.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            direct.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
     }
 
     #[test]

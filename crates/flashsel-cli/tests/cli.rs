@@ -569,7 +569,8 @@ fn bench_quick_cpu_prints_a_verified_table_and_json() {
     let o = flashsel(&["bench", "--quick", "--backend", "cpu", "--json", s(&json)]);
     assert_ok(&o);
     let out = stdout(&o);
-    for piece in ["median us", "GB/s", "floor GB/s", "of floor", "verified", "1x65536", "bf16", "relu", "all verified"]
+    for piece in
+        ["median us", "GB/s", "floor GB/s", "of floor", "verified", "1x65536", "bf16", "relu-sparse", "all verified"]
     {
         assert!(out.contains(piece), "table lacks {piece:?}:\n{out}");
     }
@@ -579,8 +580,8 @@ fn bench_quick_cpu_prints_a_verified_table_and_json() {
     assert_eq!(v["suite"], "quick");
     assert_eq!(v["ok"], true);
     let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 8);
-    // One row of the table per result.
+    assert_eq!(results.len(), 12); // 2 shapes x 2 dtypes x 3 data kinds
+                                   // One row of the table per result.
     let table_rows = out.lines().filter(|l| {
         let first = l.split_whitespace().next().unwrap_or("");
         first.split_once('x').is_some_and(|(r, c)| r.parse::<u64>().is_ok() && c.parse::<u64>().is_ok())
@@ -615,7 +616,7 @@ fn bench_quick_cpu_prints_a_verified_table_and_json() {
     }
     let kinds: std::collections::BTreeSet<_> =
         results.iter().map(|r| (r["dtype"].to_string(), r["data"].to_string())).collect();
-    assert_eq!(kinds.len(), 4);
+    assert_eq!(kinds.len(), 6);
 
     // --iters is honoured.
     let o = flashsel(&["bench", "--quick", "--backend", "cpu", "--iters", "1", "--json", s(&json)]);
