@@ -183,6 +183,14 @@ __device__ __forceinline__ u32 order_key(u32 bits, int nan_largest) {
     return key;
 }
 
+// The raw bits whose key is `key`: order_key's inverse, exact except for the
+// keys it merges (zero: -0 and +0 both give +0; NaN: one payload).
+template <int TAG>
+__device__ __forceinline__ u32 key_bits(u32 key) {
+    typedef FloatBits<TAG> F;
+    return (key & F::SIGN) ? (key & ~F::SIGN) : (~key & (F::SIGN | F::EXP | F::MAN));
+}
+
 __device__ __forceinline__ u64 composite(u32 key, u32 col) {
     return ((u64)key << 32) | (u64)(0xffffffffu - col);
 }
@@ -306,7 +314,7 @@ __device__ __forceinline__ Bound make_bound(u64 lb, int nan_largest) {
     b.tie_col = 0xffffffffu - (u32)lb;
     b.fast = !(b.key > key_pinf || (b.key == 0 && lb != 0));
     b.unord = nan_largest || lb == 0;
-    const u32 bits = (b.key & F::SIGN) ? (b.key & ~F::SIGN) : (~b.key & all);
+    const u32 bits = key_bits<TAG>(b.key);
     b.t = b.key <= key_ninf ? __uint_as_float(0xff800000u) : bits_float<TAG>(bits);
     // Below -inf's key, -inf (x == t) passes whatever its column; likewise
     // +-0 when key(lb) is the unused key just below zero's (t is then -0.0).
@@ -594,9 +602,8 @@ __device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* ou
                 typedef FloatBits<TAG> F;
                 const u32 all = F::SIGN | F::EXP | F::MAN;
                 const u32 key = (u32)(c >> 32);
-                const u32 bits = (key == F::SIGN || key == 0u || key == all)
-                                     ? load_bits<TAG>(row_scores, col)
-                                     : ((key & F::SIGN) ? (key & ~F::SIGN) : (~key & all));
+                const u32 bits =
+                    (key == F::SIGN || key == 0u || key == all) ? load_bits<TAG>(row_scores, col) : key_bits<TAG>(key);
                 store_bits<TAG>(out_val, o, bits);
             }
         } else {
@@ -605,6 +612,13 @@ __device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* ou
         }
     }
 }
+
+// Row `row`'s first score.
+template <int TAG>
+__device__ __forceinline__ const void* row_start(const ScanParams& P, int row) {
+    return (const char*)P.scores + (long long)row * P.row_stride * (long long)sizeof(typename Elem<TAG>::raw);
+}
+__device__ __forceinline__ bool aligned16(const void* p) { return (((unsigned long long)p) & 15ull) == 0; }
 
 // The row's length, or 0 for an out-of-range length (the host cannot check
 // device-resident lengths without a synchronisation; such a row comes out as
@@ -879,6 +893,15 @@ __device__ __forceinline__ void reset(Shared& sh) {
     __syncthreads();
 }
 
+// A sampled bound let fewer than min(k, len) elements through: empty the
+// buffer and drop the bound, so the caller streams its range again exactly
+// (fs_prof[slot] counts it).
+__device__ __forceinline__ void restart(Shared& sh, int slot) {
+    __syncthreads();
+    if (threadIdx.x == 0) PROF_ADD(slot, 1);
+    reset(sh);
+}
+
 // Seeds sh.lb from a sample of [start, end): 16 blocks spread over the range,
 // one tile in all. The bound is the key of sample rank j, with j chosen
 // so that clearly more than k elements of the range are expected above it
@@ -1144,13 +1167,7 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
         // may have dropped some of the top k, so this CTA selects the row again,
         // exactly, from lb = 0 (slow; needs a sample unrepresentative by over
         // four standard deviations: flashsel check builds such data).
-        __syncthreads();
-        if (tid == 0) {
-            sh.count = 0;
-            sh.lb = 0;
-            PROF_ADD(7, 1);
-        }
-        __syncthreads();
+        restart(sh, 7);
         stream_range<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest);
     }
     finish_row<TAG>(buf, sh, P.k, P.cap, P.order_index, P.out_idx, P.out_val, row_scores, row);
@@ -1172,7 +1189,6 @@ __device__ void scan_impl(const ScanParams& P) {
     const int tid = threadIdx.x;
     const int p = blockIdx.x;
     constexpr bool split = SPLIT;  // the host launches fs_split_* iff chunks > 1
-    const int esize = sizeof(typename E::raw);
 
     for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
         reset(sh);
@@ -1181,8 +1197,8 @@ __device__ void scan_impl(const ScanParams& P) {
         const long long L = (per + 7) & ~7ll;
         const long long start = (long long)p * L < len ? (long long)p * L : len;
         const long long end = start + L < len ? start + L : len;
-        const void* row_scores = (const char*)P.scores + (long long)row * P.row_stride * esize;
-        const bool aligned = (((unsigned long long)row_scores) & 15ull) == 0;
+        const void* row_scores = row_start<TAG>(P, row);
+        const bool aligned = aligned16(row_scores);
 
         const long long t_row = PROF_CLOCK();
         // SAMPLING. A split row's CTAs all start from the row-wide key bound
@@ -1205,13 +1221,7 @@ __device__ void scan_impl(const ScanParams& P) {
         __syncthreads();
         const long long want = range < P.k ? range : P.k;
         if (eligible && (long long)sh.count < want) {
-            __syncthreads();
-            if (tid == 0) {
-                sh.count = 0;
-                sh.lb = 0;
-                PROF_ADD(6, 1);
-            }
-            __syncthreads();
+            restart(sh, 6);
             stream_range<TAG>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
         }
         const long long t_fin = PROF_CLOCK();
@@ -1241,12 +1251,11 @@ __device__ void prep_impl(const ScanParams& P) {
     constexpr int TILE = FS_BLOCK * E::ITEMS;
     __shared__ Shared sh;
     u64* buf = cta_buffer(P.gbuf, P.cap);
-    const int esize = sizeof(typename E::raw);
     for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
         reset(sh);
         const int len = row_length(P.lengths, row, P.cols);
-        const void* row_scores = (const char*)P.scores + (long long)row * P.row_stride * esize;
-        const bool aligned = (((unsigned long long)row_scores) & 15ull) == 0;
+        const void* row_scores = row_start<TAG>(P, row);
+        const bool aligned = aligned16(row_scores);
         const bool eligible = FS_SAMPLE && len >= 16LL * TILE && 8LL * P.k <= len;
         if (eligible) {
             sample_lb<TAG>(buf, sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
