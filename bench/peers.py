@@ -300,24 +300,30 @@ def make_data(torch, rows, cols, k, dtype, kind, seed):
     return x.to(torch.bfloat16 if dtype == "bf16" else torch.float32)
 
 
+def median_event_us(torch, call, budget_s: float, lo: int, hi: int) -> tuple[float, int]:
+    """Median us of `call` between CUDA events, over as many calls as fit
+    `budget_s` (lo..hi), and how many ran. The caller has warmed it up."""
+    t0 = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    one = max(time.perf_counter() - t0, 1e-6)
+    iters = int(min(hi, max(lo, budget_s / one)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        starts[i].record()
+        call()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)), iters
+
+
 def time_events(torch, fn, budget_s: float) -> tuple[float, int]:
     """Median us per call over as many calls as fit `budget_s` (10..1000)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    one = max(time.perf_counter() - t0, 1e-6)
-    iters = int(min(1000, max(10, budget_s / one)))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)), iters
+    return median_event_us(torch, fn, budget_s, 10, 1000)
 
 
 def time_graph(torch, fn, budget_s: float) -> float:
@@ -335,20 +341,9 @@ def time_graph(torch, fn, budget_s: float) -> float:
             fn()
     g.replay()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    g.replay()
-    torch.cuda.synchronize()
-    one = max(time.perf_counter() - t0, 1e-6)
-    iters = int(min(500, max(5, budget_s / one)))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        g.replay()
-        ends[i].record()
-    torch.cuda.synchronize()
+    median, _ = median_event_us(torch, g.replay, budget_s, 5, 500)
     del g
-    return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)) / GRAPH_CALLS
+    return median / GRAPH_CALLS
 
 
 def short_error(e: BaseException) -> str:

@@ -24,8 +24,7 @@ fn gen_par(data: Data, n: usize, seed: u64) -> Vec<f32> {
 }
 
 fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, variants: &[String], rng: &mut Rng) {
-    let raw = gen_par(data, rows * cols, rng.next_u64());
-    let typed: Vec<T> = raw.iter().map(|&x| T::from_f32(x)).collect();
+    let typed: Vec<T> = gen_par(data, rows * cols, rng.next_u64()).iter().map(|&x| T::from_f32(x)).collect();
     let view = ScoresView::new(&typed, rows, cols).unwrap();
     let spec = SelectSpec::new(rows, cols, k, T::DTYPE);
     let want = flashsel::cpu::select(&view, &spec, None).unwrap();
@@ -104,8 +103,7 @@ fn tune(bw: f64) {
 
 fn time_shape<T: ScoreElem>(e: &CudaEngine, rows: usize, cols: usize, k: usize, data: Data, bw: f64, rng: &mut Rng) {
     let spec = SelectSpec::new(rows, cols, k, T::DTYPE);
-    let raw = gen_par(data, rows * cols, rng.next_u64());
-    let typed: Vec<T> = raw.iter().map(|&x| T::from_f32(x)).collect();
+    let typed: Vec<T> = gen_par(data, rows * cols, rng.next_u64()).iter().map(|&x| T::from_f32(x)).collect();
     let view = ScoresView::new(&typed, rows, cols).unwrap();
     let plan = e.plan(&spec, false).unwrap();
     let (got, mut t) = e.time_select(&view, &spec, None, 30).unwrap();

@@ -177,7 +177,7 @@ impl CudaEngine {
     pub fn plan(&self, spec: &SelectSpec, has_lengths: bool) -> Result<Plan> {
         let mut p = plan::plan(spec, has_lengths, &self.props)?;
         if let (Some(cap), Buffer::Shared) = (self.cap_override, p.buffer) {
-            let min = 2 * spec.k as u32 + plan::TILE;
+            let min = plan::min_cap(spec.k) as u32; // a shared buffer's: fits a u32
             let max = (self.props.max_smem_per_block - plan::STATIC_SMEM) / 8;
             p.cap = cap.clamp(min, max.max(min));
             p.smem_bytes = p.cap * 8;

@@ -144,6 +144,12 @@ fn align(x: u64) -> u64 {
     x.div_ceil(256) * 256
 }
 
+/// The smallest candidate buffer that works, in composites: it must hold k
+/// survivors plus one more tile, and a compaction must free at least a tile.
+pub fn min_cap(k: usize) -> u64 {
+    2 * k as u64 + TILE as u64
+}
+
 /// Plans a selection. Pure: the same inputs always give the same plan.
 pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<Plan> {
     spec.validate()?;
@@ -156,9 +162,7 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     let cols = spec.cols as u64;
     let block = BLOCK;
     let tile = TILE;
-    // The buffer must hold k survivors plus one more tile, and compaction must
-    // free at least a tile: cap = 2k + tile.
-    let min_cap = 2 * k + tile as u64;
+    let min_cap = min_cap(spec.k);
     if min_cap > u32::MAX as u64 / 2 {
         return Err(Error::too_large("k (candidate buffer)", k as u128));
     }
