@@ -42,6 +42,8 @@ pub struct Variant {
     pub global_buffer: bool,
     /// Extra `NAME=VALUE` macro definitions, comma separated (tuning and
     /// profiling switches such as `FS_HIST=1,FS_PROFILE=1`); empty by default.
+    /// For A/B timing against another version of the kernels, an item
+    /// `src=PATH` compiles the source at PATH in place of [`SELECT_SOURCE`].
     pub defines: String,
 }
 
@@ -62,8 +64,18 @@ impl Variant {
         )
     }
 
+    /// The `src=PATH` item of `defines`, if any.
+    fn source_path(&self) -> Option<&str> {
+        self.defines.split(',').map(str::trim).find_map(|d| d.strip_prefix("src="))
+    }
+
     fn options(&self) -> Vec<String> {
-        let extra = self.defines.split(',').map(str::trim).filter(|d| !d.is_empty()).map(|d| format!("-D{d}"));
+        let extra = self
+            .defines
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty() && !d.starts_with("src="))
+            .map(|d| format!("-D{d}"));
         let mut o = vec![
             format!("--gpu-architecture={}", self.arch),
             "-std=c++17".into(),
@@ -140,8 +152,14 @@ fn cache_dir() -> Option<PathBuf> {
 pub fn compile(v: &Variant) -> Result<Compiled> {
     let version = nvrtc_version()?;
     let opts = v.options();
+    let source = match v.source_path() {
+        Some(p) => std::borrow::Cow::Owned(
+            std::fs::read_to_string(p).map_err(|e| Error::Cuda(format!("kernel source {p}: {e}")))?,
+        ),
+        None => std::borrow::Cow::Borrowed(SELECT_SOURCE),
+    };
     let mut h = Sha256::new();
-    h.update(SELECT_SOURCE.as_bytes());
+    h.update(source.as_bytes());
     for o in &opts {
         h.update(o.as_bytes());
         h.update([0]);
@@ -156,7 +174,7 @@ pub fn compile(v: &Variant) -> Result<Compiled> {
             return Ok(Compiled { cubin, log, resources, from_cache: true });
         }
     }
-    let (cubin, log) = nvrtc_compile(SELECT_SOURCE, "select.cu", &opts)?;
+    let (cubin, log) = nvrtc_compile(&source, "select.cu", &opts)?;
     if let Some(d) = &dir {
         // The cache is an optimisation: failures to write it are ignored.
         if std::fs::create_dir_all(d).is_ok() {
