@@ -10,7 +10,8 @@
 #   5. the same check on the portable build forced on this GPU
 #      (FLASHSEL_ARCH=sm_90; SKIP_PORTABLE=1 skips it)
 #   6. device_run timings of the standard shapes (SKIP_TIME=1 skips them)
-# Logs and results go to $OUT. Each step has its own time limit.
+# Logs and results go to $OUT (at the end: session.tgz with all of them, plus
+# time.log, check.log and peers.md). Each step has its own time limit.
 set -u
 OUT=${OUT:-/tmp/flashsel-session}
 mkdir -p "$OUT"
@@ -43,3 +44,9 @@ echo "rc=$?"; tail -1 "$OUT/check-sm90.log"
 step "timings (device_run time)"
 [ -n "${SKIP_TIME:-}" ] || timeout 200 target/release/examples/device_run none time >"$OUT/time.log" 2>&1
 echo "rc=$?"; grep -E "TIME|bandwidth" "$OUT/time.log"
+# The device tool returns at most 8 files: everything goes into one archive,
+# and the summaries most often read stay beside it.
+( cd "$OUT" && tar czf /tmp/session.tgz --exclude=session.tgz . && mv /tmp/session.tgz . \
+    && find . -type f ! -name session.tgz ! -name time.log ! -name check.log ! -name peers.md -delete \
+    && find . -name peers.md -exec mv {} . \; && find . -mindepth 1 -type d -empty -delete )
+echo "=== $OUT: $(ls "$OUT" | tr '\n' ' ')"
