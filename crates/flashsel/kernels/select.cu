@@ -498,38 +498,8 @@ __device__ void compact(u64* buf, Shared& sh, u32 n, u32 m, u32 max_keep) {
     __syncthreads();
 }
 
-// Bitonic sort of buf[0..m) descending by sort key; padded with zeros to a
-// power of two (zero is below every real composite). For index order the words
-// are swapped first, so the low word (0xffffffff - column) leads.
-__device__ void sort_desc(u64* buf, u32 m, int order_index) {
-    const int tid = threadIdx.x;
-    u32 n = 1;
-    while (n < m) n <<= 1;
-    for (u32 i = tid; i < n; i += FS_BLOCK) {
-        u64 c = (i < m) ? buf[i] : 0ull;
-        if (order_index && i < m) c = (c << 32) | (c >> 32);
-        buf[i] = c;
-    }
-    __syncthreads();
-    for (u32 size = 2; size <= n; size <<= 1) {
-        for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
-            for (u32 i = tid; i < n / 2; i += FS_BLOCK) {
-                const u32 lo = 2 * i - (i & (stride - 1));
-                const u32 hi = lo + stride;
-                const bool desc = (lo & size) == 0;
-                const u64 a = buf[lo], b = buf[hi];
-                if ((a < b) == desc) {
-                    buf[lo] = b;
-                    buf[hi] = a;
-                }
-            }
-            __syncthreads();
-        }
-    }
-}
-
-// The same descending bitonic sort for m <= 4 * FS_BLOCK, with the data in
-// registers: thread t holds elements 4t .. 4t+3. Compare-exchange partners at
+// A descending bitonic sort for m <= 4 * FS_BLOCK (the finish's general path
+// for k in (1024, 2048]), with the data in registers: thread t holds elements 4t .. 4t+3. Compare-exchange partners at
 // distance 1-2 are in the thread, at 4-64 in the warp (shuffles, no barrier),
 // and only distances >= 128 go through shared memory. 20 barriers for 2048
 // elements instead of 66.
@@ -671,6 +641,17 @@ __device__ void sort_desc_range(u64* a, u32 len) {
             __syncthreads();
         }
     }
+}
+
+// buf[0..m) in output order: descending by composite (score order), or, for
+// index order, with the words swapped first, so that the low word
+// (0xffffffff - column) leads and descending means ascending column.
+__device__ void sort_desc(u64* buf, u32 m, int order_index) {
+    if (order_index) {
+        for (u32 i = threadIdx.x; i < m; i += FS_BLOCK) buf[i] = (buf[i] << 32) | (buf[i] >> 32);
+        __syncthreads();
+    }
+    sort_desc_range(buf, m);
 }
 
 // BUCKET-RANK FINISH. Selects and sorts in one pass when the candidates spread
