@@ -294,4 +294,15 @@ ptxas info    : Used 32 registers, 2096 bytes smem, 496 bytes cmem[0]\n";
         );
         assert_eq!((r[1].registers, r[1].spill_stores), (32, 0));
     }
+
+    #[test]
+    fn a_source_override_is_not_a_macro() {
+        let v =
+            Variant { defines: "FS_SEG=16, src=/tmp/other.cu,FS_PROFILE=1".into(), ..Variant::new("sm_90a", false) };
+        assert_eq!(v.source_path(), Some("/tmp/other.cu"));
+        let o = v.options();
+        assert!(o.contains(&"-DFS_SEG=16".to_string()) && o.contains(&"-DFS_PROFILE=1".to_string()));
+        assert!(!o.iter().any(|x| x.contains("src=")), "{o:?}");
+        assert_eq!(Variant::new("sm_80", true).source_path(), None);
+    }
 }
