@@ -48,5 +48,5 @@ echo "rc=$?"; grep -E "TIME|bandwidth" "$OUT/time.log"
 # and the summaries most often read stay beside it.
 ( cd "$OUT" && tar czf /tmp/session.tgz --exclude=session.tgz . && mv /tmp/session.tgz . \
     && find . -type f ! -name session.tgz ! -name time.log ! -name check.log ! -name peers.md -delete \
-    && find . -name peers.md -exec mv {} . \; && find . -mindepth 1 -type d -empty -delete )
+    && { [ ! -f peers/peers.md ] || mv peers/peers.md .; } && find . -mindepth 1 -type d -empty -delete )
 echo "=== $OUT: $(ls "$OUT" | tr '\n' ' ')"

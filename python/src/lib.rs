@@ -115,17 +115,6 @@ fn host_geometry<B: Element>(a: &PyReadonlyArray2<'_, B>) -> PyResult<(usize, us
     Ok((rows, cols, row_stride))
 }
 
-/// Runs the CPU engine on a view and writes into caller-owned outputs.
-fn run_cpu<T: ScoreElem>(
-    view: &ScoresView<'_, T>,
-    spec: &SelectSpec,
-    lengths: Option<&[i32]>,
-    out_indices: &mut [i32],
-    out_values: Option<&mut [T]>,
-) -> flashsel::Result<()> {
-    flashsel::cpu::select_into(view, spec, lengths, out_indices, out_values)
-}
-
 /// The typed host path. `B` is the NumPy element type the bits travel as
 /// (`f32`, or `u16` for both 16-bit floats), `T` the score type they are.
 #[allow(clippy::too_many_arguments)]
@@ -179,7 +168,7 @@ fn select_host<T: ScoreElem, B: Element>(
             Some(unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut T, s.len()) })
         }
     };
-    py.detach(|| run_cpu(&view, &spec, lengths, out_indices, values)).map_err(to_py)
+    py.detach(|| flashsel::cpu::select_into(&view, &spec, lengths, out_indices, values)).map_err(to_py)
 }
 
 /// Top-k of a 2-D NumPy array on the CPU engine, written into `out_indices`

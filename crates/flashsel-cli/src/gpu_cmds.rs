@@ -55,11 +55,7 @@ pub struct CheckArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
     /// Backend under test.
-    #[arg(
-        long,
-        default_value = "cuda",
-        value_parser = PossibleValuesParser::new(["auto", "cpu", "cuda"]).try_map(|s| flashsel::BackendChoice::parse(&s))
-    )]
+    #[arg(long, default_value = "cuda", value_parser = crate::backend_parser())]
     pub backend: flashsel::BackendChoice,
 }
 

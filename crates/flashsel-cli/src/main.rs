@@ -60,7 +60,7 @@ enum Cmd {
     Check(gpu_cmds::CheckArgs),
 }
 
-fn backend_parser() -> impl TypedValueParser<Value = BackendChoice> {
+pub(crate) fn backend_parser() -> impl TypedValueParser<Value = BackendChoice> {
     PossibleValuesParser::new(["auto", "cpu", "cuda"]).try_map(|s| BackendChoice::parse(&s))
 }
 

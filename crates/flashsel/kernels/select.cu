@@ -499,10 +499,10 @@ __device__ void compact(u64* buf, Shared& sh, u32 n, u32 m, u32 max_keep) {
 }
 
 // A descending bitonic sort for m <= 4 * FS_BLOCK (the finish's general path
-// for k in (1024, 2048]), with the data in registers: thread t holds elements 4t .. 4t+3. Compare-exchange partners at
-// distance 1-2 are in the thread, at 4-64 in the warp (shuffles, no barrier),
-// and only distances >= 128 go through shared memory. 20 barriers for 2048
-// elements instead of 66.
+// for k in (1024, 2048]), with the data in registers: thread t holds elements
+// 4t .. 4t+3. Compare-exchange partners at distance 1-2 are in the thread, at
+// 4-64 in the warp (shuffles, no barrier), and only distances >= 128 go
+// through shared memory. 20 barriers for 2048 elements instead of 66.
 __device__ __forceinline__ u64 umax64(u64 a, u64 b) { return a > b ? a : b; }
 __device__ __forceinline__ u64 umin64(u64 a, u64 b) { return a < b ? a : b; }
 // Orders (a, b) descending when `down`, ascending otherwise.
@@ -1139,7 +1139,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
 #pragma unroll
         for (int j = 0; j < NV; ++j) cur[j] = nxt[j];
         if (base + TILE < end) load_tile<TAG>(nxt, row_scores, base + TILE, end, aligned);
-        const u32 tile0 = (u32)base;
+        const u32 tile0 = base;
         const bool full = base + TILE <= end;
         u32 pass;
         if (FS_FAST && full && bd.fast) {  // uniform
@@ -1150,7 +1150,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
                 pass = bd.unord ? fast_mask<TAG, true, true>(cur, bd, tile0, tie)
                                 : fast_mask<TAG, false, true>(cur, bd, tile0, tie);
         } else {
-            pass = exact_mask<TAG>(cur, tile0, full ? 0xffffffffu : (u32)(end - base), bd, nan_largest);
+            pass = exact_mask<TAG>(cur, tile0, full ? 0xffffffffu : end - base, bd, nan_largest);
         }
         push_tile<TAG>(buf, sh, pass, cur, tile0, (u32)cap, nan_largest);
         base += TILE;

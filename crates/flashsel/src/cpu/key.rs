@@ -152,26 +152,24 @@ mod tests {
 
     const POLICIES: [NanPolicy; 2] = [NanPolicy::Lowest, NanPolicy::Largest];
 
-    #[test]
-    fn bf16_every_pattern() {
+    /// `key_of_bits` against the trait's key for every 16-bit pattern.
+    fn every_pattern<T: ScoreElem>(dtype: DType, from_bits: impl Fn(u16) -> T) {
         for nan in POLICIES {
-            let nk = nan_key(DType::BF16, nan);
+            let nk = nan_key(dtype, nan);
             for b in 0..=u16::MAX {
-                let x = bf16::from_bits(b);
-                assert_eq!(key_of_bits(b as u32, DType::BF16, nk), x.key(nan), "bf16 {b:#06x} {nan:?}");
+                assert_eq!(key_of_bits(b as u32, dtype, nk), from_bits(b).key(nan), "{dtype:?} {b:#06x} {nan:?}");
             }
         }
     }
 
     #[test]
+    fn bf16_every_pattern() {
+        every_pattern(DType::BF16, bf16::from_bits);
+    }
+
+    #[test]
     fn f16_every_pattern() {
-        for nan in POLICIES {
-            let nk = nan_key(DType::F16, nan);
-            for b in 0..=u16::MAX {
-                let x = f16::from_bits(b);
-                assert_eq!(key_of_bits(b as u32, DType::F16, nk), x.key(nan), "f16 {b:#06x} {nan:?}");
-            }
-        }
+        every_pattern(DType::F16, f16::from_bits);
     }
 
     /// `below` against brute force over every attained half key.
