@@ -501,14 +501,21 @@ fn gpu_subcommands_parse_their_flags() {
 
 #[test]
 fn plan_prints_the_path_a_geometry_takes_without_a_gpu() {
-    let o = flashsel(&["plan", "--rows", "1", "--cols", "1048576", "--k", "2048", "--sm-count", "132", "--json"]);
+    let o = flashsel(&["plan", "--rows", "1", "--cols", "4194304", "--k", "2048", "--sm-count", "132", "--json"]);
     assert_ok(&o);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("plan --json is JSON");
     assert_eq!(v["path"], "split");
-    assert_eq!(v["ctas_per_row"], 128);
+    assert_eq!(v["ctas_per_row"], 132);
     assert_eq!(v["merge_levels"], 1);
-    assert!(v["workspace_bytes"].as_u64().unwrap() >= 128 * 2048 * 8);
+    assert!(v["workspace_bytes"].as_u64().unwrap() >= 132 * 2048 * 8);
     assert_eq!(v["sampled"], true);
+    let o = flashsel(&["plan", "--rows", "1", "--cols", "1048576", "--k", "2048", "--sm-count", "132", "--json"]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["path"], "grid");
+    assert_eq!(v["ctas_per_row"], 132);
+    assert_eq!(v["merge_levels"], 0);
+    assert!(v["workspace_bytes"].as_u64().unwrap() >= 2048 * 8 + 49_280);
     let o = flashsel(&["plan", "--rows", "8192", "--cols", "131072", "--k", "2048", "--sm-count", "132", "--json"]);
     assert_ok(&o);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();

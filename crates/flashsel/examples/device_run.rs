@@ -69,6 +69,21 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
             per(prof[12], fin),
             per(prof[13], fin)
         );
+        if prof[20] > 0 {
+            let n = prof[20] as f64;
+            println!(
+                "GRID {rows}x{cols} k{k} {data:?} [{var}] per row (CTA 0, ns): passes {:.2} | load {:.0} | passes: work {:.0} barrier {:.0} decide {:.0} | gather {:.0} barrier {:.0} | place {:.0} | total {:.0}",
+                prof[21] as f64 / n,
+                prof[22] as f64 / n,
+                prof[23] as f64 / n,
+                prof[24] as f64 / n,
+                prof[25] as f64 / n,
+                prof[26] as f64 / n,
+                prof[27] as f64 / n,
+                prof[28] as f64 / n,
+                prof[29] as f64 / n
+            );
+        }
     }
 }
 
@@ -163,8 +178,8 @@ fn main() {
         tune(0.0);
     }
     if mode == "small" {
-        // For compute-sanitizer: the suite's small cases, plus one split, one
-        // sampled split and one global-buffer geometry.
+        // For compute-sanitizer: the suite's small cases, plus grid rows, split
+        // rows (sampled and not) and one global-buffer geometry.
         let mut rng = Rng::new(11);
         let mut cases: Vec<check::Case> =
             check::suite(&e, true, &mut rng).into_iter().filter(|c| c.rows * c.cols <= 40_000).step_by(12).collect();
@@ -183,6 +198,9 @@ fn main() {
         cases.push(extra(1, 70_000, 512, Data::Relu));
         cases.push(extra(1, 140_000, 512, Data::ReluFew));
         cases.push(extra(2, 40_000, 20_000, Data::Normal));
+        // k past the grid path's: split rows, shared buffer (sampled or not).
+        cases.push(extra(1, 40_000, 5000, Data::Normal));
+        cases.push(extra(1, 140_000, 4500, Data::ReluFew));
         let (mut run, mut failed) = (0, 0);
         for c in &cases {
             let o = check::run_case(&e, c, &mut rng).unwrap();

@@ -80,6 +80,9 @@
 //                   bitonic sort always)
 //   FS_PACKED       1: the fast filter compares 16-bit types two at a time
 //                   (set.*.bf16x2 on sm_90+, set.*.f16x2)
+//   FS_PDL          1: split rows overlap fs_split_* with fs_prep_*
+//                   (programmatic dependent launch, sm_90+; the host sets
+//                   the launch attribute when the defines say FS_PDL=1)
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -109,6 +112,21 @@ typedef unsigned long long u64;
 #ifndef FS_PACKED
 #define FS_PACKED 1
 #endif
+#ifndef FS_PDL
+#define FS_PDL 0
+#endif
+// Programmatic dependent launch (sm_90+): the host launches fs_split_* with
+// programmatic stream serialisation, so its CTAs start while fs_prep_* runs;
+// they ask L2 for their chunk, then wait for prep's results.
+#if FS_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define PDL_ON 1
+#else
+#define PDL_TRIGGER() ((void)0)
+#define PDL_WAIT() ((void)0)
+#define PDL_ON 0
+#endif
 // Two scan CTAs per SM (<= 64 registers) with a shared buffer; the global-
 // buffer variant (large k) addresses the buffer generically and gets room.
 #if FS_GLOBAL_BUF
@@ -117,16 +135,27 @@ typedef unsigned long long u64;
 #define FS_SCAN_MIN_CTAS 2
 #endif
 
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 #if FS_PROFILE
 // 0 row cycles, 1 in-loop compaction cycles, 2 in-loop compactions, 3 finish
 // cycles, 4 CTA rows, 5 optimistic segments redone, 6 row-path sample
 // restarts, 7 split-row exact fallbacks,
 // 9 last-CTA merge cycles, 10/11/12 finish: exact compaction / sort / write
 // cycles, 13 candidates at the finish, 14 bucket-rank finishes, 16 histogram passes (thread 0 of each CTA counts).
+// Grid rows (CTA 0 of each row, %globaltimer ns): 20 rows, 21 passes, 22 load,
+// 23 pass work before the barrier, 24 pass barrier waits, 25 pass decisions,
+// 26 gather, 27 gather barrier wait, 30 staging and T, 28 placement, 29 whole CTA.
 __device__ unsigned long long fs_prof[32];
 #define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
 #define PROF_CLOCK() clock64()
+#define PROF_NS() global_ns()
 #else
+#define PROF_NS() 0ull
 #define PROF_ADD(i, v) ((void)(v))
 #define PROF_CLOCK() 0ll
 #endif
@@ -1253,6 +1282,14 @@ __device__ void scan_impl(const ScanParams& P) {
         // counts restarts).
         const long long range = end - start;
         if (split) {
+            if (PDL_ON) {
+                // Until prep is done: ask L2 for this CTA's chunk.
+                const char* r = (const char*)row_scores + (long long)start * (long long)sizeof(typename E::raw);
+                const long long bytes = (end - start) * (long long)sizeof(typename E::raw);
+                for (long long o = (long long)tid * 128; o < bytes; o += FS_BLOCK * 128)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(r + o));
+                PDL_WAIT();
+            }
             if (tid == 0) sh.lb = P.row_lb[row];
             __syncthreads();
         }
@@ -1295,6 +1332,8 @@ __device__ void prep_impl(const ScanParams& P) {
     constexpr int TILE = FS_BLOCK * E::ITEMS;
     __shared__ Shared sh;
     u64* buf = cta_buffer(P.gbuf, P.cap);
+    // fs_split_* may launch now; it waits for this grid before reading.
+    PDL_TRIGGER();
     for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
         reset(sh);
         const int len = row_length(P.lengths, row, P.cols);
@@ -1314,6 +1353,373 @@ __device__ void prep_impl(const ScanParams& P) {
     }
 }
 
+// ---------------------------------------------------------------------------
+// Grid rows: fs_grid_init_all, then fs_grid_*. A cooperative launch of
+// `chunks` CTAs per row (all resident: the host launches with the cooperative
+// attribute, at most one CTA per SM), for rows whose chunk fits the CTA's
+// registers (<= FS_BLOCK * GRID_ITEMS elements).
+//
+// ALGORITHM
+//   Every CTA loads its chunk once, into registers, as order keys. The row's
+//   CTAs then run an exact MSD radix select together on the grid composite
+//       g = key << 32 | (len - 1 - column)
+//   (the contract's order: larger key, then lower column; the low word needs
+//   only bit_width(len - 1) bits, so a plateau costs passes only for the bits
+//   its columns use). Each pass: every CTA histograms (shared memory) the next
+//   digit (<= 11 bits) of its composites that match the prefix decided so
+//   far, adds the non-zero bins to the row's global histogram of that pass,
+//   and meets the row's other CTAs at a barrier; then each CTA reads the whole
+//   histogram and, identically, finds the crossing bin: the one that holds
+//   the r-th largest (r: how many the prefix still needs). The passes stop
+//   when that bin is wanted whole or holds at most GRID_SMALL composites
+//   (random f32 rows: 2 passes; the last possible pass has one-composite
+//   bins, so the loop ends: at most 6).
+//   Gather: each CTA appends its composites at or above the crossing bin's
+//   lower edge to the row's list (<= k - 1 + GRID_SMALL entries: the bins
+//   above, then the crossing bin), one global atomic per CTA; one more
+//   barrier. Every CTA copies the list to shared memory. If the crossing bin
+//   is not wanted whole, its r-th largest T is found there by counting
+//   (<= GRID_SMALL^2 compares); the selection is exactly { g >= T }.
+//   Place: each CTA places its share of the list: an entry's output position
+//   is the number of selected entries ahead of it (score order: larger g;
+//   index order: larger low word, i.e. lower column), counted by a warp per
+//   entry. Values are read back from the row (their own bits: NaN payloads,
+//   -0.0).
+//
+// INVARIANTS
+//   - Grid composites are unique in a row, so T is exact and the positions are
+//     a permutation of 0..m, whatever order the list was appended in: the
+//     output does not depend on scheduling.
+//   - Every CTA of a row takes the same decisions from the same global
+//     histogram; barrier and loop bounds are uniform over the row's CTAs.
+//   - Global state (barrier and list counters, one histogram per pass) is
+//     zeroed by fs_grid_init_all before each run, never assumed; a barrier
+//     that waits over 4 s traps rather than hangs (co-residency broken).
+//   - The shared histogram is all zero at the start of every pass: the CTA
+//     clears it once, and each pass clears the bins it filled as it adds
+//     them to the global histogram.
+//
+// COST
+//   Reads: each score once (+ one read per selected value). Per pass: a
+//   shared histogram over the CTA's matching composites, <= 2048 global
+//   atomics per CTA, one barrier (an L2 atomic and a poll), one read of the
+//   global histogram (one 16-byte load per thread). Then one atomic and one
+//   barrier for the list, and the placement: about (k + GRID_SMALL)^2 /
+//   chunks compares per CTA (the planner bounds it).
+
+#ifndef FS_GRID_SLEEP
+#define FS_GRID_SLEEP 32  // ns between barrier polls (0: spin)
+#endif
+#ifndef FS_GRID_SMALL
+#define FS_GRID_SMALL 256  // a crossing bin this small ends the passes
+#endif
+#define GRID_ITEMS 16   // elements per thread in registers
+#define GRID_BINS 2048  // 11-bit digits
+#define GRID_PASSES 6   // ceil(32 / 11) key passes + ceil(31 / 11) column passes
+// Per row: barrier counter, list counter, padding, then one histogram per pass.
+#define GRID_HDR 32
+#define GRID_STATE_WORDS (GRID_HDR + GRID_PASSES * GRID_BINS)
+static_assert(FS_BLOCK == 512, "grid_crossing: one 16-byte histogram load per thread, 16 warps");
+static_assert(FS_GRID_SMALL >= 0 && FS_GRID_SMALL <= 256, "the host sizes each row's list for k + 256");
+
+__device__ __forceinline__ u32 ld_acquire_u32(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release_add(u32* p, u32 v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// The row's CTAs meet: returns when all `chunks` of them have arrived
+// `target / chunks` times. Writes (and atomics) before it, by any thread of
+// these CTAs, are visible to every thread of them after it: bar.sync, then
+// thread 0's release add; its acquire poll, then bar.sync.
+__device__ __forceinline__ void grid_barrier(u32* counter, u32 target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        red_release_add(counter, 1u);
+        const unsigned long long t0 = global_ns();
+        while (ld_acquire_u32(counter) < target) {
+            if (FS_GRID_SLEEP) __nanosleep(FS_GRID_SLEEP);
+            if (global_ns() - t0 > 4000000000ull) __trap();
+        }
+    }
+    __syncthreads();
+}
+
+struct GridShared {
+    u32 hist[GRID_BINS];
+    u32 part[FS_WARPS];
+    u32 bin, above, cnt, base, nsmall;
+    u64 T;
+    u64 small[FS_GRID_SMALL > 0 ? FS_GRID_SMALL : 1];
+};
+
+struct GridInitParams {
+    u32* state;       // rows x GRID_STATE_WORDS
+    long long words;
+};
+// Zeroes every row's grid state (grid: any; each thread strides). Lets a
+// programmatically dependent fs_grid_* start at once.
+extern "C" __global__ void __launch_bounds__(FS_BLOCK) fs_grid_init_all(const GridInitParams p) {
+    PDL_TRIGGER();
+    for (long long i = (long long)blockIdx.x * FS_BLOCK + threadIdx.x; i < p.words; i += (long long)gridDim.x * FS_BLOCK)
+        p.state[i] = 0u;
+}
+
+// The crossing bin of a global histogram of nbins (<= GRID_BINS) bins, from
+// the top: the bin b with above < r <= above + cnt, above = the count in bins
+// above b. Every thread returns the same (b, above, cnt).
+__device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, u32 nbins, u32 r, u32& b, u32& above,
+                                              u32& cnt) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // Thread t holds bins nbins-1-4t .. nbins-4-4t (c[0] the highest).
+    u32 c[4] = {0u, 0u, 0u, 0u};
+    if (nbins >= 4) {
+        if ((u32)(4 * tid) < nbins) {
+            const uint4 w = __ldcg((const uint4*)(ghist + nbins - 4 * (tid + 1)));
+            c[0] = w.w, c[1] = w.z, c[2] = w.y, c[3] = w.x;
+        }
+    } else if (tid == 0) {
+#pragma unroll
+        for (u32 q = 0; q < 4; ++q)
+            if (q < nbins) c[q] = __ldcg(ghist + nbins - 1 - q);
+    }
+    const u32 s = c[0] + c[1] + c[2] + c[3];
+    u32 incl = s;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
+        if (lane >= o) incl += v;
+    }
+    if (lane == 31) gs.part[warp] = incl;
+    __syncthreads();
+    const u32 earlier = __reduce_add_sync(FULL_MASK, lane < warp && lane < FS_WARPS ? gs.part[lane] : 0u);
+    const u32 before = earlier + incl - s;
+    if (before < r && r <= before + s) {  // exactly one thread
+        u32 acc = before;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            if (acc < r && r <= acc + c[q]) {
+                gs.bin = nbins - 1 - (4 * tid + q);
+                gs.above = acc;
+                gs.cnt = c[q];
+            }
+            acc += c[q];
+        }
+    }
+    __syncthreads();
+    b = gs.bin, above = gs.above, cnt = gs.cnt;
+    __syncthreads();  // gs is rewritten by the next call
+}
+
+template <int TAG>
+__device__ void grid_impl(const ScanParams& P) {
+    typedef Elem<TAG> E;
+    constexpr int VEC = E::VEC;
+    constexpr int NV = GRID_ITEMS / VEC;
+    constexpr int KW = TAG == 32 ? 32 : 16;  // key width
+    __shared__ GridShared gs;
+    u64* stage = dyn_smem;  // the row's list, k + GRID_SMALL composites
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int row = blockIdx.y;
+    const int p = blockIdx.x;
+    const int chunks = P.chunks;
+    const int len = row_length(P.lengths, row, P.cols);
+    const u32 m = (u32)(len < P.k ? len : P.k);
+    const bool prof = FS_PROFILE && p == 0 && tid == 0;
+    unsigned long long t_prev = PROF_NS();
+    const unsigned long long t_start = t_prev;
+    // Adds the ns since the last stamp to fs_prof[slot] (CTA 0, thread 0).
+#define GRID_STAMP(slot)                                      \
+    do {                                                      \
+        if (prof) {                                           \
+            const unsigned long long t_ = PROF_NS();          \
+            PROF_ADD(slot, t_ - t_prev);                      \
+            t_prev = t_;                                      \
+        }                                                     \
+    } while (0)
+    const long long per = ((long long)len + chunks - 1) / chunks;
+    const long long L = (per + 7) & ~7ll;
+    const u32 start = (u32)((long long)p * L < len ? (long long)p * L : len);
+    const u32 end = (u32)(start + L < (u32)len ? start + L : (u32)len);
+    const void* row_scores = row_start<TAG>(P, row);
+    const bool aligned = aligned16(row_scores);
+    // The planner keeps every chunk within the registers; never drop elements.
+    if (end - start > (u32)(FS_BLOCK * GRID_ITEMS)) __trap();
+
+    // Load: element i = j * VEC + q of this thread sits at
+    // start + (j * FS_BLOCK + tid) * VEC + q.
+    u32 key[GRID_ITEMS];
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const u32 e0 = start + (u32)(j * FS_BLOCK + tid) * VEC;
+        const uint4 w = load_vec<TAG>(row_scores, e0, end, aligned);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) key[j * VEC + q] = order_key<TAG>(unpack<TAG>(w, q), P.nan_largest);
+    }
+    for (u32 b = tid; b < GRID_BINS; b += FS_BLOCK) gs.hist[b] = 0u;
+    if (tid == 0) gs.nsmall = 0;
+    const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;
+    const u32 mine = end > start ? end - start : 0u;  // elements of this CTA
+    // Element i's offset in the chunk and grid composite.
+#define GRID_OFF(i) ((u32)(((i) / VEC) * FS_BLOCK + tid) * VEC + (u32)((i) % VEC))
+#define GRID_G(i) (((u64)key[i] << 32) | (u64)(lenm1 - (start + GRID_OFF(i))))
+
+    // fs_grid_init_all's zeroes must be visible before the first global write.
+    PDL_WAIT();
+    u32* state = P.row_count + (long long)row * GRID_STATE_WORDS;
+    u32* bar = state;
+    u32* list_count = state + 1;
+    u64* list = P.cand + (long long)row * (P.k + FS_GRID_SMALL);
+    u32 barriers = 0;
+    __syncthreads();
+    GRID_STAMP(22);
+
+    // SELECT: the crossing bin's lower edge `edge`, how many of it are wanted
+    // (r) and how many it holds (cnt). m == len: all of them (edge 0).
+    u64 edge = 0;
+    u32 r = 0, cnt = 0;
+    int lo_last = 0;  // the crossing bin is [edge, edge + 2^lo_last)
+    if (m > 0 && m < (u32)len) {
+        const int lbits = 32 - __clz(lenm1);  // bits of the low word in use
+        int hi = 32 + KW;                     // bits >= hi are decided
+        r = m;
+        for (int pass = 0;; ++pass) {
+            const int floor_bit = hi > 32 ? 32 : 0;
+            const int lo = hi - 11 > floor_bit ? hi - 11 : floor_bit;
+            const u32 nbins = 1u << (hi - lo);
+            const u64 pre = hi >= 64 ? 0ull : edge >> hi;
+#pragma unroll
+            for (int i = 0; i < GRID_ITEMS; ++i) {
+                if (GRID_OFF(i) < mine) {
+                    const u64 g = GRID_G(i);
+                    if ((hi >= 64 ? 0ull : g >> hi) == pre) atomicAdd(&gs.hist[(u32)(g >> lo) & (nbins - 1u)], 1u);
+                }
+            }
+            __syncthreads();
+            u32* ghist = state + GRID_HDR + pass * GRID_BINS;
+            for (u32 b = tid; b < nbins; b += FS_BLOCK) {
+                const u32 v = gs.hist[b];
+                if (v) {
+                    atomicAdd(&ghist[b], v);
+                    gs.hist[b] = 0u;
+                }
+            }
+            barriers += (u32)chunks;
+            GRID_STAMP(23);
+            grid_barrier(bar, barriers);
+            GRID_STAMP(24);
+            if (prof) PROF_ADD(21, 1);
+            u32 b, above;
+            grid_crossing(gs, ghist, nbins, r, b, above, cnt);
+            r -= above;
+            edge |= (u64)b << lo;
+            lo_last = lo;
+            GRID_STAMP(25);
+            // Done when the bin is wanted whole (always so once lo == 0) or
+            // small enough to resolve by counting.
+            if (cnt == r || cnt <= FS_GRID_SMALL) break;
+            hi = lo == 32 ? lbits : lo;
+        }
+    }
+
+    // GATHER: this CTA's composites >= edge into the row's list: one global
+    // atomic per CTA, warp offsets from a shared counter.
+    u32 sel_mask = 0;
+    u32 nsel = 0;
+#pragma unroll
+    for (int i = 0; i < GRID_ITEMS; ++i) {
+        const bool sel = GRID_OFF(i) < mine && GRID_G(i) >= edge;
+        sel_mask |= (u32)sel << i;
+        nsel += __popc(__ballot_sync(FULL_MASK, sel));
+    }
+    u32 wbase = 0;
+    if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsmall, nsel);  // nsmall doubles as the CTA's count
+    __syncthreads();
+    if (tid == 0 && gs.nsmall) gs.base = atomicAdd(list_count, gs.nsmall);
+    __syncthreads();
+    wbase = __shfl_sync(FULL_MASK, wbase, 0) + gs.base;
+#pragma unroll
+    for (int i = 0; i < GRID_ITEMS; ++i) {
+        const bool sel = (sel_mask >> i) & 1u;
+        const u32 mask = __ballot_sync(FULL_MASK, sel);
+        if (sel) list[wbase + __popc(mask & ((1u << lane) - 1u))] = GRID_G(i);
+        wbase += __popc(mask);
+    }
+#undef GRID_G
+#undef GRID_OFF
+    barriers += (u32)chunks;
+    GRID_STAMP(26);
+    grid_barrier(bar, barriers);
+    GRID_STAMP(27);
+
+    // STAGE the list (the bins above, then the crossing bin), then T: the
+    // crossing bin's r-th largest, unless the bin is wanted whole.
+    const u32 n = m > 0 ? m - r + cnt : 0u;  // list entries
+    for (u32 j = tid; j < n; j += FS_BLOCK) stage[j] = __ldcg(list + j);
+    if (tid == 0) {
+        gs.nsmall = 0;
+        gs.T = edge;
+    }
+    __syncthreads();
+    if (cnt != r) {  // uniform; then cnt <= FS_GRID_SMALL
+        for (u32 j = tid; j < n; j += FS_BLOCK) {
+            const u64 x = stage[j];
+            if (x - edge < (1ull << lo_last)) gs.small[atomicAdd(&gs.nsmall, 1u)] = x;
+        }
+        __syncthreads();
+        if ((u32)tid < cnt) {
+            const u64 x = gs.small[tid];
+            u32 ahead = 0;
+            for (u32 j = 0; j < cnt; ++j) ahead += gs.small[j] > x;
+            if (ahead == r - 1) gs.T = x;
+        }
+        __syncthreads();
+    }
+    const u64 T = gs.T;
+    GRID_STAMP(30);
+
+    // PLACE this CTA's share of the list, then its share of the padding.
+    const u32 e_lo = (u32)((u64)n * p / chunks), e_hi = (u32)((u64)n * (p + 1) / chunks);
+    for (u32 e = e_lo + warp; e < e_hi; e += FS_WARPS) {
+        const u64 x = stage[e];
+        if (x < T) continue;  // warp-uniform
+        u32 ahead = 0;
+        if (P.order_index) {
+#pragma unroll 8
+            for (u32 j = lane; j < n; j += 32) {
+                const u64 y = stage[j];
+                ahead += y >= T && (u32)y > (u32)x;
+            }
+        } else {
+#pragma unroll 8
+            for (u32 j = lane; j < n; j += 32) ahead += stage[j] > x;
+        }
+        ahead = __reduce_add_sync(FULL_MASK, ahead);
+        if (lane == 0) {
+            const long long o = (long long)row * P.k + ahead;
+            const u32 col = lenm1 - (u32)x;
+            P.out_idx[o] = (int)col;
+            if (P.out_val) store_bits<TAG>(P.out_val, o, load_bits<TAG>(row_scores, col));
+        }
+    }
+    const u32 npad = (u32)P.k - m;
+    const u32 p_lo = (u32)((u64)npad * p / chunks), p_hi = (u32)((u64)npad * (p + 1) / chunks);
+    for (u32 j = p_lo + tid; j < p_hi; j += FS_BLOCK) {
+        const long long o = (long long)row * P.k + m + j;
+        P.out_idx[o] = -1;
+        if (P.out_val) store_bits<TAG>(P.out_val, o, E::NEG_INF);
+    }
+    GRID_STAMP(28);
+    if (prof) {
+        PROF_ADD(20, 1);
+        PROF_ADD(29, PROF_NS() - t_start);
+    }
+#undef GRID_STAMP
+}
+
 // Row path (one CTA per row): two CTAs per SM. Split path: room for the last
 // CTA's merge; its grids are small (one row's CTAs spread over the GPU).
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f32(const ScanParams p) { scan_impl<32, false>(p); }
@@ -1325,3 +1731,7 @@ extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_split_f16(const Sca
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_f32(const ScanParams p) { prep_impl<32>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_bf16(const ScanParams p) { prep_impl<16>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_f16(const ScanParams p) { prep_impl<15>(p); }
+// Grid rows: one CTA per SM at most (cooperative launch).
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f32(const ScanParams p) { grid_impl<32>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_bf16(const ScanParams p) { grid_impl<16>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f16(const ScanParams p) { grid_impl<15>(p); }

@@ -280,6 +280,26 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
             }
         }
     }
+    // Grid rows (several CTAs per row selecting together): every data family,
+    // dtype, order and NaN policy across the cases, lengths at the edges
+    // (0, 1, k - 1, k, k + 1, cols), padded strides; then the grid path's
+    // own boundaries: a chunk of exactly GRID_CHUNK columns and one more
+    // (split), the largest k and one more (split).
+    for (i, &data) in ALL_DATA.iter().enumerate() {
+        let mut c = base(6, 100_000, 1000, dtypes[i % 3], data);
+        c.order = if i % 2 == 0 { OutputOrder::Score } else { OutputOrder::Index };
+        c.nan = if i % 4 < 2 { NanPolicy::Lowest } else { NanPolicy::Largest };
+        c.stride_pad = i % 3;
+        c.lengths = Some(LengthRecipe::Edges);
+        cases.push(c);
+    }
+    let sms = e.props.sm_count as usize;
+    let edge = sms * crate::plan::GRID_CHUNK as usize;
+    for (cols, k) in [(edge, 2048), (edge + 1, 2048), (1 << 20, 4096), (1 << 20, 4097)] {
+        for &data in &[Data::Normal, Data::ReluFew] {
+            cases.push(base(1, cols, k, DType::F32, data));
+        }
+    }
     // Multi-row shapes that split, with lengths, strides and short rows in wide buffers.
     for &data in &[Data::Normal, Data::Relu, Data::ReluFew, Data::FewValues] {
         let mut c = base(5, 300_000, 700, DType::F32, data);
@@ -349,7 +369,9 @@ pub fn run_suite(
     let mut rng = Rng::new(seed);
     let cases = suite(e, quick, &mut rng);
     let mut rep = Report::default();
-    let total = cases.len() + 1;
+    // Graph capture of a grid geometry (cooperative launch) and of a split one.
+    let graphs = [300_000usize, 1_000_000];
+    let total = cases.len() + graphs.len();
     for (i, c) in cases.iter().enumerate() {
         let o = match run_case(e, c, &mut rng) {
             Ok(o) => o,
@@ -364,15 +386,17 @@ pub fn run_suite(
         rep.record(&o);
         progress(i + 1, total, &o);
     }
-    let o = graph_replay_check(e, &mut rng).unwrap_or_else(|err| Outcome {
-        case: "graph capture + replay on new data".into(),
-        path: Path::Split,
-        ctas_per_row: 0,
-        ok: false,
-        detail: format!("error: {err}"),
-    });
-    rep.record(&o);
-    progress(total, total, &o);
+    for (i, &cols) in graphs.iter().enumerate() {
+        let o = graph_replay_check(e, &mut rng, cols).unwrap_or_else(|err| Outcome {
+            case: format!("graph capture + replay on new data, 3 x {cols}"),
+            path: Path::Split,
+            ctas_per_row: 0,
+            ok: false,
+            detail: format!("error: {err}"),
+        });
+        rep.record(&o);
+        progress(cases.len() + i + 1, total, &o);
+    }
     Ok(rep)
 }
 
@@ -393,16 +417,16 @@ impl Report {
 /// Captures one selection (a split geometry: prep + scan) in a CUDA graph on
 /// a side stream, then replays it on fresh data copied into the same input
 /// buffer, comparing every replay with the CPU engine.
-pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {
+pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<Outcome> {
     use crate::contract::error::cuda_err;
     use cudarc::driver::{sys, DevicePtr};
-    let spec = SelectSpec::new(3, 300_000, 1024, DType::F32).with_order(OutputOrder::Index);
+    let spec = SelectSpec::new(3, cols, 1024, DType::F32).with_order(OutputOrder::Index);
     let plan = e.plan(&spec, true)?;
     e.kernels(false)?;
     let s = e.context().new_stream().map_err(cuda_err)?;
     let n = spec.elements_needed();
     let mut dscores = s.alloc_zeros::<f32>(n).map_err(cuda_err)?;
-    let lengths = vec![300_000, 5000, 0];
+    let lengths = vec![cols as i32, 5000, 0];
     let dlen = s.clone_htod(&lengths).map_err(cuda_err)?;
     let didx = s.alloc_zeros::<i32>(spec.rows * spec.k).map_err(cuda_err)?;
     let dval = s.alloc_zeros::<f32>(spec.rows * spec.k).map_err(cuda_err)?;
@@ -442,7 +466,7 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {
         let vals_ok = want.values.iter().zip(&val).all(|(a, b)| a.to_bits() == b.to_bits());
         if want.indices != idx || !vals_ok {
             return Ok(Outcome {
-                case: "graph capture + replay on new data".into(),
+                case: format!("graph capture + replay on new data, 3 x {cols}"),
                 path: plan.path,
                 ctas_per_row: plan.ctas_per_row,
                 ok: false,
@@ -451,7 +475,7 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {
         }
     }
     Ok(Outcome {
-        case: "graph capture + replay on new data (3 replays)".into(),
+        case: format!("graph capture + replay on new data, 3 x {cols} (3 replays)"),
         path: plan.path,
         ctas_per_row: plan.ctas_per_row,
         ok: true,

@@ -21,7 +21,7 @@ use crate::contract::{Error, Result};
 pub const SELECT_SOURCE: &str = include_str!("../../kernels/select.cu");
 
 /// Every kernel entry point in [`SELECT_SOURCE`].
-pub const SELECT_KERNELS: [&str; 9] = [
+pub const SELECT_KERNELS: [&str; 13] = [
     "fs_scan_f32",
     "fs_scan_bf16",
     "fs_scan_f16",
@@ -31,6 +31,10 @@ pub const SELECT_KERNELS: [&str; 9] = [
     "fs_prep_f32",
     "fs_prep_bf16",
     "fs_prep_f16",
+    "fs_grid_f32",
+    "fs_grid_bf16",
+    "fs_grid_f16",
+    "fs_grid_init_all",
 ];
 
 /// One compiled variant of the kernel source.
@@ -44,6 +48,8 @@ pub struct Variant {
     /// profiling switches such as `FS_HIST=1,FS_PROFILE=1`); empty by default.
     /// For A/B timing against another version of the kernels, an item
     /// `src=PATH` compiles the source at PATH in place of [`SELECT_SOURCE`].
+    /// The item `grid=0` keeps plans off the grid path (host side only; like
+    /// `src=`, it never reaches NVRTC).
     pub defines: String,
 }
 
@@ -74,7 +80,7 @@ impl Variant {
             .defines
             .split(',')
             .map(str::trim)
-            .filter(|d| !d.is_empty() && !d.starts_with("src="))
+            .filter(|d| !d.is_empty() && !d.starts_with("src=") && !d.starts_with("grid="))
             .map(|d| format!("-D{d}"));
         let mut o = vec![
             format!("--gpu-architecture={}", self.arch),

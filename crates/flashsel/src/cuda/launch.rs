@@ -33,6 +33,14 @@ struct ScanParams {
     pad: i32,
 }
 
+/// `GridInitParams` in select.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct GridInitParams {
+    state: u64,
+    words: i64,
+}
+
 pub(crate) fn check(r: sys::CUresult, what: &str) -> Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
@@ -52,8 +60,57 @@ fn dtype_slot(d: DType) -> usize {
 /// # Safety
 /// As [`super::CudaEngine::select_device`].
 unsafe fn launch<P>(f: sys::CUfunction, grid: (u32, u32), block: u32, smem: u32, stream: u64, p: &P) -> Result<()> {
+    launch_ex(f, grid, block, smem, stream, p, false, false)
+}
+
+/// [`launch`], optionally with programmatic stream serialisation (`pdl`): the
+/// kernel may start before the previous one on the stream has finished, and
+/// must wait for it (`griddepcontrol.wait`) before reading its results; and
+/// optionally cooperative (`coop`): all CTAs resident at once, or an error.
+///
+/// # Safety
+/// As [`super::CudaEngine::select_device`]; with `pdl`, the kernel waits as
+/// said.
+#[allow(clippy::too_many_arguments)]
+unsafe fn launch_ex<P>(
+    f: sys::CUfunction,
+    grid: (u32, u32),
+    block: u32,
+    smem: u32,
+    stream: u64,
+    p: &P,
+    pdl: bool,
+    coop: bool,
+) -> Result<()> {
     let mut param = p as *const P as *mut c_void;
     let params = &mut param as *mut *mut c_void;
+    if pdl || coop {
+        let mut attrs: [sys::CUlaunchAttribute; 2] = std::mem::zeroed();
+        let mut n = 0;
+        if pdl {
+            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attrs[n].value.programmaticStreamSerializationAllowed = 1;
+            n += 1;
+        }
+        if coop {
+            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+            attrs[n].value.cooperative = 1;
+            n += 1;
+        }
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem,
+            hStream: stream as sys::CUstream,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: n as u32,
+        };
+        return check(sys::cuLaunchKernelEx(&config, f, params, std::ptr::null_mut()), "cuLaunchKernelEx");
+    }
     check(
         sys::cuLaunchKernel(
             f,
@@ -83,14 +140,15 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
     let ws = a.workspace;
     let at = |o: Option<u64>| o.map_or(0, |o| ws + o);
     let split = plan.layout.split;
+    let grid = plan.layout.grid;
     let sp = ScanParams {
         scores: a.scores,
         row_stride: spec.row_stride as i64,
         lengths: a.lengths.unwrap_or(0),
         out_idx: a.out_indices,
         out_val: a.out_values.unwrap_or(0),
-        cand: at(split.map(|s| s.cand)),
-        row_count: at(split.map(|s| s.row_count)),
+        cand: at(split.map(|s| s.cand).or(grid.map(|g| g.list))),
+        row_count: at(split.map(|s| s.row_count).or(grid.map(|g| g.state))),
         row_done: at(split.map(|s| s.row_done)),
         gbuf: at(plan.layout.gbuf),
         row_lb: at(split.map(|s| s.row_lb)),
@@ -103,13 +161,30 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         order_index: (spec.order == crate::OutputOrder::Index) as i32,
         pad: 0,
     };
-    let scan = if split.is_some() {
+    if let Some(g) = grid {
+        let (Some(kern), Some(init)) = (&kernels.grid, &kernels.grid_init) else {
+            return Err(Error::Cuda("this kernel build has no grid-path kernels (tuning source?)".into()));
+        };
+        // Zero every row's barrier counters and histograms, then the
+        // cooperative selection (which may start early with PDL and waits
+        // for the zeroes before its first global write).
+        let words = (g.state_bytes / 4) as i64;
+        let state = ws + g.state;
+        let init_ctas = (words as u64).div_ceil(plan.block as u64 * 8).clamp(1, 1024) as u32;
+        let ip = GridInitParams { state, words };
+        launch(init.cu_function(), (init_ctas, 1), plan.block, 0, a.stream, &ip)?;
+        let grid_dim = (plan.ctas_per_row, plan.row_slots);
+        let f = kern[slot].cu_function();
+        return launch_ex(f, grid_dim, plan.block, plan.smem_bytes, a.stream, &sp, kernels.pdl, true);
+    }
+    let (scan, pdl) = if split.is_some() {
         launch(kernels.prep[slot].cu_function(), (1, plan.row_slots), plan.block, plan.smem_bytes, a.stream, &sp)?;
-        &kernels.split[slot]
+        (&kernels.split[slot], kernels.pdl)
     } else {
-        &kernels.scan[slot]
+        (&kernels.scan[slot], false)
     };
-    launch(scan.cu_function(), (plan.ctas_per_row, plan.row_slots), plan.block, plan.smem_bytes, a.stream, &sp)
+    let grid = (plan.ctas_per_row, plan.row_slots);
+    launch_ex(scan.cu_function(), grid, plan.block, plan.smem_bytes, a.stream, &sp, pdl, false)
 }
 
 /// Times `f` (which enqueues work on `stream`) `iters` times, in seconds per

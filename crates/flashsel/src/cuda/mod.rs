@@ -53,6 +53,12 @@ pub(crate) struct Kernels {
     pub(crate) scan: [CudaFunction; 3],
     pub(crate) split: [CudaFunction; 3],
     pub(crate) prep: [CudaFunction; 3],
+    /// The grid path's kernels (`None` for a tuning source without them).
+    pub(crate) grid: Option<[CudaFunction; 3]>,
+    pub(crate) grid_init: Option<CudaFunction>,
+    /// Launch fs_split_* with programmatic stream serialisation (the build
+    /// has FS_PDL=1 and targets sm_90 or later).
+    pub(crate) pdl: bool,
 }
 
 /// The CUDA engine bound to one device.
@@ -175,7 +181,7 @@ impl CudaEngine {
 
     /// The plan for a selection on this device.
     pub fn plan(&self, spec: &SelectSpec, has_lengths: bool) -> Result<Plan> {
-        let mut p = plan::plan(spec, has_lengths, &self.props)?;
+        let mut p = plan::plan_paths(spec, has_lengths, &self.props, self.grid_allowed())?;
         if let (Some(cap), Buffer::Shared) = (self.cap_override, p.buffer) {
             let min = plan::min_cap(spec.k) as u32; // a shared buffer's: fits a u32
             let max = (self.props.max_smem_per_block - plan::STATIC_SMEM) / 8;
@@ -183,6 +189,13 @@ impl CudaEngine {
             p.smem_bytes = p.cap * 8;
         }
         Ok(p)
+    }
+
+    /// Whether plans may take the grid path: not with the tuning switch
+    /// `grid=0` (in `FLASHSEL_NVRTC_DEFINES` or [`Self::with_tuning`]), which
+    /// checks and times the split path on those geometries instead.
+    fn grid_allowed(&self) -> bool {
+        !self.defines.split(',').any(|d| d.trim() == "grid=0")
     }
 
     /// Workspace a [`DeviceSelect`] with this spec needs.
@@ -203,20 +216,30 @@ impl CudaEngine {
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(c.cubin))
             .map_err(|e| Error::Cuda(format!("loading the {} cubin: {e:?}", v.name())))?;
-        let f = |n: &str| -> Result<CudaFunction> {
+        let with_smem = |n: &str, dyn_bytes: u32| -> Result<CudaFunction> {
             let func = module.load_function(n).map_err(cuda_err)?;
             func.set_attribute(
                 sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                (self.props.max_smem_per_block - plan::STATIC_SMEM) as i32,
+                dyn_bytes as i32,
             )
             .map_err(cuda_err)?;
             Ok(func)
         };
+        let f = |n: &str| with_smem(n, self.props.max_smem_per_block - plan::STATIC_SMEM);
+        let g = |n: &str| with_smem(n, ((plan::GRID_MAX_K + plan::GRID_SMALL) * 8) as u32);
+        let grid =
+            match (g("fs_grid_f32"), g("fs_grid_bf16"), g("fs_grid_f16"), module.load_function("fs_grid_init_all")) {
+                (Ok(a), Ok(b), Ok(c), Ok(i)) => (Some([a, b, c]), Some(i)),
+                _ => (None, None),
+            };
         let k = Arc::new(Kernels {
             module: module.clone(),
             scan: [f("fs_scan_f32")?, f("fs_scan_bf16")?, f("fs_scan_f16")?],
             split: [f("fs_split_f32")?, f("fs_split_bf16")?, f("fs_split_f16")?],
             prep: [f("fs_prep_f32")?, f("fs_prep_bf16")?, f("fs_prep_f16")?],
+            grid: grid.0,
+            grid_init: grid.1,
+            pdl: v.defines.split(',').any(|d| d.trim() == "FS_PDL=1") && arch_major(self.arch) >= 9,
         });
         map.insert(global_buffer, k.clone());
         Ok(k)
@@ -406,5 +429,23 @@ impl DeviceData {
             values.push(unsafe { std::ptr::read_unaligned(b.as_ptr() as *const T) });
         }
         Ok(Selection { rows: spec.rows, k: spec.k, indices: idx, values })
+    }
+}
+
+/// The major compute capability of an arch name such as `sm_90a` or `sm_86`.
+fn arch_major(arch: &str) -> u32 {
+    let digits: String = arch.trim_start_matches("sm_").chars().take_while(|c| c.is_ascii_digit()).collect();
+    digits.parse::<u32>().map_or(0, |n| n / 10)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn arch_major_reads_the_compute_capability() {
+        assert_eq!(super::arch_major("sm_90a"), 9);
+        assert_eq!(super::arch_major("sm_90"), 9);
+        assert_eq!(super::arch_major("sm_86"), 8);
+        assert_eq!(super::arch_major("sm_100a"), 10);
+        assert_eq!(super::arch_major("compute_x"), 0);
     }
 }

@@ -32,6 +32,15 @@
 //!   filter there, so the row's candidates number about `k (1 + margin)` and
 //!   the merge is cheap; the last CTA re-selects the row exactly if the bound
 //!   admitted fewer than `min(k, len)` elements.
+//! - Few rows whose share per CTA fits the CTA's registers take the grid
+//!   path (`Path::Grid`) instead of the split: `floor(SMs / rows)` CTAs per
+//!   row (chunks of at least [`GRID_MIN_CHUNK`], at most [`GRID_CHUNK`]
+//!   columns), one cooperative launch in which the row's CTAs radix-select
+//!   together (a global histogram per pass, a barrier between passes) and
+//!   place the selected entries by counting. No sample, no merge CTA: the
+//!   single-row shapes (262,144 and 1,048,576 columns) take it. `k` is
+//!   bounded ([`GRID_MAX_K`], and `k^2 / ctas_per_row <= GRID_PLACE_MAX`, the
+//!   placement's compares per CTA); past either bound the split path runs.
 //! - Work follows the active lengths: a CTA's range is its share of
 //!   `lengths[row]`, not of `cols`, so short rows in a wide buffer cost what
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
@@ -51,6 +60,25 @@ pub const STATIC_SMEM: u32 = 2048;
 /// CTAs per SM the scan kernel's register budget allows (shared-buffer
 /// variant; the global-buffer variant is built for one).
 pub const SCAN_CTAS_PER_SM: u32 = 2;
+/// Grid path: elements per CTA it can hold (`FS_BLOCK x GRID_ITEMS` in
+/// registers).
+pub const GRID_CHUNK: u64 = BLOCK as u64 * 16;
+/// Grid path: the smallest share of a row worth a CTA.
+pub const GRID_MIN_CHUNK: u64 = 1024;
+/// Grid path: the largest `k` (each CTA stages the row's `k` selected
+/// composites in shared memory to place its share).
+pub const GRID_MAX_K: u64 = 4096;
+/// Grid path: the most composites of the crossing bin resolved by counting
+/// (`FS_GRID_SMALL` in select.cu may be set lower, never higher); each row's
+/// list holds `k + GRID_SMALL`.
+pub const GRID_SMALL: u64 = 256;
+/// Grid path: the most `k^2 / ctas_per_row` (compares per CTA placing the
+/// selection) it takes.
+pub const GRID_PLACE_MAX: u64 = 1 << 18;
+/// Grid path: `u32` words of state per row (barrier and list counters, a
+/// 2048-bin histogram for each of the 6 radix passes); `GRID_STATE_WORDS` in
+/// select.cu.
+pub const GRID_STATE_WORDS: u64 = 32 + 6 * 2048;
 /// Grid `y` limit of the CUDA launch.
 pub const MAX_GRID_Y: u32 = 65_535;
 
@@ -80,6 +108,9 @@ pub enum Path {
     Row,
     /// Several CTAs per row; the row's last CTA merges their top-k lists.
     Split,
+    /// Several CTAs per row, all resident (one cooperative launch), selecting
+    /// the row together: radix passes over a global histogram, then placement.
+    Grid,
 }
 
 /// Where each CTA's candidate buffer lives.
@@ -97,14 +128,15 @@ pub struct Plan {
     pub buffer: Buffer,
     pub ctas_per_row: u32,
     /// Merge rounds after the scan: 1 for a split row (its last CTA merges the
-    /// row's candidates), 0 otherwise.
+    /// row's candidates), 0 otherwise (a grid row is selected as a whole).
     pub merge_levels: usize,
     /// Grid `y` of every launch: row slots, each CTA looping over rows.
     pub row_slots: u32,
     pub block: u32,
     /// Scan tile, elements.
     pub tile: u32,
-    /// Candidate buffer capacity, composites.
+    /// Candidate buffer capacity, composites (grid path: the staged list,
+    /// `k + GRID_SMALL`).
     pub cap: u32,
     /// Dynamic shared memory per CTA, bytes.
     pub smem_bytes: u32,
@@ -125,6 +157,20 @@ pub struct Layout {
     pub split: Option<SplitLayout>,
     /// Global candidate buffers, when `Buffer::Global`.
     pub gbuf: Option<u64>,
+    /// Grid rows' shared state, when `Path::Grid`.
+    pub grid: Option<GridLayout>,
+}
+
+/// The per-row regions of a grid plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GridLayout {
+    /// `rows x (k + GRID_SMALL)` composites (`u64`): the bins above the
+    /// crossing bin and the crossing bin.
+    pub list: u64,
+    /// `rows x GRID_STATE_WORDS` `u32` words, zeroed by each run.
+    pub state: u64,
+    /// Bytes of the state region.
+    pub state_bytes: u64,
 }
 
 /// The per-row regions of a split plan.
@@ -152,6 +198,13 @@ pub fn min_cap(k: usize) -> u64 {
 
 /// Plans a selection. Pure: the same inputs always give the same plan.
 pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<Plan> {
+    plan_paths(spec, has_lengths, dev, true)
+}
+
+/// [`plan`], with the grid path allowed or not (`allow_grid = false` gives
+/// the split plan such geometries took before it: for checking and timing
+/// the split path on them).
+pub fn plan_paths(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, allow_grid: bool) -> Result<Plan> {
     spec.validate()?;
     let _ = has_lengths; // lengths change the work, not the launch geometry
     if dev.sm_count == 0 {
@@ -173,6 +226,11 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     let ctas_per_row = (dev.sm_count as u64).checked_div(rows).unwrap_or(1).clamp(1, max_split);
     let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
+    if path == Path::Split && allow_grid {
+        if let Some(g) = grid_ctas(rows, cols, k, dev) {
+            return Ok(grid_plan(rows, k, g, fit));
+        }
+    }
 
     // A bigger buffer gives the finish its scratch space (the bucket-rank
     // passes, docs/design.md) and longer stretches between barriers.
@@ -182,7 +240,7 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     // compacting them first.
     let cap64 = match (path, buffer) {
         (_, Buffer::Global) => min_cap,
-        (Path::Split, Buffer::Shared) => min_cap.max((dev.max_smem_per_block - STATIC_SMEM) as u64 / 8),
+        (Path::Split | Path::Grid, Buffer::Shared) => min_cap.max((dev.max_smem_per_block - STATIC_SMEM) as u64 / 8),
         (Path::Row, Buffer::Shared) => {
             let per_cta = (dev.smem_per_sm / SCAN_CTAS_PER_SM).saturating_sub(STATIC_SMEM + 1024) as u64;
             min_cap.max(per_cta / 8)
@@ -244,8 +302,42 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
         fit,
         sampled,
         workspace_bytes: off,
-        layout: Layout { split, gbuf },
+        layout: Layout { split, gbuf, grid: None },
     })
+}
+
+/// CTAs per row of the grid path, or `None` where it does not apply: one CTA
+/// per SM at most (all resident), each row's share in one CTA's registers,
+/// `k` within the placement's bounds.
+fn grid_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps) -> Option<u64> {
+    let g = (dev.sm_count as u64 / rows.max(1)).min(cols.div_ceil(GRID_MIN_CHUNK));
+    if g < 2 || k > GRID_MAX_K || k * k > GRID_PLACE_MAX * g {
+        return None;
+    }
+    // The kernel's chunk: ceil(cols / g) rounded up to 8 elements.
+    let chunk = cols.div_ceil(g).div_ceil(8) * 8;
+    (chunk <= GRID_CHUNK).then_some(g)
+}
+
+fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {
+    let list = 0;
+    let state = align(rows * (k + GRID_SMALL) * 8);
+    let state_bytes = rows * GRID_STATE_WORDS * 4;
+    Plan {
+        path: Path::Grid,
+        buffer: Buffer::Shared,
+        ctas_per_row: ctas_per_row as u32,
+        merge_levels: 0,
+        row_slots: rows as u32,
+        block: BLOCK,
+        tile: TILE,
+        cap: (k + GRID_SMALL) as u32,
+        smem_bytes: ((k + GRID_SMALL) * 8) as u32,
+        fit,
+        sampled: false,
+        workspace_bytes: align(state + state_bytes),
+        layout: Layout { split: None, gbuf: None, grid: Some(GridLayout { list, state, state_bytes }) },
+    }
 }
 
 #[cfg(test)]

@@ -20,22 +20,64 @@ fn fit_boundaries_for_one_row() {
             assert_eq!((pl.ctas_per_row, pl.merge_levels), (1, 0));
             assert_eq!(pl.workspace_bytes, 0);
         }
+        // Two fits: the grid path, one CTA per 1024 columns.
         let pl = p(1, 2 * fit, k);
+        assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Grid, 16, 0));
+        // Without it (grid=0), the split the geometry took before.
+        let pl = plan_paths(&SelectSpec::new(1, 2 * fit, k, DType::F32), false, &h200(), false).unwrap();
         assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 2, 1));
     }
 }
 
 #[test]
 fn wide_rows_never_run_on_one_cta() {
-    // The seed-003 geometry: 1 x 262,144, k 512.
+    // The seed-003 geometry: 1 x 262,144, k 512: every SM.
     let pl = p(1, 262_144, 512);
-    assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Split, Buffer::Shared, 32, 1));
+    assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Grid, Buffer::Shared, 132, 0));
     let pl = p(1, 1_048_576, 2048);
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Grid, 132, 0));
+    let no_grid = |cols, k| plan_paths(&SelectSpec::new(1, cols, k, DType::F32), false, &h200(), false).unwrap();
+    let pl = no_grid(262_144, 512);
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 32, 1));
+    let pl = no_grid(1_048_576, 2048);
     assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 128, 1));
     let pl = p(1, 4_194_304, 2048);
     assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 132, 1));
     let pl = p(1, 4_194_304, 512);
     assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 132, 1));
+}
+
+#[test]
+fn grid_path_boundaries() {
+    let edge = 132 * GRID_CHUNK as usize;
+    // A chunk of exactly GRID_CHUNK columns fits the registers; one more does not.
+    assert_eq!((p(1, edge, 2048).path, p(1, edge, 2048).ctas_per_row), (Path::Grid, 132));
+    assert_eq!(p(1, edge + 1, 2048).path, Path::Split);
+    // k up to GRID_MAX_K.
+    assert_eq!(p(1, 1 << 20, GRID_MAX_K as usize).path, Path::Grid);
+    assert_eq!(p(1, 1 << 20, GRID_MAX_K as usize + 1).path, Path::Split);
+    // The placement bound k^2 <= GRID_PLACE_MAX x ctas_per_row: 8 rows of
+    // 65,536 get 16 CTAs each (chunks of 4096): k 2048 fits, k 2049 not.
+    assert_eq!((p(8, 65_536, 2048).path, p(8, 65_536, 2048).ctas_per_row), (Path::Grid, 16));
+    assert_eq!(p(8, 65_536, 2049).path, Path::Split);
+    // Chunks of at least GRID_MIN_CHUNK: 1 x 16,384 takes 16 CTAs, not 132.
+    assert_eq!(p(1, 16_384, 64).ctas_per_row, 16);
+    // Never more CTAs than SMs in all (cooperative: all resident).
+    for rows in [1usize, 2, 3, 7, 33, 66] {
+        let pl = p(rows, 16_384, 256);
+        assert_eq!(pl.path, Path::Grid, "{rows} rows");
+        assert!(rows as u32 * pl.ctas_per_row <= 132);
+        assert_eq!(pl.row_slots, rows as u32);
+        let g = pl.layout.grid.unwrap();
+        assert_eq!(g.list % 256, 0);
+        assert_eq!(g.state % 256, 0);
+        assert!(g.state >= rows as u64 * (256 + GRID_SMALL) * 8);
+        assert_eq!(g.state_bytes, rows as u64 * GRID_STATE_WORDS * 4);
+        assert!(pl.workspace_bytes >= g.state + g.state_bytes);
+        assert_eq!(pl.smem_bytes, (256 + GRID_SMALL as u32) * 8);
+    }
+    // More rows than half the SMs: one CTA per row, as before.
+    assert_eq!(p(67, 16_384, 256).path, Path::Row);
 }
 
 #[test]
@@ -88,10 +130,12 @@ fn plans_are_pure_and_validate() {
 
 #[test]
 fn long_split_rows_are_sampled_first() {
-    let pl = p(1, 1_048_576, 2048);
+    let pl = p(1, 4_194_304, 2048);
     assert!(pl.sampled && pl.layout.split.is_some());
-    let pl = p(1, 262_144, 512);
-    assert!(pl.sampled);
+    let pl = p(2, 1_048_576, 512);
+    assert!(pl.sampled && pl.path == Path::Split);
+    // The grid path samples nothing.
+    assert!(!p(1, 1_048_576, 2048).sampled);
     // Too short for 16 tiles, or k too large a share of the row, or one CTA per row.
     assert!(!p(1, 32_768, 512).sampled);
     assert!(!p(1, 262_144, 32_768 + 1).sampled);
@@ -111,7 +155,7 @@ fn shared_buffers_take_the_room_there_is() {
     let pl = p(8192, 131_072, 6000);
     assert_eq!(pl.cap, 2 * 6000 + TILE);
     // Split path: the whole opt-in limit (one CTA per SM anyway).
-    let pl = p(1, 1_048_576, 2048);
+    let pl = p(1, 4_194_304, 2048);
     assert_eq!(pl.cap, (dev.max_smem_per_block - STATIC_SMEM) / 8);
     assert!(pl.smem_bytes + STATIC_SMEM <= dev.max_smem_per_block);
     // Global buffers stay at the minimum: they are workspace.
