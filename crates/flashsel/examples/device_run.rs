@@ -72,7 +72,7 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
         if prof[20] > 0 {
             let n = prof[20] as f64;
             println!(
-                "GRID {rows}x{cols} k{k} {data:?} [{var}] per row (CTA 0, ns): passes {:.2} | load {:.0} | passes: work {:.0} barrier {:.0} decide {:.0} | gather {:.0} barrier {:.0} | place {:.0} | total {:.0}",
+                "GRID {rows}x{cols} k{k} {data:?} [{var}] per row (CTA 0, ns): passes {:.2} | load {:.0} | passes: work {:.0} barrier {:.0} decide {:.0} | gather {:.0} barrier {:.0} | stage {:.0} | place: count {:.0} write {:.0} | total {:.0} ({:.0} MHz)",
                 prof[21] as f64 / n,
                 prof[22] as f64 / n,
                 prof[23] as f64 / n,
@@ -80,8 +80,11 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
                 prof[25] as f64 / n,
                 prof[26] as f64 / n,
                 prof[27] as f64 / n,
+                prof[30] as f64 / n,
+                prof[18] as f64 / n,
                 prof[28] as f64 / n,
-                prof[29] as f64 / n
+                prof[29] as f64 / n,
+                1e3 * prof[19] as f64 / prof[29].max(1) as f64
             );
         }
     }

@@ -80,9 +80,10 @@
 //                   bitonic sort always)
 //   FS_PACKED       1: the fast filter compares 16-bit types two at a time
 //                   (set.*.bf16x2 on sm_90+, set.*.f16x2)
-//   FS_PDL          1: split rows overlap fs_split_* with fs_prep_*
-//                   (programmatic dependent launch, sm_90+; the host sets
-//                   the launch attribute when the defines say FS_PDL=1)
+//   FS_PDL          1: fs_split_* overlaps fs_prep_*, fs_grid_* overlaps
+//                   fs_grid_init_all (programmatic dependent launch, sm_90+;
+//                   default; the host sets the launch attribute unless the
+//                   defines say FS_PDL=0)
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -113,7 +114,7 @@ typedef unsigned long long u64;
 #define FS_PACKED 1
 #endif
 #ifndef FS_PDL
-#define FS_PDL 0
+#define FS_PDL 1
 #endif
 // Programmatic dependent launch (sm_90+): the host launches fs_split_* with
 // programmatic stream serialisation, so its CTAs start while fs_prep_* runs;
@@ -149,7 +150,8 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // cycles, 13 candidates at the finish, 14 bucket-rank finishes, 16 histogram passes (thread 0 of each CTA counts).
 // Grid rows (CTA 0 of each row, %globaltimer ns): 20 rows, 21 passes, 22 load,
 // 23 pass work before the barrier, 24 pass barrier waits, 25 pass decisions,
-// 26 gather, 27 gather barrier wait, 30 staging and T, 28 placement, 29 whole CTA.
+// 26 gather, 27 gather barrier wait, 30 staging and T, 18 placement's counts,
+// 28 its writes, 29 whole CTA; 19 whole CTA in cycles.
 __device__ unsigned long long fs_prof[32];
 #define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
 #define PROF_CLOCK() clock64()
@@ -1383,8 +1385,9 @@ __device__ void prep_impl(const ScanParams& P) {
 //   Place: each CTA places its share of the list: an entry's output position
 //   is the number of selected entries ahead of it (score order: larger g;
 //   index order: larger low word, i.e. lower column), counted by a warp per
-//   entry. Values are read back from the row (their own bits: NaN payloads,
-//   -0.0).
+//   entry. Values come back from the keys, except where a key merged
+//   several encodings (zeros, NaNs): those are read from the row (their own
+//   bits: NaN payloads, -0.0).
 //
 // INVARIANTS
 //   - Grid composites are unique in a row, so T is exact and the positions are
@@ -1400,7 +1403,7 @@ __device__ void prep_impl(const ScanParams& P) {
 //     them to the global histogram.
 //
 // COST
-//   Reads: each score once (+ one read per selected value). Per pass: a
+//   Reads: each score once (+ one read per selected zero or NaN value). Per pass: a
 //   shared histogram over the CTA's matching composites, <= 2048 global
 //   atomics per CTA, one barrier (an L2 atomic and a poll), one read of the
 //   global histogram (one 16-byte load per thread). Then one atomic and one
@@ -1409,6 +1412,9 @@ __device__ void prep_impl(const ScanParams& P) {
 
 #ifndef FS_GRID_SLEEP
 #define FS_GRID_SLEEP 32  // ns between barrier polls (0: spin)
+#endif
+#ifndef FS_GRID_STOP
+#define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
 #endif
 #ifndef FS_GRID_SMALL
 #define FS_GRID_SMALL 256  // a crossing bin this small ends the passes
@@ -1531,6 +1537,7 @@ __device__ void grid_impl(const ScanParams& P) {
     const bool prof = FS_PROFILE && p == 0 && tid == 0;
     unsigned long long t_prev = PROF_NS();
     const unsigned long long t_start = t_prev;
+    const long long c_start = PROF_CLOCK();
     // Adds the ns since the last stamp to fs_prof[slot] (CTA 0, thread 0).
 #define GRID_STAMP(slot)                                      \
     do {                                                      \
@@ -1576,6 +1583,7 @@ __device__ void grid_impl(const ScanParams& P) {
     u32 barriers = 0;
     __syncthreads();
     GRID_STAMP(22);
+    if (FS_GRID_STOP == 1) return;
 
     // SELECT: the crossing bin's lower edge `edge`, how many of it are wanted
     // (r) and how many it holds (cnt). m == len: all of them (edge 0).
@@ -1625,6 +1633,7 @@ __device__ void grid_impl(const ScanParams& P) {
         }
     }
 
+    if (FS_GRID_STOP == 2) return;
     // GATHER: this CTA's composites >= edge into the row's list: one global
     // atomic per CTA, warp offsets from a shared counter.
     u32 sel_mask = 0;
@@ -1654,6 +1663,7 @@ __device__ void grid_impl(const ScanParams& P) {
     GRID_STAMP(26);
     grid_barrier(bar, barriers);
     GRID_STAMP(27);
+    if (FS_GRID_STOP == 3) return;
 
     // STAGE the list (the bins above, then the crossing bin), then T: the
     // crossing bin's r-th largest, unless the bin is wanted whole.
@@ -1698,11 +1708,19 @@ __device__ void grid_impl(const ScanParams& P) {
             for (u32 j = lane; j < n; j += 32) ahead += stage[j] > x;
         }
         ahead = __reduce_add_sync(FULL_MASK, ahead);
+        GRID_STAMP(18);
         if (lane == 0) {
             const long long o = (long long)row * P.k + ahead;
             const u32 col = lenm1 - (u32)x;
             P.out_idx[o] = (int)col;
-            if (P.out_val) store_bits<TAG>(P.out_val, o, load_bits<TAG>(row_scores, col));
+            if (P.out_val) {
+                // The key gives the value back, except where it merged
+                // several encodings (zero: -0 and +0; NaN: every payload).
+                typedef FloatBits<TAG> F;
+                const u32 key = (u32)(x >> 32), all = F::SIGN | F::EXP | F::MAN;
+                const bool merged = key == F::SIGN || key == 0u || key == all;
+                store_bits<TAG>(P.out_val, o, merged ? load_bits<TAG>(row_scores, col) : key_bits<TAG>(key));
+            }
         }
     }
     const u32 npad = (u32)P.k - m;
@@ -1716,6 +1734,7 @@ __device__ void grid_impl(const ScanParams& P) {
     if (prof) {
         PROF_ADD(20, 1);
         PROF_ADD(29, PROF_NS() - t_start);
+        PROF_ADD(19, PROF_CLOCK() - c_start);
     }
 #undef GRID_STAMP
 }

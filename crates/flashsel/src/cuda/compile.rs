@@ -48,8 +48,9 @@ pub struct Variant {
     /// profiling switches such as `FS_HIST=1,FS_PROFILE=1`); empty by default.
     /// For A/B timing against another version of the kernels, an item
     /// `src=PATH` compiles the source at PATH in place of [`SELECT_SOURCE`].
-    /// The item `grid=0` keeps plans off the grid path (host side only; like
-    /// `src=`, it never reaches NVRTC).
+    /// The items `grid=0` (plans keep off the grid path) and `gridchunk=N`
+    /// (the grid path's smallest share of a row per CTA) are planner switches:
+    /// like `src=`, they never reach NVRTC.
     pub defines: String,
 }
 
@@ -80,7 +81,7 @@ impl Variant {
             .defines
             .split(',')
             .map(str::trim)
-            .filter(|d| !d.is_empty() && !d.starts_with("src=") && !d.starts_with("grid="))
+            .filter(|d| !d.is_empty() && !d.starts_with("src=") && !d.starts_with("grid"))
             .map(|d| format!("-D{d}"));
         let mut o = vec![
             format!("--gpu-architecture={}", self.arch),

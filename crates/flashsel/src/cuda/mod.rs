@@ -56,8 +56,8 @@ pub(crate) struct Kernels {
     /// The grid path's kernels (`None` for a tuning source without them).
     pub(crate) grid: Option<[CudaFunction; 3]>,
     pub(crate) grid_init: Option<CudaFunction>,
-    /// Launch fs_split_* with programmatic stream serialisation (the build
-    /// has FS_PDL=1 and targets sm_90 or later).
+    /// Launch fs_split_* and fs_grid_* with programmatic stream serialisation
+    /// (sm_90 or later, unless the defines say FS_PDL=0).
     pub(crate) pdl: bool,
 }
 
@@ -181,7 +181,7 @@ impl CudaEngine {
 
     /// The plan for a selection on this device.
     pub fn plan(&self, spec: &SelectSpec, has_lengths: bool) -> Result<Plan> {
-        let mut p = plan::plan_paths(spec, has_lengths, &self.props, self.grid_allowed())?;
+        let mut p = plan::plan_with(spec, has_lengths, &self.props, &self.path_options())?;
         if let (Some(cap), Buffer::Shared) = (self.cap_override, p.buffer) {
             let min = plan::min_cap(spec.k) as u32; // a shared buffer's: fits a u32
             let max = (self.props.max_smem_per_block - plan::STATIC_SMEM) / 8;
@@ -191,11 +191,20 @@ impl CudaEngine {
         Ok(p)
     }
 
-    /// Whether plans may take the grid path: not with the tuning switch
-    /// `grid=0` (in `FLASHSEL_NVRTC_DEFINES` or [`Self::with_tuning`]), which
-    /// checks and times the split path on those geometries instead.
-    fn grid_allowed(&self) -> bool {
-        !self.defines.split(',').any(|d| d.trim() == "grid=0")
+    /// The planner switches of the tuning defines (`FLASHSEL_NVRTC_DEFINES`
+    /// or [`Self::with_tuning`]): `grid=0` checks and times the split path on
+    /// the grid path's geometries; `gridchunk=N` sets the grid path's
+    /// smallest share of a row per CTA.
+    fn path_options(&self) -> plan::PathOptions {
+        let mut o = plan::PathOptions::default();
+        for d in self.defines.split(',').map(str::trim) {
+            if d == "grid=0" {
+                o.grid = false;
+            } else if let Some(n) = d.strip_prefix("gridchunk=").and_then(|n| n.parse().ok()) {
+                o.grid_min_chunk = n;
+            }
+        }
+        o
     }
 
     /// Workspace a [`DeviceSelect`] with this spec needs.
@@ -239,7 +248,9 @@ impl CudaEngine {
             prep: [f("fs_prep_f32")?, f("fs_prep_bf16")?, f("fs_prep_f16")?],
             grid: grid.0,
             grid_init: grid.1,
-            pdl: v.defines.split(',').any(|d| d.trim() == "FS_PDL=1") && arch_major(self.arch) >= 9,
+            // (A tuning source, src=, may predate the kernels' waits.)
+            pdl: !v.defines.split(',').any(|d| d.trim() == "FS_PDL=0" || d.trim().starts_with("src="))
+                && arch_major(self.arch) >= 9,
         });
         map.insert(global_buffer, k.clone());
         Ok(k)

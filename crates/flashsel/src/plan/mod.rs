@@ -64,7 +64,7 @@ pub const SCAN_CTAS_PER_SM: u32 = 2;
 /// registers).
 pub const GRID_CHUNK: u64 = BLOCK as u64 * 16;
 /// Grid path: the smallest share of a row worth a CTA.
-pub const GRID_MIN_CHUNK: u64 = 1024;
+pub const GRID_MIN_CHUNK: u64 = 4096;
 /// Grid path: the largest `k` (each CTA stages the row's `k` selected
 /// composites in shared memory to place its share).
 pub const GRID_MAX_K: u64 = 4096;
@@ -198,13 +198,27 @@ pub fn min_cap(k: usize) -> u64 {
 
 /// Plans a selection. Pure: the same inputs always give the same plan.
 pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<Plan> {
-    plan_paths(spec, has_lengths, dev, true)
+    plan_with(spec, has_lengths, dev, &PathOptions::default())
 }
 
-/// [`plan`], with the grid path allowed or not (`allow_grid = false` gives
-/// the split plan such geometries took before it: for checking and timing
-/// the split path on them).
-pub fn plan_paths(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, allow_grid: bool) -> Result<Plan> {
+/// Planner switches for checking and timing one path against another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathOptions {
+    /// `false`: geometries the grid path would take get the split plan they
+    /// took before it.
+    pub grid: bool,
+    /// The smallest share of a row per grid CTA ([`GRID_MIN_CHUNK`]).
+    pub grid_min_chunk: u64,
+}
+
+impl Default for PathOptions {
+    fn default() -> Self {
+        Self { grid: true, grid_min_chunk: GRID_MIN_CHUNK }
+    }
+}
+
+/// [`plan`] with [`PathOptions`].
+pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: &PathOptions) -> Result<Plan> {
     spec.validate()?;
     let _ = has_lengths; // lengths change the work, not the launch geometry
     if dev.sm_count == 0 {
@@ -226,8 +240,8 @@ pub fn plan_paths(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, allow
     let ctas_per_row = (dev.sm_count as u64).checked_div(rows).unwrap_or(1).clamp(1, max_split);
     let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
-    if path == Path::Split && allow_grid {
-        if let Some(g) = grid_ctas(rows, cols, k, dev) {
+    if path == Path::Split && opts.grid {
+        if let Some(g) = grid_ctas(rows, cols, k, dev, opts.grid_min_chunk.max(1)) {
             return Ok(grid_plan(rows, k, g, fit));
         }
     }
@@ -309,8 +323,8 @@ pub fn plan_paths(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, allow
 /// CTAs per row of the grid path, or `None` where it does not apply: one CTA
 /// per SM at most (all resident), each row's share in one CTA's registers,
 /// `k` within the placement's bounds.
-fn grid_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps) -> Option<u64> {
-    let g = (dev.sm_count as u64 / rows.max(1)).min(cols.div_ceil(GRID_MIN_CHUNK));
+fn grid_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps, min_chunk: u64) -> Option<u64> {
+    let g = (dev.sm_count as u64 / rows.max(1)).min(cols.div_ceil(min_chunk));
     if g < 2 || k > GRID_MAX_K || k * k > GRID_PLACE_MAX * g {
         return None;
     }

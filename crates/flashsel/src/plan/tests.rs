@@ -5,6 +5,8 @@ fn h200() -> DeviceProps {
     DeviceProps::hopper(132)
 }
 
+const NO_GRID: PathOptions = PathOptions { grid: false, grid_min_chunk: GRID_MIN_CHUNK };
+
 fn p(rows: usize, cols: usize, k: usize) -> Plan {
     plan(&SelectSpec::new(rows, cols, k, DType::F32), false, &h200()).unwrap()
 }
@@ -20,23 +22,26 @@ fn fit_boundaries_for_one_row() {
             assert_eq!((pl.ctas_per_row, pl.merge_levels), (1, 0));
             assert_eq!(pl.workspace_bytes, 0);
         }
-        // Two fits: the grid path, one CTA per 1024 columns.
+        // Two fits: the grid path for k 512 (one CTA per GRID_MIN_CHUNK
+        // columns); for k 2048 its placement bound (k^2 <= GRID_PLACE_MAX x 4
+        // CTAs) fails and the row splits.
         let pl = p(1, 2 * fit, k);
-        assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Grid, 16, 0));
+        let want = if k == 512 { (Path::Grid, 4, 0) } else { (Path::Split, 2, 1) };
+        assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), want);
         // Without it (grid=0), the split the geometry took before.
-        let pl = plan_paths(&SelectSpec::new(1, 2 * fit, k, DType::F32), false, &h200(), false).unwrap();
+        let pl = plan_with(&SelectSpec::new(1, 2 * fit, k, DType::F32), false, &h200(), &NO_GRID).unwrap();
         assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 2, 1));
     }
 }
 
 #[test]
 fn wide_rows_never_run_on_one_cta() {
-    // The seed-003 geometry: 1 x 262,144, k 512: every SM.
+    // The seed-003 geometry: 1 x 262,144, k 512: 64 CTAs of 4096 columns.
     let pl = p(1, 262_144, 512);
-    assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Grid, Buffer::Shared, 132, 0));
+    assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Grid, Buffer::Shared, 64, 0));
     let pl = p(1, 1_048_576, 2048);
     assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Grid, 132, 0));
-    let no_grid = |cols, k| plan_paths(&SelectSpec::new(1, cols, k, DType::F32), false, &h200(), false).unwrap();
+    let no_grid = |cols, k| plan_with(&SelectSpec::new(1, cols, k, DType::F32), false, &h200(), &NO_GRID).unwrap();
     let pl = no_grid(262_144, 512);
     assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 32, 1));
     let pl = no_grid(1_048_576, 2048);
@@ -60,8 +65,8 @@ fn grid_path_boundaries() {
     // 65,536 get 16 CTAs each (chunks of 4096): k 2048 fits, k 2049 not.
     assert_eq!((p(8, 65_536, 2048).path, p(8, 65_536, 2048).ctas_per_row), (Path::Grid, 16));
     assert_eq!(p(8, 65_536, 2049).path, Path::Split);
-    // Chunks of at least GRID_MIN_CHUNK: 1 x 16,384 takes 16 CTAs, not 132.
-    assert_eq!(p(1, 16_384, 64).ctas_per_row, 16);
+    // Chunks of at least GRID_MIN_CHUNK: 1 x 16,384 takes 4 CTAs, not 132.
+    assert_eq!(p(1, 16_384, 64).ctas_per_row, 4);
     // Never more CTAs than SMs in all (cooperative: all resident).
     for rows in [1usize, 2, 3, 7, 33, 66] {
         let pl = p(rows, 16_384, 256);
