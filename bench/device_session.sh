@@ -5,6 +5,7 @@
 #   1. the Python package's GPU tests (torch CUDA tensors, streams, graphs)
 #   2. bench/peers.py: flashsel beside torch.topk on the standard shapes
 #   3. compute-sanitizer memcheck and racecheck over a subset of the check cases
+#      (SKIP_SAN=1 skips them when they already ran on the same kernels)
 #   4. `flashsel check --quick` (every path, adversarial data, CPU parity;
 #      SKIP_CHECK=1 skips it when the same suite already ran this session)
 #   5. the same check on the portable build forced on this GPU
@@ -29,12 +30,14 @@ echo "rc=$?"; tail -4 "$OUT/pytest.log"
 step "peers"
 timeout "${PEERS_TIMEOUT:-200}" python3 bench/peers.py "$OUT/peers" --budget "${PEERS_BUDGET:-0.25}" >"$OUT/peers.log" 2>&1
 echo "rc=$?"; tail -3 "$OUT/peers.log"
-step "memcheck"
-timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool memcheck --leak-check no target/release/examples/device_run small >"$OUT/memcheck.log" 2>&1
-echo "rc=$?"; grep -E "ERROR SUMMARY|SMALL" "$OUT/memcheck.log" | tail -3
-step "racecheck"
-timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool racecheck target/release/examples/device_run small >"$OUT/racecheck.log" 2>&1
-echo "rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|SMALL" "$OUT/racecheck.log" | tail -3
+if [ -z "${SKIP_SAN:-}" ]; then
+    step "memcheck"
+    timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool memcheck --leak-check no target/release/examples/device_run small >"$OUT/memcheck.log" 2>&1
+    echo "rc=$?"; grep -E "ERROR SUMMARY|SMALL" "$OUT/memcheck.log" | tail -3
+    step "racecheck"
+    timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool racecheck target/release/examples/device_run small >"$OUT/racecheck.log" 2>&1
+    echo "rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|SMALL" "$OUT/racecheck.log" | tail -3
+fi
 step "flashsel check --quick"
 [ -n "${SKIP_CHECK:-}" ] || timeout 150 target/release/flashsel check --quick --seed 3 >"$OUT/check.log" 2>&1
 echo "rc=$?"; tail -2 "$OUT/check.log"

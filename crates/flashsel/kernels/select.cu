@@ -1416,6 +1416,15 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_STOP
 #define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
 #endif
+// The placement reads the staged list GRID_STEP entries a round (8 per
+// lane); the stage is padded to a multiple of it.
+#define GRID_STEP 256
+// Stage loads per thread: (GRID_MAX_K + 256) rounded up to GRID_STEP, over
+// FS_BLOCK threads (the host's GRID_MAX_K = 4096).
+#define GRID_STAGE_ROUNDS ((4096 + 256 + GRID_STEP - 1) / GRID_STEP * GRID_STEP / FS_BLOCK + 1)
+#ifndef FS_GRID_EPW
+#define FS_GRID_EPW 1  // list entries a warp places at a time (1..32)
+#endif
 #ifndef FS_GRID_SMALL
 #define FS_GRID_SMALL 256  // a crossing bin this small ends the passes
 #endif
@@ -1427,6 +1436,7 @@ __device__ void prep_impl(const ScanParams& P) {
 #define GRID_STATE_WORDS (GRID_HDR + GRID_PASSES * GRID_BINS)
 static_assert(FS_BLOCK == 512, "grid_crossing: one 16-byte histogram load per thread, 16 warps");
 static_assert(FS_GRID_SMALL >= 0 && FS_GRID_SMALL <= 256, "the host sizes each row's list for k + 256");
+static_assert(FS_GRID_EPW >= 1 && FS_GRID_EPW <= 32, "a lane writes each entry");
 
 __device__ __forceinline__ u32 ld_acquire_u32(const u32* p) {
     u32 v;
@@ -1668,7 +1678,23 @@ __device__ void grid_impl(const ScanParams& P) {
     // STAGE the list (the bins above, then the crossing bin), then T: the
     // crossing bin's r-th largest, unless the bin is wanted whole.
     const u32 n = m > 0 ? m - r + cnt : 0u;  // list entries
-    for (u32 j = tid; j < n; j += FS_BLOCK) stage[j] = __ldcg(list + j);
+    // Padded with zeros (which count as ahead of nothing) to a multiple of
+    // the placement's step. All loads first, then the stores: a guarded loop
+    // would wait out one L2 round trip per iteration.
+    const u32 n_pad = (n + GRID_STEP - 1) / GRID_STEP * GRID_STEP;
+    {
+        u64 v[GRID_STAGE_ROUNDS];
+#pragma unroll
+        for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
+            const u32 j = u * FS_BLOCK + tid;
+            v[u] = j < n ? __ldcg(list + j) : 0ull;
+        }
+#pragma unroll
+        for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
+            const u32 j = u * FS_BLOCK + tid;
+            if (j < n_pad) stage[j] = v[u];
+        }
+    }
     if (tid == 0) {
         gs.nsmall = 0;
         gs.T = edge;
@@ -1691,35 +1717,57 @@ __device__ void grid_impl(const ScanParams& P) {
     const u64 T = gs.T;
     GRID_STAMP(30);
 
-    // PLACE this CTA's share of the list, then its share of the padding.
+    // PLACE this CTA's share of the list, then its share of the padding. A
+    // warp takes FS_GRID_EPW entries at a time; its lanes count, over the
+    // list, the selected entries ahead of each (one shared load serves them
+    // all).
+    constexpr int EPW = FS_GRID_EPW;
     const u32 e_lo = (u32)((u64)n * p / chunks), e_hi = (u32)((u64)n * (p + 1) / chunks);
-    for (u32 e = e_lo + warp; e < e_hi; e += FS_WARPS) {
-        const u64 x = stage[e];
-        if (x < T) continue;  // warp-uniform
-        u32 ahead = 0;
-        if (P.order_index) {
-#pragma unroll 8
-            for (u32 j = lane; j < n; j += 32) {
-                const u64 y = stage[j];
-                ahead += y >= T && (u32)y > (u32)x;
-            }
-        } else {
-#pragma unroll 8
-            for (u32 j = lane; j < n; j += 32) ahead += stage[j] > x;
+    for (u32 e = e_lo + warp * EPW; e < e_hi; e += FS_WARPS * EPW) {
+        u64 xs[EPW];
+        u32 c[EPW];
+#pragma unroll
+        for (int b = 0; b < EPW; ++b) {
+            // Past e_hi or below T: an entry that is never written; ~0
+            // counts nothing and costs nothing.
+            const u64 x = e + b < e_hi ? stage[e + b] : 0ull;
+            xs[b] = x >= T && e + b < e_hi ? x : ~0ull;
+            c[b] = 0u;
         }
-        ahead = __reduce_add_sync(FULL_MASK, ahead);
+        // GRID_STEP entries a round: the loads first, then the compares.
+        for (u32 j0 = 0; j0 < n_pad; j0 += GRID_STEP) {
+            u64 y[GRID_STEP / 32];
+#pragma unroll
+            for (int u = 0; u < GRID_STEP / 32; ++u) y[u] = stage[j0 + u * 32 + lane];
+            if (P.order_index) {
+#pragma unroll
+                for (int u = 0; u < GRID_STEP / 32; ++u)
+#pragma unroll
+                    for (int b = 0; b < EPW; ++b) c[b] += (u32)(y[u] >= T) & (u32)((u32)y[u] > (u32)xs[b]);
+            } else {
+#pragma unroll
+                for (int u = 0; u < GRID_STEP / 32; ++u)
+#pragma unroll
+                    for (int b = 0; b < EPW; ++b) c[b] += y[u] > xs[b];
+            }
+        }
         GRID_STAMP(18);
-        if (lane == 0) {
-            const long long o = (long long)row * P.k + ahead;
-            const u32 col = lenm1 - (u32)x;
-            P.out_idx[o] = (int)col;
-            if (P.out_val) {
-                // The key gives the value back, except where it merged
-                // several encodings (zero: -0 and +0; NaN: every payload).
-                typedef FloatBits<TAG> F;
-                const u32 key = (u32)(x >> 32), all = F::SIGN | F::EXP | F::MAN;
-                const bool merged = key == F::SIGN || key == 0u || key == all;
-                store_bits<TAG>(P.out_val, o, merged ? load_bits<TAG>(row_scores, col) : key_bits<TAG>(key));
+#pragma unroll
+        for (int b = 0; b < EPW; ++b) {
+            const u32 ahead = __reduce_add_sync(FULL_MASK, c[b]);
+            if (lane == b && xs[b] != ~0ull) {
+                const u64 x = xs[b];
+                const long long o = (long long)row * P.k + ahead;
+                const u32 col = lenm1 - (u32)x;
+                P.out_idx[o] = (int)col;
+                if (P.out_val) {
+                    // The key gives the value back, except where it merged
+                    // several encodings (zero: -0 and +0; NaN: every payload).
+                    typedef FloatBits<TAG> F;
+                    const u32 key = (u32)(x >> 32), all = F::SIGN | F::EXP | F::MAN;
+                    const bool merged = key == F::SIGN || key == 0u || key == all;
+                    store_bits<TAG>(P.out_val, o, merged ? load_bits<TAG>(row_scores, col) : key_bits<TAG>(key));
+                }
             }
         }
     }

@@ -235,7 +235,7 @@ impl CudaEngine {
             Ok(func)
         };
         let f = |n: &str| with_smem(n, self.props.max_smem_per_block - plan::STATIC_SMEM);
-        let g = |n: &str| with_smem(n, ((plan::GRID_MAX_K + plan::GRID_SMALL) * 8) as u32);
+        let g = |n: &str| with_smem(n, ((plan::GRID_MAX_K + plan::GRID_SMALL).div_ceil(256) * 256 * 8) as u32);
         let grid =
             match (g("fs_grid_f32"), g("fs_grid_bf16"), g("fs_grid_f16"), module.load_function("fs_grid_init_all")) {
                 (Ok(a), Ok(b), Ok(c), Ok(i)) => (Some([a, b, c]), Some(i)),

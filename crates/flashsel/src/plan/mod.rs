@@ -346,7 +346,8 @@ fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {
         block: BLOCK,
         tile: TILE,
         cap: (k + GRID_SMALL) as u32,
-        smem_bytes: ((k + GRID_SMALL) * 8) as u32,
+        // The staged list, padded to the placement's step (GRID_STEP).
+        smem_bytes: ((k + GRID_SMALL).div_ceil(256) * 256 * 8) as u32,
         fit,
         sampled: false,
         workspace_bytes: align(state + state_bytes),
