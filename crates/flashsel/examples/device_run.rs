@@ -94,7 +94,8 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
 fn tune(bw: f64) {
     let variants: Vec<String> =
         std::env::var("FS_TUNE").unwrap_or("FS_PROFILE=1".into()).split(';').map(|s| s.trim().to_string()).collect();
-    // FS_SHAPES="0,3": only those shapes (default: all; 7 = the trap cases).
+    // FS_SHAPES="0,3": only those shapes (default: all; 7 = the trap cases,
+    // which run last).
     // Every shape draws its seed either way, so its data does not depend on
     // which others run.
     let only: Option<Vec<usize>> =
@@ -110,6 +111,9 @@ fn tune(bw: f64) {
     tune_shape::<bf16>(2048, 131_072, 2048, Data::Normal, vs(4), &mut rng);
     tune_shape::<f32>(2048, 131_072, 2048, Data::ReluFew, vs(5), &mut rng);
     tune_shape::<f32>(1, 1_048_576, 2048, Data::ReluFew, vs(6), &mut rng);
+    // 8, 9: where the grid and split paths meet (16 grid CTAs, k 2048).
+    tune_shape::<f32>(1, 65_536, 2048, Data::Normal, vs(8), &mut rng);
+    tune_shape::<bf16>(1, 65_536, 2048, Data::Normal, vs(9), &mut rng);
     if !on(7) {
         return;
     }

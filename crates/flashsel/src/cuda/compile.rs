@@ -48,9 +48,10 @@ pub struct Variant {
     /// profiling switches such as `FS_HIST=1,FS_PROFILE=1`); empty by default.
     /// For A/B timing against another version of the kernels, an item
     /// `src=PATH` compiles the source at PATH in place of [`SELECT_SOURCE`].
-    /// The items `grid=0` (plans keep off the grid path) and `gridchunk=N`
-    /// (the grid path's smallest share of a row per CTA) are planner switches:
-    /// like `src=`, they never reach NVRTC.
+    /// The items `grid=0` (plans keep off the grid path), `gridchunk=N` and
+    /// `gridplace=N` (the grid path's smallest share of a row per CTA and its
+    /// placement bound) are planner switches: like `src=`, they never reach
+    /// NVRTC.
     pub defines: String,
 }
 

@@ -194,7 +194,7 @@ impl CudaEngine {
     /// The planner switches of the tuning defines (`FLASHSEL_NVRTC_DEFINES`
     /// or [`Self::with_tuning`]): `grid=0` checks and times the split path on
     /// the grid path's geometries; `gridchunk=N` sets the grid path's
-    /// smallest share of a row per CTA.
+    /// smallest share of a row per CTA, `gridplace=N` its placement bound.
     fn path_options(&self) -> plan::PathOptions {
         let mut o = plan::PathOptions::default();
         for d in self.defines.split(',').map(str::trim) {
@@ -202,6 +202,8 @@ impl CudaEngine {
                 o.grid = false;
             } else if let Some(n) = d.strip_prefix("gridchunk=").and_then(|n| n.parse().ok()) {
                 o.grid_min_chunk = n;
+            } else if let Some(n) = d.strip_prefix("gridplace=").and_then(|n| n.parse().ok()) {
+                o.grid_place_max = n;
             }
         }
         o

@@ -74,7 +74,7 @@ pub const GRID_MAX_K: u64 = 4096;
 pub const GRID_SMALL: u64 = 256;
 /// Grid path: the most `k^2 / ctas_per_row` (compares per CTA placing the
 /// selection) it takes.
-pub const GRID_PLACE_MAX: u64 = 1 << 18;
+pub const GRID_PLACE_MAX: u64 = 1 << 17;
 /// Grid path: `u32` words of state per row (barrier and list counters, a
 /// 2048-bin histogram for each of the 6 radix passes); `GRID_STATE_WORDS` in
 /// select.cu.
@@ -209,11 +209,13 @@ pub struct PathOptions {
     pub grid: bool,
     /// The smallest share of a row per grid CTA ([`GRID_MIN_CHUNK`]).
     pub grid_min_chunk: u64,
+    /// The most `k^2 / ctas_per_row` the grid path takes ([`GRID_PLACE_MAX`]).
+    pub grid_place_max: u64,
 }
 
 impl Default for PathOptions {
     fn default() -> Self {
-        Self { grid: true, grid_min_chunk: GRID_MIN_CHUNK }
+        Self { grid: true, grid_min_chunk: GRID_MIN_CHUNK, grid_place_max: GRID_PLACE_MAX }
     }
 }
 
@@ -241,7 +243,7 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
     if path == Path::Split && opts.grid {
-        if let Some(g) = grid_ctas(rows, cols, k, dev, opts.grid_min_chunk.max(1)) {
+        if let Some(g) = grid_ctas(rows, cols, k, dev, opts) {
             return Ok(grid_plan(rows, k, g, fit));
         }
     }
@@ -323,9 +325,9 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
 /// CTAs per row of the grid path, or `None` where it does not apply: one CTA
 /// per SM at most (all resident), each row's share in one CTA's registers,
 /// `k` within the placement's bounds.
-fn grid_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps, min_chunk: u64) -> Option<u64> {
-    let g = (dev.sm_count as u64 / rows.max(1)).min(cols.div_ceil(min_chunk));
-    if g < 2 || k > GRID_MAX_K || k * k > GRID_PLACE_MAX * g {
+fn grid_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps, opts: &PathOptions) -> Option<u64> {
+    let g = (dev.sm_count as u64 / rows.max(1)).min(cols.div_ceil(opts.grid_min_chunk.max(1)));
+    if g < 2 || k > GRID_MAX_K || k * k > opts.grid_place_max * g {
         return None;
     }
     // The kernel's chunk: ceil(cols / g) rounded up to 8 elements.

@@ -5,7 +5,8 @@ fn h200() -> DeviceProps {
     DeviceProps::hopper(132)
 }
 
-const NO_GRID: PathOptions = PathOptions { grid: false, grid_min_chunk: GRID_MIN_CHUNK };
+const NO_GRID: PathOptions =
+    PathOptions { grid: false, grid_min_chunk: GRID_MIN_CHUNK, grid_place_max: GRID_PLACE_MAX };
 
 fn p(rows: usize, cols: usize, k: usize) -> Plan {
     plan(&SelectSpec::new(rows, cols, k, DType::F32), false, &h200()).unwrap()
@@ -62,9 +63,11 @@ fn grid_path_boundaries() {
     assert_eq!(p(1, 1 << 20, GRID_MAX_K as usize).path, Path::Grid);
     assert_eq!(p(1, 1 << 20, GRID_MAX_K as usize + 1).path, Path::Split);
     // The placement bound k^2 <= GRID_PLACE_MAX x ctas_per_row: 8 rows of
-    // 65,536 get 16 CTAs each (chunks of 4096): k 2048 fits, k 2049 not.
-    assert_eq!((p(8, 65_536, 2048).path, p(8, 65_536, 2048).ctas_per_row), (Path::Grid, 16));
-    assert_eq!(p(8, 65_536, 2049).path, Path::Split);
+    // 65,536 get 16 CTAs each (chunks of 4096): k 1448 fits, k 1449 not.
+    assert_eq!((p(8, 65_536, 1448).path, p(8, 65_536, 1448).ctas_per_row), (Path::Grid, 16));
+    assert_eq!(p(8, 65_536, 1449).path, Path::Split);
+    // 1 x 65,536, k 2048 (16 CTAs) splits: the split path measured faster there.
+    assert_eq!(p(1, 65_536, 2048).path, Path::Split);
     // Chunks of at least GRID_MIN_CHUNK: 1 x 16,384 takes 4 CTAs, not 132.
     assert_eq!(p(1, 16_384, 64).ctas_per_row, 4);
     // Never more CTAs than SMs in all (cooperative: all resident).
