@@ -98,9 +98,14 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
         println!("plan for {} x {}, k {}, {} ({source})", args.rows, args.cols, args.k, args.dtype.name());
         println!("  path            {:?}", p.path);
         println!("  ctas_per_row    {}", p.ctas_per_row);
-        println!("  merge_levels    {} (a split row's last CTA merges its candidates)", p.merge_levels);
+        let (merge_note, buffer_note) = match p.path {
+            flashsel::plan::Path::Split => ("a split row's last CTA merges its candidates", "candidate buffer"),
+            flashsel::plan::Path::Grid => ("the row's CTAs select it together: no merge", "staged list"),
+            flashsel::plan::Path::Row => ("one CTA per row: no merge", "candidate buffer"),
+        };
+        println!("  merge_levels    {} ({merge_note})", p.merge_levels);
         println!("  sampled         {}", p.sampled);
-        println!("  buffer          {:?}, {} composites ({} B shared)", p.buffer, p.cap, p.smem_bytes);
+        println!("  buffer          {:?}, {} composites ({} B shared, {buffer_note})", p.buffer, p.cap, p.smem_bytes);
         println!("  fit             {} columns", p.fit);
         println!("  row_slots       {}", p.row_slots);
         println!("  workspace_bytes {}", p.workspace_bytes);

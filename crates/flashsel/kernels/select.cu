@@ -29,6 +29,10 @@
 //                 bound and appends its top min(k, n) to the row's slots; the
 //                 CTA that finishes last merges the slots (same filter) and
 //                 writes the row.
+//     fs_grid_init_all, fs_grid_*   few rows whose chunks fit the registers:
+//                 the row's CTAs (one cooperative launch) radix-select the
+//                 row together over a global histogram per pass, then place
+//                 the selection by counting (its own header, below).
 //
 // INVARIANTS
 //   - Composites are unique within a row (the column is in the low word), so the
