@@ -17,8 +17,10 @@
 //! - Rows are spread over CTAs until one wave fills the SMs:
 //!   `ctas_per_row = clamp(floor(SMs / rows), 1, cols / fit)`. Many rows
 //!   (prefill) give one CTA per row (`Path::Row`, one read of each score, the
-//!   result written directly, two CTAs per SM). Few wide rows split (`Path::Split`): a single
-//!   row of 1,048,576 columns uses 128 CTAs, never one.
+//!   result written directly, two CTAs per SM). Few wide rows split
+//!   (`Path::Split`) or, where their chunks fit the registers, take the grid
+//!   path (below): a single row of 4,194,304 columns uses 132 split CTAs, one
+//!   of 1,048,576 columns 132 grid CTAs; never one.
 //! - A split row's CTAs each append their exact top-`min(k, n)` to the row's
 //!   candidate slots (at most `ctas_per_row x k`, so nothing can overflow);
 //!   the CTA that finishes last merges them in the same launch (one merge
