@@ -88,6 +88,11 @@
 //                   fs_grid_init_all (programmatic dependent launch, sm_90+;
 //                   default; the host sets the launch attribute unless the
 //                   defines say FS_PDL=0)
+//   FS_GRID_SMALL   grid rows: a crossing bin of at most this many composites
+//                   ends the radix passes (256, the most the host sizes for)
+//   FS_GRID_SLEEP   grid rows: ns between barrier polls (32; 0 spins)
+//   FS_GRID_EPW     grid rows: list entries a warp places at a time (1)
+//   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
 
 typedef unsigned int u32;
 typedef unsigned short u16;
