@@ -183,8 +183,10 @@ struct ScanParams {
     const int* lengths;      // nullable; rows entries
     int* out_idx;            // rows x k
     void* out_val;           // nullable; rows x k of the dtype
-    u64* cand;               // split rows: rows x chunks x k candidate slots
-    u32* row_count;          // split rows: candidates appended so far, per row
+    u64* cand;               // split rows: rows x chunks x k candidate slots;
+                             // grid rows: rows x (k + 256) list entries
+    u32* row_count;          // split rows: candidates appended so far, per row;
+                             // grid rows: rows x GRID_STATE_WORDS of state
     u32* row_done;           // split rows: CTAs of the row that have finished
     u64* gbuf;               // FS_GLOBAL_BUF: gridDim.x * gridDim.y * cap
     u64* row_lb;             // split rows: per-row key bound from fs_prep_*

@@ -130,7 +130,8 @@ unsafe fn launch_ex<P>(
 }
 
 /// Launches `plan`: for split rows the prep kernel (counters, row-wide
-/// sample), then the scan (whose last CTA per split row merges the row).
+/// sample), then the scan (whose last CTA per split row merges the row); for
+/// grid rows the state-zeroing kernel, then the cooperative grid kernel.
 ///
 /// # Safety
 /// As [`super::CudaEngine::select_device`].
