@@ -89,9 +89,10 @@
 //                   default; the host sets the launch attribute unless the
 //                   defines say FS_PDL=0)
 //   FS_GRID_SMALL   grid rows: a crossing bin of at most this many composites
-//                   ends the radix passes (256, the most the host sizes for)
+//                   ends the radix passes (256 = FS_HOST_GRID_SMALL, the most
+//                   the host sizes for)
+//   FS_HOST_GRID_*  the host's grid layout (always passed; not a switch)
 //   FS_GRID_SLEEP   grid rows: ns between barrier polls (32; 0 spins)
-//   FS_GRID_EPW     grid rows: list entries a warp places at a time (1)
 //   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
 
 typedef unsigned int u32;
@@ -607,6 +608,23 @@ __device__ void sort_desc_regs(u64* buf, u32 m, int order_index) {
     __syncthreads();
 }
 
+// The output value of a selected element of key `key` at column `col`: the
+// key gives the value back, except where the key merged several encodings
+// (zero: -0 and +0; NaN: every payload): only those are read from the row.
+template <int TAG>
+__device__ __forceinline__ u32 value_bits(u32 key, const void* row_scores, u32 col) {
+    typedef FloatBits<TAG> F;
+    const u32 all = F::SIGN | F::EXP | F::MAN;
+    return (key == F::SIGN || key == 0u || key == all) ? load_bits<TAG>(row_scores, col) : key_bits<TAG>(key);
+}
+
+// Output slot o past the row's selection: index -1, value -inf.
+template <int TAG>
+__device__ __forceinline__ void write_padding(int* out_idx, void* out_val, long long o) {
+    out_idx[o] = -1;
+    if (out_val) store_bits<TAG>(out_val, o, Elem<TAG>::NEG_INF);
+}
+
 // Writes the final row: the m sorted composites, then padding to k.
 template <int TAG>
 __device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* out_idx, void* out_val,
@@ -618,20 +636,9 @@ __device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* ou
             if (order_index) c = (c << 32) | (c >> 32);
             const u32 col = composite_col(c);
             out_idx[o] = (int)col;
-            if (out_val) {
-                // The key gives the value back, except where the key merged
-                // several encodings (zero: -0 and +0; NaN: every payload):
-                // only those are read from the row.
-                typedef FloatBits<TAG> F;
-                const u32 all = F::SIGN | F::EXP | F::MAN;
-                const u32 key = (u32)(c >> 32);
-                const u32 bits =
-                    (key == F::SIGN || key == 0u || key == all) ? load_bits<TAG>(row_scores, col) : key_bits<TAG>(key);
-                store_bits<TAG>(out_val, o, bits);
-            }
+            if (out_val) store_bits<TAG>(out_val, o, value_bits<TAG>((u32)(c >> 32), row_scores, col));
         } else {
-            out_idx[o] = -1;
-            if (out_val) store_bits<TAG>(out_val, o, Elem<TAG>::NEG_INF);
+            write_padding<TAG>(out_idx, out_val, o);
         }
     }
 }
@@ -650,6 +657,18 @@ __device__ __forceinline__ int row_length(const int* lengths, int row, int cols)
     if (!lengths) return cols;
     const int len = lengths[row];
     return (len < 0 || len > cols) ? 0 : len;
+}
+
+// Chunk p of a row of length len cut into `chunks`: [start, end), each chunk
+// ceil(len / chunks) rounded up to 8 elements (16-byte aligned starts), so
+// work follows the active length, not the buffer width. I: the caller's offset
+// type (long long, or u32 for the grid path: a row has < 2^31 columns).
+template <typename I>
+__device__ __forceinline__ void chunk_range(int len, int chunks, int p, I& start, I& end) {
+    const long long per = ((long long)len + chunks - 1) / chunks;
+    const long long L = (per + 7) & ~7ll;
+    start = (I)((long long)p * L < len ? (long long)p * L : len);
+    end = (I)(start + L < (I)len ? start + L : (I)len);
 }
 
 // Descending bitonic sort of a[0..len) in place, any len: the variant whose
@@ -1279,10 +1298,8 @@ __device__ void scan_impl(const ScanParams& P) {
     for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
         reset(sh);
         const int len = row_length(P.lengths, row, P.cols);
-        const long long per = ((long long)len + P.chunks - 1) / P.chunks;
-        const long long L = (per + 7) & ~7ll;
-        const long long start = (long long)p * L < len ? (long long)p * L : len;
-        const long long end = start + L < len ? start + L : len;
+        long long start, end;
+        chunk_range(len, P.chunks, p, start, end);
         const void* row_scores = row_start<TAG>(P, row);
         const bool aligned = aligned16(row_scores);
 
@@ -1427,15 +1444,18 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_STOP
 #define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
 #endif
+// The host's grid layout (compile.rs passes plan::GRID_MAX_K, GRID_SMALL and
+// GRID_STATE_WORDS): the most k, the list's room past k, the state per row.
+#if !defined(FS_HOST_GRID_MAX_K) || !defined(FS_HOST_GRID_SMALL) || !defined(FS_HOST_GRID_STATE_WORDS)
+#error "the host passes FS_HOST_GRID_MAX_K, FS_HOST_GRID_SMALL and FS_HOST_GRID_STATE_WORDS"
+#endif
 // The placement reads the staged list GRID_STEP entries a round (8 per
 // lane); the stage is padded to a multiple of it.
 #define GRID_STEP 256
-// Stage loads per thread: (GRID_MAX_K + 256) rounded up to GRID_STEP, over
-// FS_BLOCK threads (the host's GRID_MAX_K = 4096).
-#define GRID_STAGE_ROUNDS ((4096 + 256 + GRID_STEP - 1) / GRID_STEP * GRID_STEP / FS_BLOCK + 1)
-#ifndef FS_GRID_EPW
-#define FS_GRID_EPW 1  // list entries a warp places at a time (1..32)
-#endif
+// Stage loads per thread: the longest list, rounded up to GRID_STEP, over
+// FS_BLOCK threads.
+#define GRID_STAGE_ROUNDS \
+    ((FS_HOST_GRID_MAX_K + FS_HOST_GRID_SMALL + GRID_STEP - 1) / GRID_STEP * GRID_STEP / FS_BLOCK + 1)
 #ifndef FS_GRID_SMALL
 #define FS_GRID_SMALL 256  // a crossing bin this small ends the passes
 #endif
@@ -1446,8 +1466,8 @@ __device__ void prep_impl(const ScanParams& P) {
 #define GRID_HDR 32
 #define GRID_STATE_WORDS (GRID_HDR + GRID_PASSES * GRID_BINS)
 static_assert(FS_BLOCK == 512, "grid_crossing: one 16-byte histogram load per thread, 16 warps");
-static_assert(FS_GRID_SMALL >= 0 && FS_GRID_SMALL <= 256, "the host sizes each row's list for k + 256");
-static_assert(FS_GRID_EPW >= 1 && FS_GRID_EPW <= 32, "a lane writes each entry");
+static_assert(FS_GRID_SMALL >= 0 && FS_GRID_SMALL <= FS_HOST_GRID_SMALL, "the host sizes each row's list for k + FS_HOST_GRID_SMALL");
+static_assert(GRID_STATE_WORDS == FS_HOST_GRID_STATE_WORDS, "the host's state layout differs");
 
 __device__ __forceinline__ u32 ld_acquire_u32(const u32* p) {
     u32 v;
@@ -1568,10 +1588,8 @@ __device__ void grid_impl(const ScanParams& P) {
             t_prev = t_;                                      \
         }                                                     \
     } while (0)
-    const long long per = ((long long)len + chunks - 1) / chunks;
-    const long long L = (per + 7) & ~7ll;
-    const u32 start = (u32)((long long)p * L < len ? (long long)p * L : len);
-    const u32 end = (u32)(start + L < (u32)len ? start + L : (u32)len);
+    u32 start, end;
+    chunk_range(len, chunks, p, start, end);
     const void* row_scores = row_start<TAG>(P, row);
     const bool aligned = aligned16(row_scores);
     // The planner keeps every chunk within the registers; never drop elements.
@@ -1600,7 +1618,7 @@ __device__ void grid_impl(const ScanParams& P) {
     u32* state = P.row_count + (long long)row * GRID_STATE_WORDS;
     u32* bar = state;
     u32* list_count = state + 1;
-    u64* list = P.cand + (long long)row * (P.k + FS_GRID_SMALL);
+    u64* list = P.cand + (long long)row * (P.k + FS_HOST_GRID_SMALL);
     u32 barriers = 0;
     __syncthreads();
     GRID_STAMP(22);
@@ -1666,7 +1684,7 @@ __device__ void grid_impl(const ScanParams& P) {
         nsel += __popc(__ballot_sync(FULL_MASK, sel));
     }
     u32 wbase = 0;
-    if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsmall, nsel);  // nsmall doubles as the CTA's count
+    if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsmall, nsel);
     __syncthreads();
     if (tid == 0 && gs.nsmall) gs.base = atomicAdd(list_count, gs.nsmall);
     __syncthreads();
@@ -1728,23 +1746,14 @@ __device__ void grid_impl(const ScanParams& P) {
     const u64 T = gs.T;
     GRID_STAMP(30);
 
-    // PLACE this CTA's share of the list, then its share of the padding. A
-    // warp takes FS_GRID_EPW entries at a time; its lanes count, over the
-    // list, the selected entries ahead of each (one shared load serves them
-    // all).
-    constexpr int EPW = FS_GRID_EPW;
+    // PLACE this CTA's share of the list, then its share of the padding: a
+    // warp per entry, its lanes counting the selected entries ahead of it.
     const u32 e_lo = (u32)((u64)n * p / chunks), e_hi = (u32)((u64)n * (p + 1) / chunks);
-    for (u32 e = e_lo + warp * EPW; e < e_hi; e += FS_WARPS * EPW) {
-        u64 xs[EPW];
-        u32 c[EPW];
-#pragma unroll
-        for (int b = 0; b < EPW; ++b) {
-            // Past e_hi or below T: an entry that is never written; ~0
-            // counts nothing and costs nothing.
-            const u64 x = e + b < e_hi ? stage[e + b] : 0ull;
-            xs[b] = x >= T && e + b < e_hi ? x : ~0ull;
-            c[b] = 0u;
-        }
+    for (u32 e = e_lo + warp; e < e_hi; e += FS_WARPS) {
+        // Below T: an entry that is never written; ~0 counts nothing.
+        const u64 x0 = stage[e];
+        const u64 x = x0 >= T ? x0 : ~0ull;
+        u32 c = 0u;
         // GRID_STEP entries a round: the loads first, then the compares.
         for (u32 j0 = 0; j0 < n_pad; j0 += GRID_STEP) {
             u64 y[GRID_STEP / 32];
@@ -1752,43 +1761,24 @@ __device__ void grid_impl(const ScanParams& P) {
             for (int u = 0; u < GRID_STEP / 32; ++u) y[u] = stage[j0 + u * 32 + lane];
             if (P.order_index) {
 #pragma unroll
-                for (int u = 0; u < GRID_STEP / 32; ++u)
-#pragma unroll
-                    for (int b = 0; b < EPW; ++b) c[b] += (u32)(y[u] >= T) & (u32)((u32)y[u] > (u32)xs[b]);
+                for (int u = 0; u < GRID_STEP / 32; ++u) c += (u32)(y[u] >= T) & (u32)((u32)y[u] > (u32)x);
             } else {
 #pragma unroll
-                for (int u = 0; u < GRID_STEP / 32; ++u)
-#pragma unroll
-                    for (int b = 0; b < EPW; ++b) c[b] += y[u] > xs[b];
+                for (int u = 0; u < GRID_STEP / 32; ++u) c += y[u] > x;
             }
         }
         GRID_STAMP(18);
-#pragma unroll
-        for (int b = 0; b < EPW; ++b) {
-            const u32 ahead = __reduce_add_sync(FULL_MASK, c[b]);
-            if (lane == b && xs[b] != ~0ull) {
-                const u64 x = xs[b];
-                const long long o = (long long)row * P.k + ahead;
-                const u32 col = lenm1 - (u32)x;
-                P.out_idx[o] = (int)col;
-                if (P.out_val) {
-                    // The key gives the value back, except where it merged
-                    // several encodings (zero: -0 and +0; NaN: every payload).
-                    typedef FloatBits<TAG> F;
-                    const u32 key = (u32)(x >> 32), all = F::SIGN | F::EXP | F::MAN;
-                    const bool merged = key == F::SIGN || key == 0u || key == all;
-                    store_bits<TAG>(P.out_val, o, merged ? load_bits<TAG>(row_scores, col) : key_bits<TAG>(key));
-                }
-            }
+        const u32 ahead = __reduce_add_sync(FULL_MASK, c);
+        if (lane == 0 && x != ~0ull) {
+            const long long o = (long long)row * P.k + ahead;
+            const u32 col = lenm1 - (u32)x;
+            P.out_idx[o] = (int)col;
+            if (P.out_val) store_bits<TAG>(P.out_val, o, value_bits<TAG>((u32)(x >> 32), row_scores, col));
         }
     }
     const u32 npad = (u32)P.k - m;
     const u32 p_lo = (u32)((u64)npad * p / chunks), p_hi = (u32)((u64)npad * (p + 1) / chunks);
-    for (u32 j = p_lo + tid; j < p_hi; j += FS_BLOCK) {
-        const long long o = (long long)row * P.k + m + j;
-        P.out_idx[o] = -1;
-        if (P.out_val) store_bits<TAG>(P.out_val, o, E::NEG_INF);
-    }
+    for (u32 j = p_lo + tid; j < p_hi; j += FS_BLOCK) write_padding<TAG>(P.out_idx, P.out_val, (long long)row * P.k + m + j);
     GRID_STAMP(28);
     if (prof) {
         PROF_ADD(20, 1);

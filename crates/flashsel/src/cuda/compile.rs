@@ -46,13 +46,19 @@ pub struct Variant {
     pub global_buffer: bool,
     /// Extra `NAME=VALUE` macro definitions, comma separated (tuning and
     /// profiling switches such as `FS_HIST=1,FS_PROFILE=1`); empty by default.
-    /// For A/B timing against another version of the kernels, an item
-    /// `src=PATH` compiles the source at PATH in place of [`SELECT_SOURCE`].
-    /// The items `grid=0` (plans keep off the grid path), `gridchunk=N` and
-    /// `gridplace=N` (the grid path's smallest share of a row per CTA and its
-    /// placement bound) are planner switches: like `src=`, they never reach
-    /// NVRTC.
+    /// Items that start with a lower-case letter are host switches, never
+    /// macros ([`is_host_switch`]): `src=PATH` compiles the source at PATH in
+    /// place of [`SELECT_SOURCE`] (A/B timing against another version of the
+    /// kernels); `grid=0`, `gridchunk=N` and `gridplace=N` are planner
+    /// switches (plans keep off the grid path; its smallest share of a row
+    /// per CTA; its placement bound).
     pub defines: String,
+}
+
+/// Whether an item of [`Variant::defines`] is a host switch (lower case:
+/// `src=`, `grid=`, ...) rather than a kernel macro (`FS_...`).
+pub fn is_host_switch(item: &str) -> bool {
+    item.starts_with(|c: char| c.is_ascii_lowercase())
 }
 
 impl Variant {
@@ -82,7 +88,7 @@ impl Variant {
             .defines
             .split(',')
             .map(str::trim)
-            .filter(|d| !d.is_empty() && !d.starts_with("src=") && !d.starts_with("grid"))
+            .filter(|d| !d.is_empty() && !is_host_switch(d))
             .map(|d| format!("-D{d}"));
         let mut o = vec![
             format!("--gpu-architecture={}", self.arch),
@@ -91,6 +97,9 @@ impl Variant {
             "-lineinfo".into(),
             format!("-DFS_BLOCK={}", self.block),
             format!("-DFS_GLOBAL_BUF={}", self.global_buffer as u32),
+            format!("-DFS_HOST_GRID_MAX_K={}", crate::plan::GRID_MAX_K),
+            format!("-DFS_HOST_GRID_SMALL={}", crate::plan::GRID_SMALL),
+            format!("-DFS_HOST_GRID_STATE_WORDS={}", crate::plan::GRID_STATE_WORDS),
         ];
         o.extend(extra);
         o
@@ -311,6 +320,10 @@ ptxas info    : Used 32 registers, 2096 bytes smem, 496 bytes cmem[0]\n";
         let o = v.options();
         assert!(o.contains(&"-DFS_SEG=16".to_string()) && o.contains(&"-DFS_PROFILE=1".to_string()));
         assert!(!o.iter().any(|x| x.contains("src=")), "{o:?}");
+        let v = Variant { defines: "grid=0,gridchunk=4096,FS_PDL=0".into(), ..Variant::new("sm_90a", false) };
+        let o = v.options();
+        assert!(!o.iter().any(|x| x.contains("grid")), "{o:?}");
+        assert!(o.contains(&"-DFS_PDL=0".to_string()));
         assert_eq!(Variant::new("sm_80", true).source_path(), None);
     }
 }

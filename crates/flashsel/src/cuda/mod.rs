@@ -71,6 +71,8 @@ pub struct CudaEngine {
     kernels: Mutex<HashMap<bool, Arc<Kernels>>>,
     /// Tuning switches (see [`Variant::defines`]), from `FLASHSEL_NVRTC_DEFINES`.
     defines: String,
+    /// The planner switches among them, read once ([`path_options`]).
+    path_opts: plan::PathOptions,
     /// Tuning: a candidate-buffer capacity to use instead of the planner's.
     cap_override: Option<u32>,
 }
@@ -132,16 +134,24 @@ impl CudaEngine {
             arch: arch_name(major, minor),
             name,
             kernels: Mutex::new(HashMap::new()),
-            defines: std::env::var("FLASHSEL_NVRTC_DEFINES").unwrap_or_default(),
+            defines: String::new(),
+            path_opts: plan::PathOptions::default(),
             cap_override: None,
-        })
+        }
+        .with_defines(std::env::var("FLASHSEL_NVRTC_DEFINES").unwrap_or_default()))
+    }
+
+    fn with_defines(mut self, defines: String) -> Self {
+        self.path_opts = path_options(&defines);
+        self.defines = defines;
+        self
     }
 
     /// For tuning runs: extra kernel macro definitions and a buffer capacity
     /// that replaces the planner's (never below its minimum, `2k + tile`).
     #[doc(hidden)]
     pub fn with_tuning(mut self, defines: &str, cap: Option<u32>) -> Self {
-        self.defines = defines.to_string();
+        self = self.with_defines(defines.to_string());
         self.cap_override = cap;
         self.kernels = Mutex::new(HashMap::new());
         self
@@ -181,7 +191,7 @@ impl CudaEngine {
 
     /// The plan for a selection on this device.
     pub fn plan(&self, spec: &SelectSpec, has_lengths: bool) -> Result<Plan> {
-        let mut p = plan::plan_with(spec, has_lengths, &self.props, &self.path_options())?;
+        let mut p = plan::plan_with(spec, has_lengths, &self.props, &self.path_opts)?;
         if let (Some(cap), Buffer::Shared) = (self.cap_override, p.buffer) {
             let min = plan::min_cap(spec.k) as u32; // a shared buffer's: fits a u32
             let max = (self.props.max_smem_per_block - plan::STATIC_SMEM) / 8;
@@ -189,24 +199,6 @@ impl CudaEngine {
             p.smem_bytes = p.cap * 8;
         }
         Ok(p)
-    }
-
-    /// The planner switches of the tuning defines (`FLASHSEL_NVRTC_DEFINES`
-    /// or [`Self::with_tuning`]): `grid=0` checks and times the split path on
-    /// the grid path's geometries; `gridchunk=N` sets the grid path's
-    /// smallest share of a row per CTA, `gridplace=N` its placement bound.
-    fn path_options(&self) -> plan::PathOptions {
-        let mut o = plan::PathOptions::default();
-        for d in self.defines.split(',').map(str::trim) {
-            if d == "grid=0" {
-                o.grid = false;
-            } else if let Some(n) = d.strip_prefix("gridchunk=").and_then(|n| n.parse().ok()) {
-                o.grid_min_chunk = n;
-            } else if let Some(n) = d.strip_prefix("gridplace=").and_then(|n| n.parse().ok()) {
-                o.grid_place_max = n;
-            }
-        }
-        o
     }
 
     /// Workspace a [`DeviceSelect`] with this spec needs.
@@ -451,8 +443,33 @@ fn arch_major(arch: &str) -> u32 {
     digits.parse::<u32>().map_or(0, |n| n / 10)
 }
 
+/// The planner switches of tuning defines (`FLASHSEL_NVRTC_DEFINES` or
+/// [`CudaEngine::with_tuning`]): `grid=0` checks and times the split path on
+/// the grid path's geometries; `gridchunk=N` sets the grid path's smallest
+/// share of a row per CTA, `gridplace=N` its placement bound.
+fn path_options(defines: &str) -> plan::PathOptions {
+    let mut o = plan::PathOptions::default();
+    for d in defines.split(',').map(str::trim) {
+        if d == "grid=0" {
+            o.grid = false;
+        } else if let Some(n) = d.strip_prefix("gridchunk=").and_then(|n| n.parse().ok()) {
+            o.grid_min_chunk = n;
+        } else if let Some(n) = d.strip_prefix("gridplace=").and_then(|n| n.parse().ok()) {
+            o.grid_place_max = n;
+        }
+    }
+    o
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn planner_switches_come_from_the_tuning_defines() {
+        assert_eq!(super::path_options(""), crate::plan::PathOptions::default());
+        let o = super::path_options("FS_PDL=0, grid=0,gridchunk=2048 ,gridplace=99");
+        assert_eq!((o.grid, o.grid_min_chunk, o.grid_place_max), (false, 2048, 99));
+    }
+
     #[test]
     fn arch_major_reads_the_compute_capability() {
         assert_eq!(super::arch_major("sm_90a"), 9);
