@@ -1711,10 +1711,8 @@ __device__ void grid_impl(const ScanParams& P) {
     } else {
         // fs_grid_init_all's zeroes must be visible before the first global write.
         PDL_WAIT();
+        __syncthreads();
     }
-    // The histograms' zeroes before any thread's first count (a cluster
-    // wait does not order them: they come after this thread's arrive).
-    __syncthreads();
     GRID_STAMP(22);
     if (STOPS && FS_GRID_STOP == 1) return;
 
