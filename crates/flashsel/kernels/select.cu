@@ -84,8 +84,6 @@
 //                   bitonic sort always)
 //   FS_PACKED       1: the fast filter compares 16-bit types two at a time
 //                   (set.*.bf16x2 on sm_90+, set.*.f16x2)
-//   FS_DEBUG        1: grid/cluster rows print what an internal check found
-//                   before trapping
 //   FS_PDL          1: fs_split_* overlaps fs_prep_*, fs_grid_* overlaps
 //                   fs_grid_init_all (programmatic dependent launch, sm_90+;
 //                   default; the host sets the launch attribute unless the
@@ -124,9 +122,6 @@ typedef unsigned long long u64;
 #endif
 #ifndef FS_PACKED
 #define FS_PACKED 1
-#endif
-#ifndef FS_DEBUG
-#define FS_DEBUG 0  // 1: print what a trap found first
 #endif
 #ifndef FS_PDL
 #define FS_PDL 1
@@ -1525,24 +1520,25 @@ __device__ __forceinline__ u32 cluster_map(const void* p, u32 rank) {
                  : "r"((u32)__cvta_generic_to_shared(p)), "r"(rank));
     return a;
 }
-// Loads from another CTA's shared memory. Only between cluster barriers
-// that order them after the writes they read (no clobber: the barriers'
-// "memory" clobbers keep the compiler from moving them across).
+__device__ __forceinline__ void dsmem_add(u32 a, u32 v) {
+    asm volatile("red.relaxed.cluster.shared::cluster.add.u32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
+}
 __device__ __forceinline__ u32 dsmem_ld(u32 a) {
     u32 v;
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
     return v;
 }
 __device__ __forceinline__ uint4 dsmem_ld4(u32 a) {
     uint4 v;
     asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(a));
+                 : "r"(a)
+                 : "memory");
     return v;
 }
 __device__ __forceinline__ u64 dsmem_ld64(u32 a) {
     u64 v;
-    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(a));
+    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(a) : "memory");
     return v;
 }
 #else
@@ -1551,7 +1547,6 @@ __device__ __forceinline__ u64 dsmem_ld64(u32 a) {
 
 struct GridShared {
     u32 hist[GRID_BINS];
-    u32 hist_odd[GRID_BINS];  // cluster: odd passes' histogram (the others read the even one meanwhile)
     u32 part[FS_WARPS];
     u32 bin, above, cnt, base, nsmall;
     u32 nsel;                    // this CTA's list entries (cluster: read by the others)
@@ -1639,14 +1634,20 @@ __device__ void grid_impl(const ScanParams& P) {
     constexpr bool STOPS = !CLUSTER;         // FS_GRID_STOP cuts (a cluster CTA must not leave early)
     __shared__ GridShared gs;
     // Dynamic shared memory: the staged list (k + GRID_SMALL composites,
-    // padded to GRID_STEP); cluster: then this CTA's own list entries.
+    // padded to GRID_STEP); cluster: then this CTA's own list entries, then
+    // the histogram slices this CTA owns, one per pass.
     const u32 list_room = (u32)P.k + FS_HOST_GRID_SMALL;
     u64* stage = dyn_smem;
     u64* own = dyn_smem + (list_room + GRID_STEP - 1) / GRID_STEP * GRID_STEP;
+    u32* slices = (u32*)(own + ((list_room + 1u) & ~1u));  // 16-byte aligned
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int row = blockIdx.y;
     const int p = blockIdx.x;
     const int chunks = P.chunks;
+    // Cluster: bin b of a pass is owned by CTA b >> slice_shift, at b &
+    // (slice - 1) of its slice (chunks is a power of two <= CLUSTER_MAX).
+    const u32 slice_shift = 11u - (u32)(31 - __clz(chunks));
+    const u32 slice = 1u << slice_shift;
     const int len = row_length(P.lengths, row, P.cols);
     const u32 m = (u32)(len < P.k ? len : P.k);
     const bool prof = FS_PROFILE && p == 0 && tid == 0;
@@ -1667,8 +1668,9 @@ __device__ void grid_impl(const ScanParams& P) {
         // The cluster is this row's CTAs, in order (the host launches
         // clusters of gridDim.x CTAs).
         if (cluster_ctarank() != (u32)p || gridDim.x != (u32)chunks) __trap();
-        // Matched by the wait below: no CTA reads another's shared memory
-        // before that one has started.
+        for (u32 i = tid; i < GRID_PASSES * slice; i += FS_BLOCK) slices[i] = 0u;
+        // Matched by the wait below: no CTA touches another's shared memory
+        // before that one has started and zeroed its slices.
         cluster_arrive();
 #endif
     }
@@ -1690,8 +1692,6 @@ __device__ void grid_impl(const ScanParams& P) {
         for (int q = 0; q < VEC; ++q) key[j * VEC + q] = order_key<TAG>(unpack<TAG>(w, q), P.nan_largest);
     }
     for (u32 b = tid; b < GRID_BINS; b += FS_BLOCK) gs.hist[b] = 0u;
-    if (CLUSTER)
-        for (u32 b = tid; b < GRID_BINS; b += FS_BLOCK) gs.hist_odd[b] = 0u;
     if (tid == 0) gs.nsel = 0;
     const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;
     const u32 mine = end > start ? end - start : 0u;  // elements of this CTA
@@ -1730,52 +1730,37 @@ __device__ void grid_impl(const ScanParams& P) {
             const int lo = hi - 11 > floor_bit ? hi - 11 : floor_bit;
             const u32 nbins = 1u << (hi - lo);
             const u64 pre = hi >= 64 ? 0ull : edge >> hi;
-            // Cluster: even passes count into hist, odd ones into hist_odd.
-            u32* h = CLUSTER && (pass & 1) ? gs.hist_odd : gs.hist;
 #pragma unroll
             for (int i = 0; i < ITEMS; ++i) {
                 if (GRID_OFF(i) < mine) {
                     const u64 g = GRID_G(i);
-                    if ((hi >= 64 ? 0ull : g >> hi) == pre) atomicAdd(&h[(u32)(g >> lo) & (nbins - 1u)], 1u);
+                    if ((hi >= 64 ? 0ull : g >> hi) == pre) atomicAdd(&gs.hist[(u32)(g >> lo) & (nbins - 1u)], 1u);
                 }
             }
+            __syncthreads();
+            // Add the non-zero bins to the row's histogram of this pass (and
+            // clear them here), meet, read the row's histogram.
             u32 c[4];
             if constexpr (CLUSTER) {
 #if CLUSTER_ON
-                // Meet; then each thread sums its four bins over the
-                // cluster's CTAs, reading their histograms where they are.
+                u32* sl = slices + pass * slice;
+                for (u32 b = tid; b < nbins; b += FS_BLOCK) {
+                    const u32 v = gs.hist[b];
+                    if (v) {
+                        dsmem_add(cluster_map(sl + (b & (slice - 1u)), b >> slice_shift), v);
+                        gs.hist[b] = 0u;
+                    }
+                }
                 GRID_STAMP(23);
                 cluster_arrive();
                 cluster_wait();
                 GRID_STAMP(24);
-                // The other histogram was last read in the previous pass,
-                // which every CTA has left: clear it for the next (the
-                // barriers in grid_crossing order this before its atomics).
-                u32* h_next = (pass & 1) ? gs.hist : gs.hist_odd;
-                for (u32 b = tid; b < GRID_BINS; b += FS_BLOCK) h_next[b] = 0u;
                 grid_bins4(
                     nbins, c,
-                    [&](u32 b) {
-                        // Four CTAs' loads in flight at a time (registers).
-                        uint4 t = make_uint4(0u, 0u, 0u, 0u);
-                        for (int q0 = 0; q0 < chunks; q0 += 4) {
-                            uint4 w[4];
-#pragma unroll
-                            for (int q = 0; q < 4; ++q)
-                                w[q] = q0 + q < chunks ? dsmem_ld4(cluster_map(h + b, q0 + q)) : make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-                            for (int q = 0; q < 4; ++q) t.x += w[q].x, t.y += w[q].y, t.z += w[q].z, t.w += w[q].w;
-                        }
-                        return t;
-                    },
-                    [&](u32 b) {
-                        u32 t = 0u;
-                        for (int q = 0; q < chunks; ++q) t += dsmem_ld(cluster_map(h + b, q));
-                        return t;
-                    });
+                    [&](u32 b) { return dsmem_ld4(cluster_map(sl + (b & (slice - 1u)), b >> slice_shift)); },
+                    [&](u32 b) { return dsmem_ld(cluster_map(sl + (b & (slice - 1u)), b >> slice_shift)); });
 #endif
             } else {
-                __syncthreads();
                 u32* ghist = state + GRID_HDR + pass * GRID_BINS;
                 for (u32 b = tid; b < nbins; b += FS_BLOCK) {
                     const u32 v = gs.hist[b];
@@ -1856,13 +1841,7 @@ __device__ void grid_impl(const ScanParams& P) {
             u32 acc = 0;
             gs.rbase[0] = 0;
             for (int q = 1; q <= chunks; ++q) gs.rbase[q] = acc += gs.rbase[q];
-            if (acc != n) {  // the passes' count and the CTAs' must agree
-#if FS_DEBUG
-                printf("fs_cluster: row %d CTA %d: list %u, passes say %u (m %u r %u cnt %u edge %llx lo %d)\n", row, p,
-                       acc, n, m, r, cnt, edge, lo_last);
-#endif
-                __trap();
-            }
+            if (acc != n) __trap();  // the passes' count and the CTAs' must agree
         }
         __syncthreads();
 #pragma unroll
@@ -1912,17 +1891,7 @@ __device__ void grid_impl(const ScanParams& P) {
     if (cnt != r) {  // uniform; then cnt <= FS_GRID_SMALL
         for (u32 j = tid; j < n; j += FS_BLOCK) {
             const u64 x = stage[j];
-            if (x - edge < (1ull << lo_last)) {
-                const u32 slot = atomicAdd(&gs.nsmall, 1u);
-#if FS_DEBUG
-                if (slot >= cnt) {
-                    printf("grid row %d CTA %d: crossing bin has more than its %u (lo %d edge %llx)\n", row, p, cnt,
-                           lo_last, edge);
-                    __trap();
-                }
-#endif
-                gs.small[slot] = x;
-            }
+            if (x - edge < (1ull << lo_last)) gs.small[atomicAdd(&gs.nsmall, 1u)] = x;
         }
         __syncthreads();
         if ((u32)tid < cnt) {

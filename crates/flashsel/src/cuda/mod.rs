@@ -244,10 +244,10 @@ impl CudaEngine {
                 (Ok(a), Ok(b), Ok(c), Ok(i)) => (Some([a, b, c]), Some(i)),
                 _ => (None, None),
             };
-        // Cluster kernels: room for the largest k, and clusters past the
-        // portable 8 CTAs.
+        // Cluster kernels: room for the largest k at the smallest cluster,
+        // and clusters past the portable 8 CTAs.
         let cl = |n: &str| -> Result<CudaFunction> {
-            let func = with_smem(n, plan::cluster_smem_bytes(plan::GRID_MAX_K) as u32)?;
+            let func = with_smem(n, plan::cluster_smem_bytes(plan::GRID_MAX_K, 2) as u32)?;
             func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
                 .map_err(cuda_err)?;
             Ok(func)
@@ -293,7 +293,7 @@ impl CudaEngine {
                 blockDimX: plan::BLOCK,
                 blockDimY: 1,
                 blockDimZ: 1,
-                sharedMemBytes: plan::cluster_smem_bytes(k) as u32,
+                sharedMemBytes: plan::cluster_smem_bytes(k, size as u64) as u32,
                 hStream: std::ptr::null_mut(),
                 attrs: &mut attr,
                 numAttrs: 1,

@@ -395,10 +395,11 @@ fn cluster_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps, opts: &PathOpti
 }
 
 /// Dynamic shared memory of a cluster CTA: the staged list (as the grid
-/// path's), then this CTA's own list entries.
-pub fn cluster_smem_bytes(k: u64) -> u64 {
+/// path's), this CTA's own list entries (an even count: 16-byte alignment),
+/// and its slice of each pass's histogram.
+pub fn cluster_smem_bytes(k: u64, ctas_per_row: u64) -> u64 {
     let room = k + GRID_SMALL;
-    room.div_ceil(256) * 256 * 8 + room * 8
+    room.div_ceil(256) * 256 * 8 + room.div_ceil(2) * 2 * 8 + 6 * (2048 / ctas_per_row) * 4
 }
 
 fn cluster_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {
@@ -411,7 +412,7 @@ fn cluster_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {
         block: BLOCK,
         tile: TILE,
         cap: (k + GRID_SMALL) as u32,
-        smem_bytes: cluster_smem_bytes(k) as u32,
+        smem_bytes: cluster_smem_bytes(k, ctas_per_row) as u32,
         fit,
         sampled: false,
         workspace_bytes: 0,
