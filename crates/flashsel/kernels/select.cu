@@ -1461,7 +1461,7 @@ __device__ void prep_impl(const ScanParams& P) {
 #endif
 #define GRID_ITEMS 16     // elements per thread in registers
 #define CLUSTER_ITEMS 32  // the same, cluster variant (16 CTAs hold 262,144)
-#define GRID_BINS 2048  // 11-bit digits (slice_shift in grid_impl assumes 2^11)
+#define GRID_BINS 2048  // 11-bit digits
 #define GRID_PASSES 6   // ceil(32 / 11) key passes + ceil(31 / 11) column passes
 // Per row: barrier counter, list counter, padding, then one histogram per pass.
 #define GRID_HDR 32
@@ -1644,10 +1644,10 @@ __device__ void grid_impl(const ScanParams& P) {
     const int row = blockIdx.y;
     const int p = blockIdx.x;
     const int chunks = P.chunks;
-    // Cluster: bin b of a pass is owned by CTA b >> slice_shift, at b &
-    // (slice - 1) of its slice (chunks is a power of two <= CLUSTER_MAX).
+    // Cluster: bin b of a pass is owned by CTA b >> slice_shift (chunks is a
+    // power of two <= CLUSTER_MAX).
     const u32 slice_shift = 11u - (u32)(31 - __clz(chunks));
-    const u32 slice = 1u << slice_shift;
+    const u32 slice = GRID_BINS >> slice_shift;
     const int len = row_length(P.lengths, row, P.cols);
     const u32 m = (u32)(len < P.k ? len : P.k);
     const bool prof = FS_PROFILE && p == 0 && tid == 0;
