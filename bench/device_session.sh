@@ -9,7 +9,7 @@
 #   4. `flashsel check --quick` (every path, adversarial data, CPU parity;
 #      SKIP_CHECK=1 skips it when the same suite already ran this session)
 #   5. the same check on the portable build forced on this GPU
-#      (FLASHSEL_ARCH=sm_90 without clusters; SKIP_PORTABLE=1 skips it)
+#      (FLASHSEL_ARCH=sm_90; SKIP_PORTABLE=1 skips it)
 #   6. device_run timings of the standard shapes (SKIP_TIME=1 skips them)
 # Logs and results go to $OUT (at the end: session.tgz with all of them, plus
 # time.log, check.log and peers.md). Each step has its own time limit.
@@ -41,8 +41,8 @@ fi
 step "flashsel check --quick"
 [ -n "${SKIP_CHECK:-}" ] || timeout 150 target/release/flashsel check --quick --seed 3 >"$OUT/check.log" 2>&1
 echo "rc=$?"; tail -2 "$OUT/check.log"
-step "portable build (FLASHSEL_ARCH=sm_90, no clusters: the grid path where Ampere takes it): flashsel check --quick"
-[ -n "${SKIP_PORTABLE:-}" ] || FLASHSEL_ARCH=sm_90 FLASHSEL_NVRTC_DEFINES=clustermax=0 timeout 150 target/release/flashsel check --quick --seed 5 >"$OUT/check-sm90.log" 2>&1
+step "portable build (FLASHSEL_ARCH=sm_90): flashsel check --quick"
+[ -n "${SKIP_PORTABLE:-}" ] || FLASHSEL_ARCH=sm_90 timeout 150 target/release/flashsel check --quick --seed 5 >"$OUT/check-sm90.log" 2>&1
 echo "rc=$?"; tail -1 "$OUT/check-sm90.log"
 step "timings (device_run time)"
 [ -n "${SKIP_TIME:-}" ] || timeout 200 target/release/examples/device_run none time >"$OUT/time.log" 2>&1

@@ -29,10 +29,6 @@ pub struct PlanArgs {
     /// Plan for this many SMs instead of the local GPU's count.
     #[arg(long, value_name = "N")]
     pub sm_count: Option<u32>,
-    /// The most CTAs per thread-block cluster (with --sm-count: default 16, as
-    /// Hopper; 0 plans for a GPU without clusters, such as Ampere or Ada).
-    #[arg(long, value_name = "N", requires = "sm_count")]
-    pub max_cluster: Option<u32>,
     /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
@@ -83,11 +79,7 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
     // The device: an explicit --sm-count plans for a Hopper-class part of that
     // size without touching a GPU; otherwise the local GPU, else an H200.
     let (dev, source) = match args.sm_count {
-        Some(n) => {
-            let mut d = DeviceProps::hopper(n);
-            d.max_cluster = args.max_cluster.unwrap_or(d.max_cluster).min(plan::CLUSTER_MAX);
-            (d, format!("--sm-count {n} (Hopper shared-memory limits, clusters of <= {})", d.max_cluster))
-        }
+        Some(n) => (DeviceProps::hopper(n), format!("--sm-count {n} (Hopper shared-memory limits)")),
         None => match flashsel::cuda::CudaEngine::new(0) {
             Ok(e) => (e.props(), format!("local GPU: {}", e.device_name())),
             Err(_) => (DeviceProps::hopper(132), "no GPU here: an H200 (132 SMs)".to_string()),
@@ -109,7 +101,6 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
         let (merge_note, buffer_note) = match p.path {
             flashsel::plan::Path::Split => ("a split row's last CTA merges its candidates", "candidate buffer"),
             flashsel::plan::Path::Grid => ("the row's CTAs select it together: no merge", "staged list"),
-            flashsel::plan::Path::Cluster => ("the row's cluster selects it together: no merge", "staged list"),
             flashsel::plan::Path::Row => ("one CTA per row: no merge", "candidate buffer"),
         };
         println!("  merge_levels    {} ({merge_note})", p.merge_levels);

@@ -111,7 +111,7 @@ fn tune(bw: f64) {
     tune_shape::<bf16>(2048, 131_072, 2048, Data::Normal, vs(4), &mut rng);
     tune_shape::<f32>(2048, 131_072, 2048, Data::ReluFew, vs(5), &mut rng);
     tune_shape::<f32>(1, 1_048_576, 2048, Data::ReluFew, vs(6), &mut rng);
-    // 8, 9: where the cluster (or grid) and split paths meet (16 CTAs, k 2048).
+    // 8, 9: where the grid and split paths meet (16 grid CTAs, k 2048).
     tune_shape::<f32>(1, 65_536, 2048, Data::Normal, vs(8), &mut rng);
     tune_shape::<bf16>(1, 65_536, 2048, Data::Normal, vs(9), &mut rng);
     if !on(7) {
@@ -181,17 +181,11 @@ fn main() {
     let t = std::time::Instant::now();
     e.warm_up().expect("compile");
     println!("compiled in {:.2}s", t.elapsed().as_secs_f64());
-    for size in [2u32, 4, 8, 16] {
-        match e.max_active_clusters(size, 2048) {
-            Ok(n) => println!("clusters of {size} (k 2048) resident at once: {n}"),
-            Err(err) => println!("clusters of {size}: {err}"),
-        }
-    }
     if std::env::args().any(|a| a == "tune") {
         tune(0.0);
     }
     if mode == "small" {
-        // For compute-sanitizer: the suite's small cases, plus cluster rows, grid rows, split
+        // For compute-sanitizer: the suite's small cases, plus grid rows, split
         // rows (sampled and not) and one global-buffer geometry.
         let mut rng = Rng::new(11);
         let mut cases: Vec<check::Case> =
@@ -210,9 +204,6 @@ fn main() {
         cases.push(extra(1, 40_000, 512, Data::Normal));
         cases.push(extra(1, 70_000, 512, Data::Relu));
         cases.push(extra(1, 140_000, 512, Data::ReluFew));
-        // Wider than a cluster holds: grid rows.
-        cases.push(extra(1, 300_000, 512, Data::Normal));
-        cases.push(extra(2, 300_000, 256, Data::ReluFew));
         cases.push(extra(2, 40_000, 20_000, Data::Normal));
         // k past the grid path's: split rows, shared buffer (sampled or not).
         cases.push(extra(1, 40_000, 5000, Data::Normal));

@@ -1459,8 +1459,7 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_SMALL
 #define FS_GRID_SMALL 256  // a crossing bin this small ends the passes
 #endif
-#define GRID_ITEMS 16     // elements per thread in registers
-#define CLUSTER_ITEMS 32  // the same, cluster variant (16 CTAs hold 262,144)
+#define GRID_ITEMS 16   // elements per thread in registers
 #define GRID_BINS 2048  // 11-bit digits
 #define GRID_PASSES 6   // ceil(32 / 11) key passes + ceil(31 / 11) column passes
 // Per row: barrier counter, list counter, padding, then one histogram per pass.
@@ -1496,61 +1495,10 @@ __device__ __forceinline__ void grid_barrier(u32* counter, u32 target) {
     __syncthreads();
 }
 
-// Thread-block clusters (sm_90+): the cluster variant of the grid kernel
-// (fs_cluster_*) exchanges its histograms and list through distributed shared
-// memory and meets at the hardware cluster barrier instead.
-#define CLUSTER_MAX 16  // the most CTAs of a cluster (non-portable size on Hopper)
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define CLUSTER_ON 1
-__device__ __forceinline__ u32 cluster_ctarank() {
-    u32 r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-// Arrive (release: this thread's writes before it, shared and global, are
-// visible to the cluster's threads after their wait) and wait (acquire).
-// Every thread of every CTA of the cluster calls both, alternately.
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-// The shared::cluster address of `p` (this CTA's shared memory) in CTA `rank`.
-__device__ __forceinline__ u32 cluster_map(const void* p, u32 rank) {
-    u32 a;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-                 : "=r"(a)
-                 : "r"((u32)__cvta_generic_to_shared(p)), "r"(rank));
-    return a;
-}
-__device__ __forceinline__ void dsmem_add(u32 a, u32 v) {
-    asm volatile("red.relaxed.cluster.shared::cluster.add.u32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
-}
-__device__ __forceinline__ u32 dsmem_ld(u32 a) {
-    u32 v;
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
-    return v;
-}
-__device__ __forceinline__ uint4 dsmem_ld4(u32 a) {
-    uint4 v;
-    asm volatile("ld.shared::cluster.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(a)
-                 : "memory");
-    return v;
-}
-__device__ __forceinline__ u64 dsmem_ld64(u32 a) {
-    u64 v;
-    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(a) : "memory");
-    return v;
-}
-#else
-#define CLUSTER_ON 0
-#endif
-
 struct GridShared {
     u32 hist[GRID_BINS];
     u32 part[FS_WARPS];
     u32 bin, above, cnt, base, nsmall;
-    u32 nsel;                    // this CTA's list entries (cluster: read by the others)
-    u32 rbase[CLUSTER_MAX + 1];  // cluster: where each CTA's entries start in the list
     u64 T;
     u64 small[FS_GRID_SMALL > 0 ? FS_GRID_SMALL : 1];
 };
@@ -1567,31 +1515,24 @@ extern "C" __global__ void __launch_bounds__(FS_BLOCK) fs_grid_init_all(const Gr
         p.state[i] = 0u;
 }
 
-// Thread t's four bins of a row histogram of nbins (<= GRID_BINS) bins, from
-// the top: c[q] = bin nbins - 1 - 4t - q (0 past the bins). load4(b) returns
-// bins b .. b + 3 (b a multiple of 4), load1(b) bin b.
-template <typename Load4, typename Load1>
-__device__ __forceinline__ void grid_bins4(u32 nbins, u32 (&c)[4], Load4 load4, Load1 load1) {
-    const int tid = threadIdx.x;
-    c[0] = c[1] = c[2] = c[3] = 0u;
+// The crossing bin of a global histogram of nbins (<= GRID_BINS) bins, from
+// the top: the bin b with above < r <= above + cnt, above = the count in bins
+// above b. Every thread returns the same (b, above, cnt).
+__device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, u32 nbins, u32 r, u32& b, u32& above,
+                                              u32& cnt) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // Thread t holds bins nbins-1-4t .. nbins-4-4t (c[0] the highest).
+    u32 c[4] = {0u, 0u, 0u, 0u};
     if (nbins >= 4) {
         if ((u32)(4 * tid) < nbins) {
-            const uint4 w = load4(nbins - 4 * (tid + 1));
+            const uint4 w = __ldcg((const uint4*)(ghist + nbins - 4 * (tid + 1)));
             c[0] = w.w, c[1] = w.z, c[2] = w.y, c[3] = w.x;
         }
     } else if (tid == 0) {
 #pragma unroll
         for (u32 q = 0; q < 4; ++q)
-            if (q < nbins) c[q] = load1(nbins - 1 - q);
+            if (q < nbins) c[q] = __ldcg(ghist + nbins - 1 - q);
     }
-}
-
-// The crossing bin of a row histogram of nbins bins held four per thread as
-// grid_bins4 gives them: the bin b with above < r <= above + cnt, above = the
-// count in bins above b. Every thread returns the same (b, above, cnt).
-__device__ __forceinline__ void grid_crossing(GridShared& gs, const u32 (&c)[4], u32 nbins, u32 r, u32& b, u32& above,
-                                              u32& cnt) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const u32 s = c[0] + c[1] + c[2] + c[3];
     u32 incl = s;
 #pragma unroll
@@ -1620,34 +1561,18 @@ __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32 (&c)[4],
     __syncthreads();  // gs is rewritten by the next call
 }
 
-// The grid kernel (CLUSTER = false: the row's CTAs are the x extent of a
-// cooperative launch and meet through global memory) and its cluster variant
-// (CLUSTER = true: the row's CTAs are one thread-block cluster and meet
-// through distributed shared memory). One algorithm; the exchange differs.
-template <int TAG, bool CLUSTER>
+template <int TAG>
 __device__ void grid_impl(const ScanParams& P) {
     typedef Elem<TAG> E;
     constexpr int VEC = E::VEC;
-    constexpr int ITEMS = CLUSTER ? CLUSTER_ITEMS : GRID_ITEMS;
-    constexpr int NV = ITEMS / VEC;
+    constexpr int NV = GRID_ITEMS / VEC;
     constexpr int KW = TAG == 32 ? 32 : 16;  // key width
-    constexpr bool STOPS = !CLUSTER;         // FS_GRID_STOP cuts (a cluster CTA must not leave early)
     __shared__ GridShared gs;
-    // Dynamic shared memory: the staged list (k + GRID_SMALL composites,
-    // padded to GRID_STEP); cluster: then this CTA's own list entries, then
-    // the histogram slices this CTA owns, one per pass.
-    const u32 list_room = (u32)P.k + FS_HOST_GRID_SMALL;
-    u64* stage = dyn_smem;
-    u64* own = dyn_smem + (list_room + GRID_STEP - 1) / GRID_STEP * GRID_STEP;
-    u32* slices = (u32*)(own + ((list_room + 1u) & ~1u));  // 16-byte aligned
+    u64* stage = dyn_smem;  // the row's list, k + GRID_SMALL composites
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int row = blockIdx.y;
     const int p = blockIdx.x;
     const int chunks = P.chunks;
-    // Cluster: bin b of a pass is owned by CTA b >> slice_shift (chunks is a
-    // power of two <= CLUSTER_MAX).
-    const u32 slice_shift = 11u - (u32)(31 - __clz(chunks));
-    const u32 slice = GRID_BINS >> slice_shift;
     const int len = row_length(P.lengths, row, P.cols);
     const u32 m = (u32)(len < P.k ? len : P.k);
     const bool prof = FS_PROFILE && p == 0 && tid == 0;
@@ -1663,27 +1588,16 @@ __device__ void grid_impl(const ScanParams& P) {
             t_prev = t_;                                      \
         }                                                     \
     } while (0)
-    if constexpr (CLUSTER) {
-#if CLUSTER_ON
-        // The cluster is this row's CTAs, in order (the host launches
-        // clusters of gridDim.x CTAs).
-        if (cluster_ctarank() != (u32)p || gridDim.x != (u32)chunks) __trap();
-        for (u32 i = tid; i < GRID_PASSES * slice; i += FS_BLOCK) slices[i] = 0u;
-        // Matched by the wait below: no CTA touches another's shared memory
-        // before that one has started and zeroed its slices.
-        cluster_arrive();
-#endif
-    }
     u32 start, end;
     chunk_range(len, chunks, p, start, end);
     const void* row_scores = row_start<TAG>(P, row);
     const bool aligned = aligned16(row_scores);
     // The planner keeps every chunk within the registers; never drop elements.
-    if (end - start > (u32)(FS_BLOCK * ITEMS)) __trap();
+    if (end - start > (u32)(FS_BLOCK * GRID_ITEMS)) __trap();
 
     // Load: element i = j * VEC + q of this thread sits at
     // start + (j * FS_BLOCK + tid) * VEC + q.
-    u32 key[ITEMS];
+    u32 key[GRID_ITEMS];
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
         const u32 e0 = start + (u32)(j * FS_BLOCK + tid) * VEC;
@@ -1692,29 +1606,23 @@ __device__ void grid_impl(const ScanParams& P) {
         for (int q = 0; q < VEC; ++q) key[j * VEC + q] = order_key<TAG>(unpack<TAG>(w, q), P.nan_largest);
     }
     for (u32 b = tid; b < GRID_BINS; b += FS_BLOCK) gs.hist[b] = 0u;
-    if (tid == 0) gs.nsel = 0;
+    if (tid == 0) gs.nsmall = 0;
     const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;
     const u32 mine = end > start ? end - start : 0u;  // elements of this CTA
     // Element i's offset in the chunk and grid composite.
 #define GRID_OFF(i) ((u32)(((i) / VEC) * FS_BLOCK + tid) * VEC + (u32)((i) % VEC))
 #define GRID_G(i) (((u64)key[i] << 32) | (u64)(lenm1 - (start + GRID_OFF(i))))
 
+    // fs_grid_init_all's zeroes must be visible before the first global write.
+    PDL_WAIT();
     u32* state = P.row_count + (long long)row * GRID_STATE_WORDS;
     u32* bar = state;
     u32* list_count = state + 1;
-    u64* list = P.cand + (long long)row * list_room;
+    u64* list = P.cand + (long long)row * (P.k + FS_HOST_GRID_SMALL);
     u32 barriers = 0;
-    if constexpr (CLUSTER) {
-#if CLUSTER_ON
-        cluster_wait();
-#endif
-    } else {
-        // fs_grid_init_all's zeroes must be visible before the first global write.
-        PDL_WAIT();
-        __syncthreads();
-    }
+    __syncthreads();
     GRID_STAMP(22);
-    if (STOPS && FS_GRID_STOP == 1) return;
+    if (FS_GRID_STOP == 1) return;
 
     // SELECT: the crossing bin's lower edge `edge`, how many of it are wanted
     // (r) and how many it holds (cnt). m == len: all of them (edge 0).
@@ -1731,55 +1639,28 @@ __device__ void grid_impl(const ScanParams& P) {
             const u32 nbins = 1u << (hi - lo);
             const u64 pre = hi >= 64 ? 0ull : edge >> hi;
 #pragma unroll
-            for (int i = 0; i < ITEMS; ++i) {
+            for (int i = 0; i < GRID_ITEMS; ++i) {
                 if (GRID_OFF(i) < mine) {
                     const u64 g = GRID_G(i);
                     if ((hi >= 64 ? 0ull : g >> hi) == pre) atomicAdd(&gs.hist[(u32)(g >> lo) & (nbins - 1u)], 1u);
                 }
             }
             __syncthreads();
-            // Add the non-zero bins to the row's histogram of this pass (and
-            // clear them here), meet, read the row's histogram.
-            u32 c[4];
-            if constexpr (CLUSTER) {
-#if CLUSTER_ON
-                u32* sl = slices + pass * slice;
-                for (u32 b = tid; b < nbins; b += FS_BLOCK) {
-                    const u32 v = gs.hist[b];
-                    if (v) {
-                        dsmem_add(cluster_map(sl + (b & (slice - 1u)), b >> slice_shift), v);
-                        gs.hist[b] = 0u;
-                    }
+            u32* ghist = state + GRID_HDR + pass * GRID_BINS;
+            for (u32 b = tid; b < nbins; b += FS_BLOCK) {
+                const u32 v = gs.hist[b];
+                if (v) {
+                    atomicAdd(&ghist[b], v);
+                    gs.hist[b] = 0u;
                 }
-                GRID_STAMP(23);
-                cluster_arrive();
-                cluster_wait();
-                GRID_STAMP(24);
-                grid_bins4(
-                    nbins, c,
-                    [&](u32 b) { return dsmem_ld4(cluster_map(sl + (b & (slice - 1u)), b >> slice_shift)); },
-                    [&](u32 b) { return dsmem_ld(cluster_map(sl + (b & (slice - 1u)), b >> slice_shift)); });
-#endif
-            } else {
-                u32* ghist = state + GRID_HDR + pass * GRID_BINS;
-                for (u32 b = tid; b < nbins; b += FS_BLOCK) {
-                    const u32 v = gs.hist[b];
-                    if (v) {
-                        atomicAdd(&ghist[b], v);
-                        gs.hist[b] = 0u;
-                    }
-                }
-                barriers += (u32)chunks;
-                GRID_STAMP(23);
-                grid_barrier(bar, barriers);
-                GRID_STAMP(24);
-                grid_bins4(
-                    nbins, c, [&](u32 b) { return __ldcg((const uint4*)(ghist + b)); },
-                    [&](u32 b) { return __ldcg(ghist + b); });
             }
+            barriers += (u32)chunks;
+            GRID_STAMP(23);
+            grid_barrier(bar, barriers);
+            GRID_STAMP(24);
             if (prof) PROF_ADD(21, 1);
             u32 b, above;
-            grid_crossing(gs, c, nbins, r, b, above, cnt);
+            grid_crossing(gs, ghist, nbins, r, b, above, cnt);
             r -= above;
             edge |= (u64)b << lo;
             lo_last = lo;
@@ -1791,97 +1672,57 @@ __device__ void grid_impl(const ScanParams& P) {
         }
     }
 
-    if (STOPS && FS_GRID_STOP == 2) return;
-    // GATHER: this CTA's composites >= edge into the row's list (grid: the
-    // workspace, one global atomic per CTA; cluster: this CTA's shared
-    // memory), warp offsets from a shared counter.
-    const u32 n = m > 0 ? m - r + cnt : 0u;  // list entries
+    if (FS_GRID_STOP == 2) return;
+    // GATHER: this CTA's composites >= edge into the row's list: one global
+    // atomic per CTA, warp offsets from a shared counter.
     u32 sel_mask = 0;
     u32 nsel = 0;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
+    for (int i = 0; i < GRID_ITEMS; ++i) {
         const bool sel = GRID_OFF(i) < mine && GRID_G(i) >= edge;
         sel_mask |= (u32)sel << i;
         nsel += __popc(__ballot_sync(FULL_MASK, sel));
     }
     u32 wbase = 0;
-    if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsel, nsel);
+    if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsmall, nsel);
     __syncthreads();
-    u64* dst = own;
-    if constexpr (!CLUSTER) {
-        if (tid == 0 && gs.nsel) gs.base = atomicAdd(list_count, gs.nsel);
-        __syncthreads();
-        dst = list + gs.base;
-    }
-    wbase = __shfl_sync(FULL_MASK, wbase, 0);
+    if (tid == 0 && gs.nsmall) gs.base = atomicAdd(list_count, gs.nsmall);
+    __syncthreads();
+    wbase = __shfl_sync(FULL_MASK, wbase, 0) + gs.base;
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
+    for (int i = 0; i < GRID_ITEMS; ++i) {
         const bool sel = (sel_mask >> i) & 1u;
         const u32 mask = __ballot_sync(FULL_MASK, sel);
-        if (sel) dst[wbase + __popc(mask & ((1u << lane) - 1u))] = GRID_G(i);
+        if (sel) list[wbase + __popc(mask & ((1u << lane) - 1u))] = GRID_G(i);
         wbase += __popc(mask);
     }
 #undef GRID_G
 #undef GRID_OFF
+    barriers += (u32)chunks;
+    GRID_STAMP(26);
+    grid_barrier(bar, barriers);
+    GRID_STAMP(27);
+    if (FS_GRID_STOP == 3) return;
+
+    // STAGE the list (the bins above, then the crossing bin), then T: the
+    // crossing bin's r-th largest, unless the bin is wanted whole.
+    const u32 n = m > 0 ? m - r + cnt : 0u;  // list entries
     // Padded with zeros (which count as ahead of nothing) to a multiple of
     // the placement's step. All loads first, then the stores: a guarded loop
-    // would wait out one round trip per iteration.
+    // would wait out one L2 round trip per iteration.
     const u32 n_pad = (n + GRID_STEP - 1) / GRID_STEP * GRID_STEP;
-    u64 v[GRID_STAGE_ROUNDS];
-    if constexpr (CLUSTER) {
-#if CLUSTER_ON
-        GRID_STAMP(26);
-        cluster_arrive();
-        cluster_wait();
-        GRID_STAMP(27);
-        // Every CTA's count, then its entries from where they lie.
-        if (tid < chunks) gs.rbase[tid + 1] = dsmem_ld(cluster_map(&gs.nsel, tid));
-        __syncthreads();
-        if (tid == 0) {
-            u32 acc = 0;
-            gs.rbase[0] = 0;
-            for (int q = 1; q <= chunks; ++q) gs.rbase[q] = acc += gs.rbase[q];
-            if (acc != n) __trap();  // the passes' count and the CTAs' must agree
-        }
-        __syncthreads();
-#pragma unroll
-        for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
-            const u32 j = u * FS_BLOCK + tid;
-            v[u] = 0ull;
-            if (j < n) {
-                u32 q = 0;
-#pragma unroll
-                for (int t = 1; t < CLUSTER_MAX; ++t) q += (t < chunks) & (j >= gs.rbase[t]);
-                v[u] = dsmem_ld64(cluster_map(own + (j - gs.rbase[q]), q));
-            }
-        }
-#endif
-    } else {
-        barriers += (u32)chunks;
-        GRID_STAMP(26);
-        grid_barrier(bar, barriers);
-        GRID_STAMP(27);
-        if (STOPS && FS_GRID_STOP == 3) return;
+    {
+        u64 v[GRID_STAGE_ROUNDS];
 #pragma unroll
         for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
             const u32 j = u * FS_BLOCK + tid;
             v[u] = j < n ? __ldcg(list + j) : 0ull;
         }
-    }
-
-    // STAGE the list (the bins above, then the crossing bin), then T: the
-    // crossing bin's r-th largest, unless the bin is wanted whole.
 #pragma unroll
-    for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
-        const u32 j = u * FS_BLOCK + tid;
-        if (j < n_pad) stage[j] = v[u];
-    }
-    if constexpr (CLUSTER) {
-#if CLUSTER_ON
-        // This CTA reads no other's shared memory past here; the matching
-        // wait, before it exits, keeps its own readable until all are done.
-        cluster_arrive();
-#endif
+        for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
+            const u32 j = u * FS_BLOCK + tid;
+            if (j < n_pad) stage[j] = v[u];
+        }
     }
     if (tid == 0) {
         gs.nsmall = 0;
@@ -1939,11 +1780,6 @@ __device__ void grid_impl(const ScanParams& P) {
     const u32 p_lo = (u32)((u64)npad * p / chunks), p_hi = (u32)((u64)npad * (p + 1) / chunks);
     for (u32 j = p_lo + tid; j < p_hi; j += FS_BLOCK) write_padding<TAG>(P.out_idx, P.out_val, (long long)row * P.k + m + j);
     GRID_STAMP(28);
-    if constexpr (CLUSTER) {
-#if CLUSTER_ON
-        cluster_wait();
-#endif
-    }
     if (prof) {
         PROF_ADD(20, 1);
         PROF_ADD(29, PROF_NS() - t_start);
@@ -1964,12 +1800,6 @@ extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_f32(const Scan
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_bf16(const ScanParams p) { prep_impl<16>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_f16(const ScanParams p) { prep_impl<15>(p); }
 // Grid rows: one CTA per SM at most (cooperative launch).
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f32(const ScanParams p) { grid_impl<32, false>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_bf16(const ScanParams p) { grid_impl<16, false>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f16(const ScanParams p) { grid_impl<15, false>(p); }
-#if CLUSTER_ON
-// Cluster rows (sm_90+): one cluster of gridDim.x CTAs per row.
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_cluster_f32(const ScanParams p) { grid_impl<32, true>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_cluster_bf16(const ScanParams p) { grid_impl<16, true>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_cluster_f16(const ScanParams p) { grid_impl<15, true>(p); }
-#endif
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f32(const ScanParams p) { grid_impl<32>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_bf16(const ScanParams p) { grid_impl<16>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f16(const ScanParams p) { grid_impl<15>(p); }

@@ -280,31 +280,18 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
             }
         }
     }
-    // Cluster rows (6 x 100,000: clusters of 16 on Hopper) and grid rows
-    // (2 x 400,000: 66 cooperative CTAs each), several CTAs per row selecting
-    // together: every data family, dtype, order and NaN policy across the
-    // cases, lengths at the edges (0, 1, k - 1, k, k + 1, cols), padded
-    // strides; then each path's own boundaries: a chunk of exactly
-    // GRID_CHUNK / CLUSTER_CHUNK columns and one more, the largest k and one
-    // more, and small clusters (64 x 131,072: 8 CTAs; 66 x 17,000: 2).
-    for (rows, cols) in [(6, 100_000), (2, 400_000)] {
-        for (i, &data) in ALL_DATA.iter().enumerate() {
-            let mut c = base(rows, cols, 1000, dtypes[(i + rows) % 3], data);
-            c.order = if i % 2 == 0 { OutputOrder::Score } else { OutputOrder::Index };
-            c.nan = if i % 4 < 2 { NanPolicy::Lowest } else { NanPolicy::Largest };
-            c.stride_pad = (i + rows) % 3;
-            c.lengths = Some(LengthRecipe::Edges);
-            cases.push(c);
-        }
-    }
-    let cedge = (crate::plan::CLUSTER_MAX as u64 * crate::plan::CLUSTER_CHUNK) as usize;
-    for (rows, cols, k) in [(1, cedge, 512), (1, cedge + 1, 512), (1, cedge, 2896), (1, cedge, 2897), (66, 17_000, 300)]
-    {
-        for &data in &[Data::Normal, Data::ReluFew] {
-            let mut c = base(rows, cols, k, DType::F32, data);
-            c.order = if k == 300 { OutputOrder::Index } else { OutputOrder::Score };
-            cases.push(c);
-        }
+    // Grid rows (several CTAs per row selecting together): every data family,
+    // dtype, order and NaN policy across the cases, lengths at the edges
+    // (0, 1, k - 1, k, k + 1, cols), padded strides; then the grid path's
+    // own boundaries: a chunk of exactly GRID_CHUNK columns and one more
+    // (split), the largest k and one more (split).
+    for (i, &data) in ALL_DATA.iter().enumerate() {
+        let mut c = base(6, 100_000, 1000, dtypes[i % 3], data);
+        c.order = if i % 2 == 0 { OutputOrder::Score } else { OutputOrder::Index };
+        c.nan = if i % 4 < 2 { NanPolicy::Lowest } else { NanPolicy::Largest };
+        c.stride_pad = i % 3;
+        c.lengths = Some(LengthRecipe::Edges);
+        cases.push(c);
     }
     let sms = e.props.sm_count as usize;
     let edge = sms * crate::plan::GRID_CHUNK as usize;
@@ -382,9 +369,8 @@ pub fn run_suite(
     let mut rng = Rng::new(seed);
     let cases = suite(e, quick, &mut rng);
     let mut rep = Report::default();
-    // Graph capture of a cluster geometry, a grid one (cooperative launch) and
-    // a split one.
-    let graphs = [100_000usize, 300_000, 1_000_000];
+    // Graph capture of a grid geometry (cooperative launch) and of a split one.
+    let graphs = [300_000usize, 1_000_000];
     let total = cases.len() + graphs.len();
     for (i, c) in cases.iter().enumerate() {
         let o = match run_case(e, c, &mut rng) {
@@ -428,7 +414,7 @@ impl Report {
     }
 }
 
-/// Captures one selection (3 rows of `cols`: the path the planner gives) in a CUDA graph on
+/// Captures one selection (a split geometry: prep + scan) in a CUDA graph on
 /// a side stream, then replays it on fresh data copied into the same input
 /// buffer, comparing every replay with the CPU engine.
 pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<Outcome> {

@@ -37,25 +37,6 @@ pub const SELECT_KERNELS: [&str; 13] = [
     "fs_grid_init_all",
 ];
 
-/// The kernels [`SELECT_SOURCE`] has on sm_90 and later only (clusters).
-pub const CLUSTER_KERNELS: [&str; 3] = ["fs_cluster_f32", "fs_cluster_bf16", "fs_cluster_f16"];
-
-/// Every kernel entry point a build for `arch` has.
-pub fn kernels_for(arch: &str) -> Vec<&'static str> {
-    let major: u32 = arch
-        .trim_start_matches("sm_")
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .unwrap_or(0);
-    let mut v = SELECT_KERNELS.to_vec();
-    if major >= 90 {
-        v.extend(CLUSTER_KERNELS);
-    }
-    v
-}
-
 /// One compiled variant of the kernel source.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Variant {
@@ -70,9 +51,7 @@ pub struct Variant {
     /// place of [`SELECT_SOURCE`] (A/B timing against another version of the
     /// kernels); `grid=0`, `gridchunk=N` and `gridplace=N` are planner
     /// switches (plans keep off the grid path; its smallest share of a row
-    /// per CTA; its placement bound), as are `cluster=0`, `clusterplace=N`
-    /// and `clustermax=N` (off the cluster path; its placement bound; the
-    /// most CTAs per cluster).
+    /// per CTA; its placement bound).
     pub defines: String,
 }
 

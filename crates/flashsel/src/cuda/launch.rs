@@ -7,7 +7,7 @@ use cudarc::driver::{sys, CudaStream};
 
 use super::{DeviceSelect, Kernels};
 use crate::contract::{DType, Error, Result};
-use crate::plan::{Path, Plan};
+use crate::plan::Plan;
 
 /// `ScanParams` in select.cu; field order and types must match.
 #[repr(C)]
@@ -60,14 +60,13 @@ fn dtype_slot(d: DType) -> usize {
 /// # Safety
 /// As [`super::CudaEngine::select_device`].
 unsafe fn launch<P>(f: sys::CUfunction, grid: (u32, u32), block: u32, smem: u32, stream: u64, p: &P) -> Result<()> {
-    launch_ex(f, grid, block, smem, stream, p, false, false, 0)
+    launch_ex(f, grid, block, smem, stream, p, false, false)
 }
 
 /// [`launch`], optionally with programmatic stream serialisation (`pdl`): the
 /// kernel may start before the previous one on the stream has finished, and
-/// must wait for it (`griddepcontrol.wait`) before reading its results;
-/// optionally cooperative (`coop`): all CTAs resident at once, or an error;
-/// and optionally in thread-block clusters of `cluster` CTAs along x (0: none).
+/// must wait for it (`griddepcontrol.wait`) before reading its results; and
+/// optionally cooperative (`coop`): all CTAs resident at once, or an error.
 ///
 /// # Safety
 /// As [`super::CudaEngine::select_device`]; with `pdl`, the kernel waits as
@@ -82,12 +81,11 @@ unsafe fn launch_ex<P>(
     p: &P,
     pdl: bool,
     coop: bool,
-    cluster: u32,
 ) -> Result<()> {
     let mut param = p as *const P as *mut c_void;
     let params = &mut param as *mut *mut c_void;
-    if pdl || coop || cluster > 0 {
-        let mut attrs: [sys::CUlaunchAttribute; 3] = std::mem::zeroed();
+    if pdl || coop {
+        let mut attrs: [sys::CUlaunchAttribute; 2] = std::mem::zeroed();
         let mut n = 0;
         if pdl {
             attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -97,13 +95,6 @@ unsafe fn launch_ex<P>(
         if coop {
             attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
             attrs[n].value.cooperative = 1;
-            n += 1;
-        }
-        if cluster > 0 {
-            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attrs[n].value.clusterDim.x = cluster;
-            attrs[n].value.clusterDim.y = 1;
-            attrs[n].value.clusterDim.z = 1;
             n += 1;
         }
         let config = sys::CUlaunchConfig {
@@ -140,8 +131,7 @@ unsafe fn launch_ex<P>(
 
 /// Launches `plan`: for split rows the prep kernel (counters, row-wide
 /// sample), then the scan (whose last CTA per split row merges the row); for
-/// grid rows the state-zeroing kernel, then the cooperative grid kernel; for
-/// cluster rows the cluster kernel alone.
+/// grid rows the state-zeroing kernel, then the cooperative grid kernel.
 ///
 /// # Safety
 /// As [`super::CudaEngine::select_device`].
@@ -186,18 +176,7 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         launch(init.cu_function(), (init_ctas, 1), plan.block, 0, a.stream, &ip)?;
         let grid_dim = (plan.ctas_per_row, plan.row_slots);
         let f = kern[slot].cu_function();
-        return launch_ex(f, grid_dim, plan.block, plan.smem_bytes, a.stream, &sp, kernels.pdl, true, 0);
-    }
-    if plan.path == Path::Cluster {
-        let Some(kern) = &kernels.cluster else {
-            return Err(Error::Cuda(
-                "this kernel build has no cluster-path kernels (pre-sm_90 or tuning source?)".into(),
-            ));
-        };
-        // One cluster per row; no workspace, no preceding kernel.
-        let grid_dim = (plan.ctas_per_row, plan.row_slots);
-        let f = kern[slot].cu_function();
-        return launch_ex(f, grid_dim, plan.block, plan.smem_bytes, a.stream, &sp, false, false, plan.ctas_per_row);
+        return launch_ex(f, grid_dim, plan.block, plan.smem_bytes, a.stream, &sp, kernels.pdl, true);
     }
     let (scan, pdl) = if split.is_some() {
         launch(kernels.prep[slot].cu_function(), (1, plan.row_slots), plan.block, plan.smem_bytes, a.stream, &sp)?;
@@ -206,7 +185,7 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         (&kernels.scan[slot], false)
     };
     let grid = (plan.ctas_per_row, plan.row_slots);
-    launch_ex(scan.cu_function(), grid, plan.block, plan.smem_bytes, a.stream, &sp, pdl, false, 0)
+    launch_ex(scan.cu_function(), grid, plan.block, plan.smem_bytes, a.stream, &sp, pdl, false)
 }
 
 /// Times `f` (which enqueues work on `stream`) `iters` times, in seconds per

@@ -56,9 +56,6 @@ pub(crate) struct Kernels {
     /// The grid path's kernels (`None` for a tuning source without them).
     pub(crate) grid: Option<[CudaFunction; 3]>,
     pub(crate) grid_init: Option<CudaFunction>,
-    /// The cluster path's kernels (sm_90+; `None` before, or for a tuning
-    /// source without them).
-    pub(crate) cluster: Option<[CudaFunction; 3]>,
     /// Launch fs_split_* and fs_grid_* with programmatic stream serialisation
     /// (sm_90 or later, unless the defines say FS_PDL=0).
     pub(crate) pdl: bool,
@@ -122,13 +119,11 @@ impl CudaEngine {
         }
         let attr = |a| ctx.attribute(a).map_err(cuda_err);
         use sys::CUdevice_attribute::*;
-        let arch = arch_name(major, minor);
         let props = DeviceProps {
             sm_count: attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
             max_smem_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
             smem_per_sm: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as u32,
             max_threads_per_sm: attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)? as u32,
-            max_cluster: 0, // set by with_defines
         };
         let stream = ctx.new_stream().map_err(cuda_err)?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
@@ -136,7 +131,7 @@ impl CudaEngine {
             ctx,
             stream,
             props,
-            arch,
+            arch: arch_name(major, minor),
             name,
             kernels: Mutex::new(HashMap::new()),
             defines: String::new(),
@@ -148,10 +143,6 @@ impl CudaEngine {
 
     fn with_defines(mut self, defines: String) -> Self {
         self.path_opts = path_options(&defines);
-        // Clusters come with sm_90 (the compiled arch decides: a forced sm_80
-        // build has none); Hopper schedules 16-CTA clusters.
-        let most = if arch_major(self.arch) >= 9 { plan::CLUSTER_MAX } else { 0 };
-        self.props.max_cluster = cluster_max(&defines).map_or(most, |n| n.min(most));
         self.defines = defines;
         self
     }
@@ -244,18 +235,6 @@ impl CudaEngine {
                 (Ok(a), Ok(b), Ok(c), Ok(i)) => (Some([a, b, c]), Some(i)),
                 _ => (None, None),
             };
-        // Cluster kernels: room for the largest k at the smallest cluster,
-        // and clusters past the portable 8 CTAs.
-        let cl = |n: &str| -> Result<CudaFunction> {
-            let func = with_smem(n, plan::cluster_smem_bytes(plan::GRID_MAX_K, 2) as u32)?;
-            func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
-                .map_err(cuda_err)?;
-            Ok(func)
-        };
-        let cluster = match (cl("fs_cluster_f32"), cl("fs_cluster_bf16"), cl("fs_cluster_f16")) {
-            (Ok(a), Ok(b), Ok(c)) => Some([a, b, c]),
-            _ => None,
-        };
         let k = Arc::new(Kernels {
             module: module.clone(),
             scan: [f("fs_scan_f32")?, f("fs_scan_bf16")?, f("fs_scan_f16")?],
@@ -263,48 +242,12 @@ impl CudaEngine {
             prep: [f("fs_prep_f32")?, f("fs_prep_bf16")?, f("fs_prep_f16")?],
             grid: grid.0,
             grid_init: grid.1,
-            cluster,
             // (A tuning source, src=, may predate the kernels' waits.)
             pdl: !v.defines.split(',').any(|d| d.trim() == "FS_PDL=0" || d.trim().starts_with("src="))
                 && arch_major(self.arch) >= 9,
         });
         map.insert(global_buffer, k.clone());
         Ok(k)
-    }
-
-    /// How many clusters of `size` CTAs of the cluster kernel (with the
-    /// shared memory of a plan for `k`) the device runs at once (0: none fits).
-    #[doc(hidden)]
-    pub fn max_active_clusters(&self, size: u32, k: u64) -> Result<i32> {
-        let kern = self.kernels(false)?;
-        let f = kern.cluster.as_ref().ok_or_else(|| Error::Cuda("no cluster kernels in this build".into()))?;
-        self.ctx.bind_to_thread().map_err(cuda_err)?;
-        // SAFETY: a plain attribute struct and an occupancy query.
-        unsafe {
-            let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
-            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attr.value.clusterDim.x = size;
-            attr.value.clusterDim.y = 1;
-            attr.value.clusterDim.z = 1;
-            let config = sys::CUlaunchConfig {
-                gridDimX: size,
-                gridDimY: 1,
-                gridDimZ: 1,
-                blockDimX: plan::BLOCK,
-                blockDimY: 1,
-                blockDimZ: 1,
-                sharedMemBytes: plan::cluster_smem_bytes(k, size as u64) as u32,
-                hStream: std::ptr::null_mut(),
-                attrs: &mut attr,
-                numAttrs: 1,
-            };
-            let mut n = 0i32;
-            launch::check(
-                sys::cuOccupancyMaxActiveClusters(&mut n, f[0].cu_function(), &config),
-                "cuOccupancyMaxActiveClusters",
-            )?;
-            Ok(n)
-        }
     }
 
     /// Compiles and loads every kernel variant now (NVRTC out of later calls).
@@ -503,17 +446,12 @@ fn arch_major(arch: &str) -> u32 {
 /// The planner switches of tuning defines (`FLASHSEL_NVRTC_DEFINES` or
 /// [`CudaEngine::with_tuning`]): `grid=0` checks and times the split path on
 /// the grid path's geometries; `gridchunk=N` sets the grid path's smallest
-/// share of a row per CTA, `gridplace=N` its placement bound; `cluster=0` and
-/// `clusterplace=N` the same for the cluster path.
+/// share of a row per CTA, `gridplace=N` its placement bound.
 fn path_options(defines: &str) -> plan::PathOptions {
     let mut o = plan::PathOptions::default();
     for d in defines.split(',').map(str::trim) {
         if d == "grid=0" {
             o.grid = false;
-        } else if d == "cluster=0" {
-            o.cluster = false;
-        } else if let Some(n) = d.strip_prefix("clusterplace=").and_then(|n| n.parse().ok()) {
-            o.cluster_place_max = n;
         } else if let Some(n) = d.strip_prefix("gridchunk=").and_then(|n| n.parse().ok()) {
             o.grid_min_chunk = n;
         } else if let Some(n) = d.strip_prefix("gridplace=").and_then(|n| n.parse().ok()) {
@@ -523,12 +461,6 @@ fn path_options(defines: &str) -> plan::PathOptions {
     o
 }
 
-/// The `clustermax=N` switch of tuning defines: the most CTAs per cluster
-/// the planner may use on this device (never more than it has).
-fn cluster_max(defines: &str) -> Option<u32> {
-    defines.split(',').map(str::trim).find_map(|d| d.strip_prefix("clustermax=")?.parse().ok())
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
@@ -536,11 +468,6 @@ mod tests {
         assert_eq!(super::path_options(""), crate::plan::PathOptions::default());
         let o = super::path_options("FS_PDL=0, grid=0,gridchunk=2048 ,gridplace=99");
         assert_eq!((o.grid, o.grid_min_chunk, o.grid_place_max), (false, 2048, 99));
-        assert!(o.cluster);
-        let o = super::path_options("cluster=0,clusterplace=7");
-        assert_eq!((o.cluster, o.cluster_place_max, o.grid), (false, 7, true));
-        assert_eq!(super::cluster_max("FS_PDL=0, clustermax=8"), Some(8));
-        assert_eq!(super::cluster_max("grid=0"), None);
     }
 
     #[test]

@@ -81,15 +81,6 @@ pub const GRID_PLACE_MAX: u64 = 1 << 17;
 /// 2048-bin histogram for each of the 6 radix passes); `GRID_STATE_WORDS` in
 /// select.cu.
 pub const GRID_STATE_WORDS: u64 = 32 + 6 * 2048;
-/// Cluster path: elements per CTA it can hold (`FS_BLOCK x CLUSTER_ITEMS` in
-/// registers).
-pub const CLUSTER_CHUNK: u64 = BLOCK as u64 * 32;
-/// Cluster path: the most CTAs of a cluster (the non-portable size Hopper
-/// allows; `CLUSTER_MAX` in select.cu).
-pub const CLUSTER_MAX: u32 = 16;
-/// Cluster path: the most `k^2 / ctas_per_row` (compares per CTA placing the
-/// selection) it takes.
-pub const CLUSTER_PLACE_MAX: u64 = 1 << 19;
 /// Grid `y` limit of the CUDA launch.
 pub const MAX_GRID_Y: u32 = 65_535;
 
@@ -102,21 +93,12 @@ pub struct DeviceProps {
     /// Shared memory per SM, bytes.
     pub smem_per_sm: u32,
     pub max_threads_per_sm: u32,
-    /// The most CTAs of a thread-block cluster the planner may use (16 on
-    /// Hopper; 0 where the device has no clusters, before sm_90).
-    pub max_cluster: u32,
 }
 
 impl DeviceProps {
     /// An H100/H200 (132 SMs, 227 KiB opt-in shared memory per block).
     pub fn hopper(sm_count: u32) -> Self {
-        Self {
-            sm_count,
-            max_smem_per_block: 232_448,
-            smem_per_sm: 233_472,
-            max_threads_per_sm: 2048,
-            max_cluster: CLUSTER_MAX,
-        }
+        Self { sm_count, max_smem_per_block: 232_448, smem_per_sm: 233_472, max_threads_per_sm: 2048 }
     }
 }
 
@@ -131,10 +113,6 @@ pub enum Path {
     /// Several CTAs per row, all resident (one cooperative launch), selecting
     /// the row together: radix passes over a global histogram, then placement.
     Grid,
-    /// Several CTAs per row forming one thread-block cluster (sm_90+),
-    /// selecting the row together as the grid path does, through distributed
-    /// shared memory and the cluster barrier; no workspace.
-    Cluster,
 }
 
 /// Where each CTA's candidate buffer lives.
@@ -235,23 +213,11 @@ pub struct PathOptions {
     pub grid_min_chunk: u64,
     /// The most `k^2 / ctas_per_row` the grid path takes ([`GRID_PLACE_MAX`]).
     pub grid_place_max: u64,
-    /// `false`: geometries the cluster path would take get the plan they took
-    /// before it (grid or split).
-    pub cluster: bool,
-    /// The most `k^2 / ctas_per_row` the cluster path takes
-    /// ([`CLUSTER_PLACE_MAX`]).
-    pub cluster_place_max: u64,
 }
 
 impl Default for PathOptions {
     fn default() -> Self {
-        Self {
-            grid: true,
-            grid_min_chunk: GRID_MIN_CHUNK,
-            grid_place_max: GRID_PLACE_MAX,
-            cluster: true,
-            cluster_place_max: CLUSTER_PLACE_MAX,
-        }
+        Self { grid: true, grid_min_chunk: GRID_MIN_CHUNK, grid_place_max: GRID_PLACE_MAX }
     }
 }
 
@@ -278,11 +244,6 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     let ctas_per_row = (dev.sm_count as u64).checked_div(rows).unwrap_or(1).clamp(1, max_split);
     let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
-    if path == Path::Split && opts.cluster {
-        if let Some(c) = cluster_ctas(rows, cols, k, dev, opts) {
-            return Ok(cluster_plan(rows, k, c, fit));
-        }
-    }
     if path == Path::Split && opts.grid {
         if let Some(g) = grid_ctas(rows, cols, k, dev, opts) {
             return Ok(grid_plan(rows, k, g, fit));
@@ -297,9 +258,7 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     // compacting them first.
     let cap64 = match (path, buffer) {
         (_, Buffer::Global) => min_cap,
-        (Path::Split | Path::Grid | Path::Cluster, Buffer::Shared) => {
-            min_cap.max((dev.max_smem_per_block - STATIC_SMEM) as u64 / 8)
-        }
+        (Path::Split | Path::Grid, Buffer::Shared) => min_cap.max((dev.max_smem_per_block - STATIC_SMEM) as u64 / 8),
         (Path::Row, Buffer::Shared) => {
             let per_cta = (dev.smem_per_sm / SCAN_CTAS_PER_SM).saturating_sub(STATIC_SMEM + 1024) as u64;
             min_cap.max(per_cta / 8)
@@ -376,48 +335,6 @@ fn grid_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps, opts: &PathOptions
     // The kernel's chunk: ceil(cols / g) rounded up to 8 elements.
     let chunk = cols.div_ceil(g).div_ceil(8) * 8;
     (chunk <= GRID_CHUNK).then_some(g)
-}
-
-/// CTAs per row (one cluster) of the cluster path, or `None` where it does
-/// not apply: a power of two, at least `floor(SMs / rows)` (the GPU's width)
-/// and enough for each CTA's share of the row to fit its registers, at most
-/// the device's cluster size; `k` within the placement's bounds.
-fn cluster_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps, opts: &PathOptions) -> Option<u64> {
-    let max = (dev.max_cluster as u64).min(CLUSTER_MAX as u64);
-    if max < 2 || k > GRID_MAX_K {
-        return None;
-    }
-    let want = (dev.sm_count as u64 / rows.max(1)).max(cols.div_ceil(CLUSTER_CHUNK)).max(2);
-    let c = want.next_power_of_two().min(if max.is_power_of_two() { max } else { max.next_power_of_two() / 2 });
-    // The kernel's chunk: ceil(cols / c) rounded up to 8 elements.
-    let chunk = cols.div_ceil(c).div_ceil(8) * 8;
-    (chunk <= CLUSTER_CHUNK && k * k <= opts.cluster_place_max * c).then_some(c)
-}
-
-/// Dynamic shared memory of a cluster CTA: the staged list (as the grid
-/// path's), this CTA's own list entries (an even count: 16-byte alignment),
-/// and its slice of each pass's histogram.
-pub fn cluster_smem_bytes(k: u64, ctas_per_row: u64) -> u64 {
-    let room = k + GRID_SMALL;
-    room.div_ceil(256) * 256 * 8 + room.div_ceil(2) * 2 * 8 + 6 * (2048 / ctas_per_row) * 4
-}
-
-fn cluster_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {
-    Plan {
-        path: Path::Cluster,
-        buffer: Buffer::Shared,
-        ctas_per_row: ctas_per_row as u32,
-        merge_levels: 0,
-        row_slots: rows as u32,
-        block: BLOCK,
-        tile: TILE,
-        cap: (k + GRID_SMALL) as u32,
-        smem_bytes: cluster_smem_bytes(k, ctas_per_row) as u32,
-        fit,
-        sampled: false,
-        workspace_bytes: 0,
-        layout: Layout::default(),
-    }
 }
 
 fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {

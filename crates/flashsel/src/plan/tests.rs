@@ -5,25 +5,11 @@ fn h200() -> DeviceProps {
     DeviceProps::hopper(132)
 }
 
-/// Neither the grid nor the cluster path: the plans from before them.
-const NO_GRID: PathOptions = PathOptions {
-    grid: false,
-    grid_min_chunk: GRID_MIN_CHUNK,
-    grid_place_max: GRID_PLACE_MAX,
-    cluster: false,
-    cluster_place_max: CLUSTER_PLACE_MAX,
-};
-/// No cluster path (`cluster=0`, or a device without clusters): the grid
-/// path where it applies.
-const NO_CLUSTER: PathOptions = PathOptions { grid: true, ..NO_GRID };
+const NO_GRID: PathOptions =
+    PathOptions { grid: false, grid_min_chunk: GRID_MIN_CHUNK, grid_place_max: GRID_PLACE_MAX };
 
 fn p(rows: usize, cols: usize, k: usize) -> Plan {
     plan(&SelectSpec::new(rows, cols, k, DType::F32), false, &h200()).unwrap()
-}
-
-/// The plan on an H200 without the cluster path.
-fn pn(rows: usize, cols: usize, k: usize) -> Plan {
-    plan_with(&SelectSpec::new(rows, cols, k, DType::F32), false, &h200(), &NO_CLUSTER).unwrap()
 }
 
 #[test]
@@ -37,14 +23,10 @@ fn fit_boundaries_for_one_row() {
             assert_eq!((pl.ctas_per_row, pl.merge_levels), (1, 0));
             assert_eq!(pl.workspace_bytes, 0);
         }
-        // Two fits: a cluster of 16 CTAs (a power of two, >= the 132 SMs'
-        // share, <= 16), k^2 <= CLUSTER_PLACE_MAX x 16 for both k.
+        // Two fits: the grid path for k 512 (one CTA per GRID_MIN_CHUNK
+        // columns); for k 2048 its placement bound (k^2 <= GRID_PLACE_MAX x 4
+        // CTAs) fails and the row splits.
         let pl = p(1, 2 * fit, k);
-        assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels, pl.workspace_bytes), (Path::Cluster, 16, 0, 0));
-        // Without clusters: the grid path for k 512 (one CTA per
-        // GRID_MIN_CHUNK columns); for k 2048 its placement bound (k^2 <=
-        // GRID_PLACE_MAX x 4 CTAs) fails and the row splits.
-        let pl = pn(1, 2 * fit, k);
         let want = if k == 512 { (Path::Grid, 4, 0) } else { (Path::Split, 2, 1) };
         assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), want);
         // Without it (grid=0), the split the geometry took before.
@@ -55,11 +37,8 @@ fn fit_boundaries_for_one_row() {
 
 #[test]
 fn wide_rows_never_run_on_one_cta() {
-    // The seed-003 geometry: 1 x 262,144, k 512: a cluster of 16 CTAs of
-    // 16,384 columns; without clusters 64 grid CTAs of 4096.
+    // The seed-003 geometry: 1 x 262,144, k 512: 64 CTAs of 4096 columns.
     let pl = p(1, 262_144, 512);
-    assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Cluster, Buffer::Shared, 16, 0));
-    let pl = pn(1, 262_144, 512);
     assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Grid, Buffer::Shared, 64, 0));
     let pl = p(1, 1_048_576, 2048);
     assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Grid, 132, 0));
@@ -85,15 +64,15 @@ fn grid_path_boundaries() {
     assert_eq!(p(1, 1 << 20, GRID_MAX_K as usize + 1).path, Path::Split);
     // The placement bound k^2 <= GRID_PLACE_MAX x ctas_per_row: 8 rows of
     // 65,536 get 16 CTAs each (chunks of 4096): k 1448 fits, k 1449 not.
-    assert_eq!((pn(8, 65_536, 1448).path, pn(8, 65_536, 1448).ctas_per_row), (Path::Grid, 16));
-    assert_eq!(pn(8, 65_536, 1449).path, Path::Split);
+    assert_eq!((p(8, 65_536, 1448).path, p(8, 65_536, 1448).ctas_per_row), (Path::Grid, 16));
+    assert_eq!(p(8, 65_536, 1449).path, Path::Split);
     // 1 x 65,536, k 2048 (16 CTAs) splits: the split path measured faster there.
-    assert_eq!(pn(1, 65_536, 2048).path, Path::Split);
+    assert_eq!(p(1, 65_536, 2048).path, Path::Split);
     // Chunks of at least GRID_MIN_CHUNK: 1 x 16,384 takes 4 CTAs, not 132.
-    assert_eq!(pn(1, 16_384, 64).ctas_per_row, 4);
+    assert_eq!(p(1, 16_384, 64).ctas_per_row, 4);
     // Never more CTAs than SMs in all (cooperative: all resident).
     for rows in [1usize, 2, 3, 7, 33, 66] {
-        let pl = pn(rows, 16_384, 256);
+        let pl = p(rows, 16_384, 256);
         assert_eq!(pl.path, Path::Grid, "{rows} rows");
         assert!(rows as u32 * pl.ctas_per_row <= 132);
         assert_eq!(pl.row_slots, rows as u32);
@@ -106,47 +85,7 @@ fn grid_path_boundaries() {
         assert_eq!(pl.smem_bytes, (256 + GRID_SMALL as u32) * 8);
     }
     // More rows than half the SMs: one CTA per row, as before.
-    assert_eq!(pn(67, 16_384, 256).path, Path::Row);
-}
-
-#[test]
-fn cluster_path_boundaries() {
-    let edge = CLUSTER_MAX as usize * CLUSTER_CHUNK as usize; // 262,144
-                                                              // A chunk of exactly CLUSTER_CHUNK columns fits the registers; one more
-                                                              // column and the row takes the grid path (64 CTAs of <= 4104 columns).
-    assert_eq!((p(1, edge, 512).path, p(1, edge, 512).ctas_per_row), (Path::Cluster, 16));
-    assert_eq!((p(1, edge + 1, 512).path, p(1, edge + 1, 512).ctas_per_row), (Path::Grid, 65));
-    // The placement bound k^2 <= CLUSTER_PLACE_MAX x 16: k 2896 fits, 2897
-    // not (then the grid path's own bound: 64 CTAs, k^2 <= 2^17 x 64 fails too).
-    assert_eq!(p(1, edge, 2896).path, Path::Cluster);
-    assert_eq!(p(1, edge, 2897).path, Path::Split);
-    // k up to GRID_MAX_K (the staged list's room) where the bound allows.
-    let big = PathOptions { cluster_place_max: 1 << 30, ..PathOptions::default() };
-    let q = |k| plan_with(&SelectSpec::new(1, edge, k, DType::F32), false, &h200(), &big).unwrap().path;
-    assert_eq!((q(GRID_MAX_K as usize), q(GRID_MAX_K as usize + 1)), (Path::Cluster, Path::Split));
-    // CTAs per cluster: a power of two, at least SMs / rows (capped at 16) and
-    // what the row's registers need: 64 x 131,072 takes 8 (2 would fit the
-    // SMs' share, but not the registers).
-    assert_eq!((p(64, 131_072, 2048).path, p(64, 131_072, 2048).ctas_per_row), (Path::Cluster, 8));
-    assert_eq!(p(40, 60_000, 256).ctas_per_row, 4);
-    assert_eq!(p(6, 100_000, 1000).ctas_per_row, 16);
-    // Wider than 16 CTAs hold: grid (few rows) or split.
-    assert_eq!(p(1, 1_048_576, 2048).path, Path::Grid);
-    assert_eq!(p(64, 300_000, 2048).path, Path::Split);
-    // No clusters on the device (before sm_90): the grid path.
-    let ampere_like = DeviceProps { max_cluster: 0, ..h200() };
-    let pl = plan(&SelectSpec::new(1, edge, 512, DType::F32), false, &ampere_like).unwrap();
-    assert_eq!((pl.path, pl.ctas_per_row), (Path::Grid, 64));
-    // Clusters of at most 8 (clustermax=8): 1 x 131,072 fits, 262,144 not.
-    let eight = DeviceProps { max_cluster: 8, ..h200() };
-    let pe = |cols| plan(&SelectSpec::new(1, cols, 512, DType::F32), false, &eight).unwrap();
-    assert_eq!((pe(131_072).path, pe(131_072).ctas_per_row), (Path::Cluster, 8));
-    assert_eq!(pe(edge).path, Path::Grid);
-    // The shared memory it asks for: staged list + own list + its slices.
-    let pl = p(1, edge, 512);
-    assert_eq!(pl.smem_bytes as u64, cluster_smem_bytes(512, 16));
-    assert_eq!(cluster_smem_bytes(512, 16), 768 * 8 + 768 * 8 + 6 * 128 * 4);
-    assert!(cluster_smem_bytes(GRID_MAX_K, 2) + STATIC_SMEM as u64 <= h200().max_smem_per_block as u64);
+    assert_eq!(p(67, 16_384, 256).path, Path::Row);
 }
 
 #[test]
@@ -156,11 +95,11 @@ fn many_rows_take_one_cta_per_row() {
     assert_eq!(pl.workspace_bytes, 0);
     let pl = p(100_000, 4096, 64);
     assert_eq!(pl.row_slots, MAX_GRID_Y);
-    let pl = pn(64, 131_072, 2048);
+    let pl = p(64, 131_072, 2048);
     assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 2, 1));
     // One wave: more rows than half the SMs take one CTA per row.
     assert_eq!(p(67, 131_072, 2048).path, Path::Row);
-    assert_eq!(pn(66, 131_072, 2048).ctas_per_row, 2);
+    assert_eq!(p(66, 131_072, 2048).ctas_per_row, 2);
 }
 
 #[test]
@@ -203,9 +142,8 @@ fn long_split_rows_are_sampled_first() {
     assert!(pl.sampled && pl.layout.split.is_some());
     let pl = p(2, 1_048_576, 512);
     assert!(pl.sampled && pl.path == Path::Split);
-    // The grid and cluster paths sample nothing.
+    // The grid path samples nothing.
     assert!(!p(1, 1_048_576, 2048).sampled);
-    assert!(!p(1, 262_144, 512).sampled);
     // Too short for 16 tiles, or k too large a share of the row, or one CTA per row.
     assert!(!p(1, 32_768, 512).sampled);
     assert!(!p(1, 262_144, 32_768 + 1).sampled);
@@ -232,13 +170,8 @@ fn shared_buffers_take_the_room_there_is() {
     let pl = p(4, 1 << 20, 100_000);
     assert_eq!((pl.buffer, pl.cap), (Buffer::Global, 2 * 100_000 + TILE));
     // A smaller device (sm_86: 100 KiB per SM, 99 KiB per block): the minimum.
-    let ampere = DeviceProps {
-        sm_count: 84,
-        max_smem_per_block: 101_376,
-        smem_per_sm: 102_400,
-        max_threads_per_sm: 1536,
-        max_cluster: 0,
-    };
+    let ampere =
+        DeviceProps { sm_count: 84, max_smem_per_block: 101_376, smem_per_sm: 102_400, max_threads_per_sm: 1536 };
     let pl = plan(&SelectSpec::new(8192, 131_072, 2048, DType::F32), false, &ampere).unwrap();
     assert_eq!((pl.buffer, pl.cap), (Buffer::Shared, 2 * 2048 + TILE));
 }
