@@ -69,6 +69,16 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
             per(prof[12], fin),
             per(prof[13], fin)
         );
+        if prof[14] > 0 {
+            let n = prof[14] as f64;
+            println!(
+                "BUCKET {rows}x{cols} k{k} {data:?} [{var}] per bucket-rank finish (cycles, all passes): ranges {:.0} | histogram + scan {:.0} | scatter {:.0} | rank {:.0}",
+                prof[8] as f64 / n,
+                prof[15] as f64 / n,
+                prof[17] as f64 / n,
+                prof[31] as f64 / n
+            );
+        }
         if prof[20] > 0 {
             let n = prof[20] as f64;
             println!(

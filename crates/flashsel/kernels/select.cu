@@ -84,6 +84,8 @@
 //                   bitonic sort always)
 //   FS_PACKED       1: the fast filter compares 16-bit types two at a time
 //                   (set.*.bf16x2 on sm_90+, set.*.f16x2)
+//   FS_SAMPLE_SD    the sampled bound's margin, in standard deviations of
+//                   the sample count (4)
 //   FS_PDL          1: fs_split_* overlaps fs_prep_*, fs_grid_* overlaps
 //                   fs_grid_init_all (programmatic dependent launch, sm_90+;
 //                   default; the host sets the launch attribute unless the
@@ -123,6 +125,9 @@ typedef unsigned long long u64;
 #ifndef FS_PACKED
 #define FS_PACKED 1
 #endif
+#ifndef FS_SAMPLE_SD
+#define FS_SAMPLE_SD 4  // sampled bounds: standard deviations of margin
+#endif
 #ifndef FS_PDL
 #define FS_PDL 1
 #endif
@@ -155,7 +160,8 @@ __device__ __forceinline__ unsigned long long global_ns() {
 #if FS_PROFILE
 // 0 row cycles, 1 in-loop compaction cycles, 2 in-loop compactions, 3 finish
 // cycles, 4 CTA rows, 5 optimistic segments redone, 6 row-path sample
-// restarts, 7 split-row exact fallbacks,
+// restarts, 7 split-row exact fallbacks, bucket passes' cycles: 8 ranges,
+// 15 histogram and scan, 17 scatter, 31 rank (thread 0),
 // 9 last-CTA merge cycles, 10/11/12 finish: exact compaction / sort / write
 // cycles, 13 candidates at the finish, 14 bucket-rank finishes, 16 histogram passes (thread 0 of each CTA counts).
 // Grid rows (CTA 0 of each row, %globaltimer ns): 20 rows, 21 passes, 22 load,
@@ -765,6 +771,16 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
     u32* cnt = tab;
     u32* pos = tab + NB;
     u32* red = sh.hist;  // 4 x FS_WARPS partials (the histogram is free here)
+    long long t_prof = PROF_CLOCK();
+    // Adds the cycles since the last stamp to fs_prof[slot] (thread 0).
+#define BUCKET_STAMP(slot)                              \
+    do {                                                \
+        if (FS_PROFILE && tid == 0) {                   \
+            const long long t_ = PROF_CLOCK();          \
+            PROF_ADD(slot, t_ - t_prof);                \
+            t_prof = t_;                                \
+        }                                               \
+    } while (0)
     // 1. key and column ranges.
     u32 kmin = ~0u, kmax = 0, lmin = ~0u, lmax = 0;
     for (u32 i = tid; i < n; i += FS_BLOCK) {
@@ -789,13 +805,14 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
     if (tid == 0) sh.above = 0;  // big buckets reaching into the top m
     __syncthreads();
     Buckets bk;
-    kmin = red[0], kmax = red[FS_WARPS], lmin = red[2 * FS_WARPS], lmax = red[3 * FS_WARPS];
-#pragma unroll 1
-    for (int w = 1; w < FS_WARPS; ++w) {
-        kmin = min(kmin, red[w]);
-        kmax = max(kmax, red[FS_WARPS + w]);
-        lmin = min(lmin, red[2 * FS_WARPS + w]);
-        lmax = max(lmax, red[3 * FS_WARPS + w]);
+    // Every warp reduces the partials, a lane each.
+    static_assert(FS_WARPS <= 32, "one lane per warp partial");
+    {
+        const bool in = lane < FS_WARPS;
+        kmin = __reduce_min_sync(FULL_MASK, in ? red[lane] : ~0u);
+        kmax = __reduce_max_sync(FULL_MASK, in ? red[FS_WARPS + lane] : 0u);
+        lmin = __reduce_min_sync(FULL_MASK, in ? red[2 * FS_WARPS + lane] : ~0u);
+        lmax = __reduce_max_sync(FULL_MASK, in ? red[3 * FS_WARPS + lane] : 0u);
     }
     const int kb = bit_len(kmax - kmin);
     bk.kmin = kmin;
@@ -804,6 +821,7 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
     bk.t2 = kb >= NB_BITS ? 0 : NB_BITS - kb;
     const int lb_ = bit_len(lmax - lmin);
     bk.s2 = lb_ > bk.t2 ? lb_ - bk.t2 : 0;
+    BUCKET_STAMP(8);
     // 2. histogram and the scan from the top bucket down.
     for (u32 i = tid; i < n; i += FS_BLOCK) atomicAdd(&cnt[bk.of(in[i])], 1u);
     __syncthreads();
@@ -821,8 +839,7 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
     u32* wsum = sh.hist;
     if (lane == 31) wsum[warp] = incl;
     __syncthreads();
-    u32 run = incl - sum;
-    for (int w = 0; w < warp; ++w) run += wsum[w];
+    u32 run = incl - sum + __reduce_add_sync(FULL_MASK, lane < warp ? wsum[lane] : 0u);
 #pragma unroll
     for (int j = 0; j < PER; ++j) {
         const u32 b = NB - 1 - (tid * PER + j);
@@ -836,6 +853,7 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
     }
     __syncthreads();
     const u32 nbig = sh.above;
+    BUCKET_STAMP(15);
     if (nbig > BIG_MAX) return ~0u;  // uniform; nothing written
     // 3. scatter into bucket order, then rank inside the bucket.
     for (u32 i = tid; i < n; i += FS_BLOCK) {
@@ -843,6 +861,7 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
         tmp[atomicAdd(&pos[bk.of(v)], 1u)] = v;
     }
     __syncthreads();
+    BUCKET_STAMP(17);
     for (u32 i = tid; i < n; i += FS_BLOCK) {
         const u64 v = tmp[i];
         const u32 b = bk.of(v);
@@ -853,6 +872,8 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
         if (r < m) out[r] = v;
     }
     __syncthreads();
+    BUCKET_STAMP(31);
+#undef BUCKET_STAMP
     return nbig;
 }
 
@@ -983,7 +1004,7 @@ __device__ __noinline__ void sample_lb(u64* buf, Shared& sh, const void* row_sco
     }
     __syncthreads();
     const float expect = (float)k * (float)TILE / (float)range;
-    const u32 j = (u32)(expect + 4.0f * sqrtf(expect) + 4.0f);
+    const u32 j = (u32)(expect + (float)FS_SAMPLE_SD * sqrtf(expect) + 4.0f);
     const u32 n = sh.count;
     if (j < n) compact<E::TOP_BIT>(buf, sh, n, j, j + j / 4);
     // On a plateau of ties (ReLU zeros, all-equal rows) the bound's key is
