@@ -85,7 +85,7 @@
 //   FS_PACKED       1: the fast filter compares 16-bit types two at a time
 //                   (set.*.bf16x2 on sm_90+, set.*.f16x2)
 //   FS_SAMPLE_SD    the sampled bound's margin, in standard deviations of
-//                   the sample count (4)
+//                   the sample count (3; 4 until v17)
 //   FS_PDL          1: fs_split_* overlaps fs_prep_*, fs_grid_* overlaps
 //                   fs_grid_init_all (programmatic dependent launch, sm_90+;
 //                   default; the host sets the launch attribute unless the
@@ -126,7 +126,7 @@ typedef unsigned long long u64;
 #define FS_PACKED 1
 #endif
 #ifndef FS_SAMPLE_SD
-#define FS_SAMPLE_SD 4  // sampled bounds: standard deviations of margin
+#define FS_SAMPLE_SD 3  // sampled bounds: standard deviations of margin
 #endif
 #ifndef FS_PDL
 #define FS_PDL 1
@@ -979,7 +979,7 @@ __device__ __forceinline__ void restart(Shared& sh, int slot) {
 // Seeds sh.lb from a sample of [start, end): 16 blocks spread over the range,
 // one tile in all. The bound is the key of sample rank j, with j chosen
 // so that clearly more than k elements of the range are expected above it
-// (expected j * range / TILE; j adds four standard deviations and 4). Leaves
+// (expected j * range / TILE; j adds FS_SAMPLE_SD standard deviations and 4). Leaves
 // the buffer empty. Out of line: it runs once per range and would otherwise
 // crowd the streaming loop's registers.
 template <int TAG>
@@ -1292,7 +1292,7 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
         // The row's sampled bound admitted fewer than min(k, len) elements: it
         // may have dropped some of the top k, so this CTA selects the row again,
         // exactly, from lb = 0 (slow; needs a sample unrepresentative by over
-        // four standard deviations: flashsel check builds such data).
+        // FS_SAMPLE_SD standard deviations: flashsel check builds such data).
         restart(sh, 7);
         stream_range<TAG>(buf, sh, row_scores, 0u, (u32)len, aligned, P.cap, P.k, P.nan_largest);
     }
