@@ -1,0 +1,1826 @@
+// flashsel selection kernels: exact, deterministic top-k by streaming filter.
+//
+// ALGORITHM
+//   A CTA owns one contiguous range of one row. It streams the range once, in
+//   tiles of FS_BLOCK * ITEMS elements. Each element becomes a 64-bit composite
+//       c = key << 32 | (0xffffffff - column)
+//   whose unsigned order is the contract's total order (larger key first, then
+//   lower column first; docs/semantics.md). An element is pushed into the CTA's
+//   candidate buffer iff c >= lb, the running lower bound, tested as one float
+//   compare per element (Bound). Barriers come only between segments of tiles;
+//   an optimistic segment that overflows the buffer is streamed again. When the
+//   next tiles might not fit, the buffer is compacted: an MSD radix select
+//   (8-bit digits, 256-bin shared histogram) keeps a prefix of the largest
+//   composites and lb rises to that prefix.
+//   Long ranges start from a sampled bound: a sample rank chosen so that clearly
+//   more than k elements are expected above it (its column scaled from the
+//   sample to the range, for plateaus of ties); if fewer pass, the range (or
+//   row) is selected again from lb = 0.
+//   The finish selects and sorts the top min(k, n) in one bucket-rank pass
+//   (bucket_rank; radix select + bitonic sort when the candidates do not
+//   spread out), then writes indices and values (values rebuilt from keys).
+//   Kernels:
+//     fs_scan_*   one CTA per row (prefill): stream, finish (score order:
+//                 composite descending; index order: the low word descending,
+//                 i.e. column ascending), write.
+//     fs_prep_*   one CTA per split row, before fs_split_*: zero the row's
+//                 counters, take the row-wide sampled bound.
+//     fs_split_*  several CTAs per row: each streams its chunk from the row's
+//                 bound and appends its top min(k, n) to the row's slots; the
+//                 CTA that finishes last merges the slots (same filter) and
+//                 writes the row.
+//     fs_grid_init_all, fs_grid_*   few rows whose chunks fit the registers:
+//                 the row's CTAs (one cooperative launch) radix-select the
+//                 row together over a global histogram per pass, then place
+//                 the selection by counting (its own header, below).
+//
+// INVARIANTS
+//   - Composites are unique within a row (the column is in the low word), so the
+//     k-th largest is well defined and the selected set is exactly the contract's.
+//   - The buffer is a cache, never a decision: a compaction only raises lb to
+//     a prefix that at least k buffered composites reach, so it never rejects an
+//     element of the true top k, and it drops only elements with >= k better
+//     ones. A sampled seed is the one bound not proven by the buffer: the range
+//     (or row) is selected again from lb = 0 unless min(k, len) elements
+//     passed it.
+//   - capacity C >= 2k + TILE, so after a compaction (count <= (C - TILE + k)
+//     / 2) at least one tile fits: (C - count) / TILE tiles is a safe segment.
+//     Longer (optimistic) segments store nothing past C and are redone when
+//     the count says they overflowed.
+//   - Every loop bound that contains __syncthreads or a warp collective is
+//     uniform over the CTA. Decisions taken from sh.count (compact or not, how
+//     many tiles until the next barrier) are read by every thread between two
+//     barriers, before any push can move it (compute-sanitizer racecheck found
+//     the version without the second barrier).
+//   - The top-k of a union is the top-k of the union of each part's top-k, so
+//     the split rows' one merge round returns the same set as one CTA would.
+//
+// COST
+//   Reads: each score once, plus one sampled tile per long range; a split
+//   row's candidates once more (about k (1 + margin) of them, at most
+//   chunks x k).
+//   Writes: <= k composites per split CTA, k indices (+ values) per row.
+//   Compute per element: one float compare and an equality flag, a bit in the
+//   thread's mask (16-bit types: one packed compare and one packed equality
+//   per two elements); per warp and tile a vote, per lane with passes one
+//   shared atomic and a key transform per passing element.
+//   A compaction costs up to 8 histogram passes over <= C shared entries
+//   (usually 1-2 for an intermediate one). The bucket-rank finish: ~6
+//   barriers, 3 passes over the candidates, a bucket's size per element.
+//
+// BUFFERS
+//   FS_GLOBAL_BUF = 0: the buffer is dynamic shared memory (k <= the planner's
+//   shared limit). FS_GLOBAL_BUF = 1: the buffer is a per-CTA slice of the
+//   workspace, for any k; same code, slower memory.
+//
+// Compile-time options (the host passes them as -D):
+//   FS_BLOCK        threads per CTA (multiple of 32, <= 1024)
+//   FS_GLOBAL_BUF   0 or 1, as above
+//   FS_SAMPLE       1: seed lb from a sample of long ranges (default)
+//   FS_PROFILE      1: accumulate clock64() phase counters in fs_prof
+//   FS_SEG          longest optimistic segment, tiles (0: safe segments only)
+//   FS_FAST         1: float-domain filter (0: the key filter on every tile)
+//   FS_BUCKET       1: bucket-rank finish when it applies (0: radix select +
+//                   bitonic sort always)
+//   FS_PACKED       1: the fast filter compares 16-bit types two at a time
+//                   (set.*.bf16x2 on sm_90+, set.*.f16x2)
+//   FS_SAMPLE_SD    the sampled bound's margin, in standard deviations of
+//                   the sample count (3; 4 until v17)
+//   FS_PDL          1: fs_split_* overlaps fs_prep_*, fs_grid_* overlaps
+//                   fs_grid_init_all (programmatic dependent launch, sm_90+;
+//                   default; the host sets the launch attribute unless the
+//                   defines say FS_PDL=0)
+//   FS_GRID_SMALL   grid rows: a crossing bin of at most this many composites
+//                   ends the radix passes (256 = FS_HOST_GRID_SMALL, the most
+//                   the host sizes for)
+//   FS_HOST_GRID_*  the host's grid layout (always passed; not a switch)
+//   FS_GRID_SLEEP   grid rows: ns between barrier polls (32; 0 spins)
+//   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+#ifndef FS_BLOCK
+#define FS_BLOCK 512
+#endif
+#ifndef FS_GLOBAL_BUF
+#define FS_GLOBAL_BUF 0
+#endif
+#ifndef FS_PROFILE
+#define FS_PROFILE 0
+#endif
+#ifndef FS_SAMPLE
+#define FS_SAMPLE 1
+#endif
+#ifndef FS_SEG
+#define FS_SEG 32
+#endif
+#ifndef FS_FAST
+#define FS_FAST 1
+#endif
+#ifndef FS_BUCKET
+#define FS_BUCKET 1
+#endif
+#ifndef FS_PACKED
+#define FS_PACKED 1
+#endif
+#ifndef FS_SAMPLE_SD
+#define FS_SAMPLE_SD 3  // sampled bounds: standard deviations of margin
+#endif
+#ifndef FS_PDL
+#define FS_PDL 1
+#endif
+// Programmatic dependent launch (sm_90+): the host launches fs_split_* with
+// programmatic stream serialisation, so its CTAs start while fs_prep_* runs;
+// they ask L2 for their chunk, then wait for prep's results.
+#if FS_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define PDL_ON 1
+#else
+#define PDL_TRIGGER() ((void)0)
+#define PDL_WAIT() ((void)0)
+#define PDL_ON 0
+#endif
+// Two scan CTAs per SM (<= 64 registers) with a shared buffer; the global-
+// buffer variant (large k) addresses the buffer generically and gets room.
+#if FS_GLOBAL_BUF
+#define FS_SCAN_MIN_CTAS 1
+#else
+#define FS_SCAN_MIN_CTAS 2
+#endif
+
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+#if FS_PROFILE
+// 0 row cycles, 1 in-loop compaction cycles, 2 in-loop compactions, 3 finish
+// cycles, 4 CTA rows, 5 optimistic segments redone, 6 row-path sample
+// restarts, 7 split-row exact fallbacks, bucket passes' cycles: 8 ranges,
+// 15 histogram and scan, 17 scatter, 31 rank (thread 0),
+// 9 last-CTA merge cycles, 10/11/12 finish: exact compaction / sort / write
+// cycles, 13 candidates at the finish, 14 bucket-rank finishes, 16 histogram passes (thread 0 of each CTA counts).
+// Grid rows (CTA 0 of each row, %globaltimer ns): 20 rows, 21 passes, 22 load,
+// 23 pass work before the barrier, 24 pass barrier waits, 25 pass decisions,
+// 26 gather, 27 gather barrier wait, 30 staging and T, 18 placement's counts,
+// 28 its writes, 29 whole CTA; 19 whole CTA in cycles.
+__device__ unsigned long long fs_prof[32];
+#define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
+#define PROF_CLOCK() clock64()
+#define PROF_NS() global_ns()
+#else
+#define PROF_NS() 0ull
+#define PROF_ADD(i, v) ((void)(v))
+#define PROF_CLOCK() 0ll
+#endif
+
+#define FS_WARPS (FS_BLOCK / 32)
+#define FULL_MASK 0xffffffffu
+
+// ---------------------------------------------------------------------------
+// Parameters (mirrored by #[repr(C)] structs in src/cuda/launch.rs).
+
+struct ScanParams {
+    const void* scores;      // rows x row_stride elements of the dtype
+    long long row_stride;    // elements
+    const int* lengths;      // nullable; rows entries
+    int* out_idx;            // rows x k
+    void* out_val;           // nullable; rows x k of the dtype
+    u64* cand;               // split rows: rows x chunks x k candidate slots;
+                             // grid rows: rows x (k + 256) list entries
+    u32* row_count;          // split rows: candidates appended so far, per row;
+                             // grid rows: rows x GRID_STATE_WORDS of state
+    u32* row_done;           // split rows: CTAs of the row that have finished
+    u64* gbuf;               // FS_GLOBAL_BUF: gridDim.x * gridDim.y * cap
+    u64* row_lb;             // split rows: per-row key bound from fs_prep_*
+    int rows;
+    int cols;
+    int k;
+    int chunks;              // CTAs per row (== gridDim.x of the scan)
+    int cap;                 // buffer capacity in composites
+    int nan_largest;         // NaN policy: 1 = above +inf, 0 = below -inf
+    int order_index;         // 1: output by ascending column
+    int pad_;
+};
+// The host mirror (src/cuda/launch.rs) asserts the same layout.
+static_assert(sizeof(ScanParams) == 112, "ScanParams layout changed: update launch.rs");
+
+// ---------------------------------------------------------------------------
+// Keys: raw float bits -> unsigned key ordered as the float, -0 == +0, one NaN.
+
+template <int BITS>
+struct FloatBits;
+template <>
+struct FloatBits<32> {
+    static constexpr u32 SIGN = 0x80000000u, EXP = 0x7f800000u, MAN = 0x007fffffu;
+};
+template <>
+struct FloatBits<16> {  // bf16
+    static constexpr u32 SIGN = 0x8000u, EXP = 0x7f80u, MAN = 0x007fu;
+};
+template <>
+struct FloatBits<15> {  // f16 (tag 15: 16-bit storage, IEEE half layout)
+    static constexpr u32 SIGN = 0x8000u, EXP = 0x7c00u, MAN = 0x03ffu;
+};
+
+template <int TAG>
+__device__ __forceinline__ u32 order_key(u32 bits, int nan_largest) {
+    typedef FloatBits<TAG> F;
+    const u32 all = F::SIGN | F::EXP | F::MAN;
+    const u32 mag = bits & (F::EXP | F::MAN);
+    u32 key = (bits & F::SIGN) ? (~bits & all) : (bits | F::SIGN);
+    key = (mag == 0) ? F::SIGN : key;
+    key = (mag > F::EXP) ? (nan_largest ? all : 0u) : key;
+    return key;
+}
+
+// The raw bits whose key is `key`: order_key's inverse, exact except for the
+// keys it merges (zero: -0 and +0 both give +0; NaN: one payload).
+template <int TAG>
+__device__ __forceinline__ u32 key_bits(u32 key) {
+    typedef FloatBits<TAG> F;
+    return (key & F::SIGN) ? (key & ~F::SIGN) : (~key & (F::SIGN | F::EXP | F::MAN));
+}
+
+__device__ __forceinline__ u64 composite(u32 key, u32 col) {
+    return ((u64)key << 32) | (u64)(0xffffffffu - col);
+}
+__device__ __forceinline__ u32 composite_col(u64 c) { return 0xffffffffu - (u32)c; }
+
+// Raw element access for the three dtypes (no cuda_fp16 headers needed).
+template <int TAG>
+struct Elem;
+template <>
+struct Elem<32> {
+    typedef u32 raw;
+    static constexpr int VEC = 4;              // elements per 16-byte load
+    static constexpr int ITEMS = 8;            // elements per thread per tile
+    static constexpr int TOP_BIT = 63;         // highest composite bit in use
+    static constexpr u32 NEG_INF = 0xff800000u;
+};
+template <>
+struct Elem<16> {
+    typedef u16 raw;
+    static constexpr int VEC = 8;
+    static constexpr int ITEMS = 8;
+    static constexpr int TOP_BIT = 47;
+    static constexpr u32 NEG_INF = 0xff80u;
+};
+template <>
+struct Elem<15> : Elem<16> {  // f16: the bf16 storage, its own -inf
+    static constexpr u32 NEG_INF = 0xfc00u;
+};
+
+template <int TAG>
+__device__ __forceinline__ u32 load_bits(const void* base, long long i) {
+    typedef typename Elem<TAG>::raw R;
+    return (u32)__ldg(((const R*)base) + i);
+}
+template <int TAG>
+__device__ __forceinline__ void store_bits(void* base, long long i, u32 bits) {
+    typedef typename Elem<TAG>::raw R;
+    ((R*)base)[i] = (R)bits;
+}
+
+
+__device__ __forceinline__ u32 word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// The q-th element's raw bits from a 16-byte group.
+template <int TAG>
+__device__ __forceinline__ u32 unpack(const uint4& v, int q) {
+    if (TAG == 32) return word(v, q);
+    return (word(v, q >> 1) >> ((q & 1) * 16)) & 0xffffu;
+}
+
+// Loads the 16-byte group of elements [e0, e0 + VEC): one vector load when
+// aligned and in range, else element by element (zeros past `end`). Offsets
+// within a row are u32 (a row has at most 2^31 - 1 columns: the contract);
+// measured 2-4% faster than 64-bit offsets in the streaming loop (perf-log v15).
+template <int TAG>
+__device__ __forceinline__ uint4 load_vec(const void* row, u32 e0, u32 end, bool aligned) {
+    constexpr int VEC = Elem<TAG>::VEC;
+    if (aligned && e0 + VEC <= end) {
+        return __ldg((const uint4*)((const char*)row + (size_t)e0 * sizeof(typename Elem<TAG>::raw)));
+    }
+    u32 w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int q = 0; q < VEC; ++q) {
+        const u32 b = (e0 + q < end) ? load_bits<TAG>(row, e0 + q) : 0u;
+        if (TAG == 32) {
+            w[q] = b;
+        } else {
+            w[q >> 1] |= b << ((q & 1) * 16);
+        }
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The q-th element of a 16-byte group as a float, exactly (bf16 and f16 widen
+// without rounding), for the fast filter.
+template <int TAG>
+__device__ __forceinline__ float elem_float(const uint4& v, int q) {
+    if (TAG == 32) return __uint_as_float(word(v, q));
+    const u32 w = word(v, q >> 1);
+    if (TAG == 16) return __uint_as_float((q & 1) ? (w & 0xffff0000u) : (w << 16));
+    float f;
+    const u32 h = (q & 1) ? (w >> 16) : (w & 0xffffu);
+    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "r"(h));
+    return f;
+}
+
+template <int TAG>
+__device__ __forceinline__ float bits_float(u32 bits) {
+    if (TAG == 32) return __uint_as_float(bits);
+    if (TAG == 16) return __uint_as_float(bits << 16);
+    float f;
+    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "r"(bits));
+    return f;
+}
+
+// The filter's view of a lower bound lb (taken at a barrier).
+//   Exact test: c >= lb  <=>  key > key(lb), or key == key(lb) and
+//   column <= tie_col.
+//   Fast test, valid when `fast`: the element's float x against t, the float
+//   whose key is key(lb) (clamped to -inf below it): x > t passes, x < t fails,
+//   and x == t (a key tie; -0 and +0 are one key) passes iff its column is
+//   <= tie_col. NaN passes iff `unord` (its key, all ones or zero, is then
+//   above key(lb)).
+//   Not `fast` when key(lb) is above +inf's key (only NaNs can pass, with a
+//   column test) or is the NaN-lowest key with a column part: the exact test
+//   then runs on every element.
+struct Bound {
+    u32 key;
+    u32 tie_col;
+    float t;
+    u32 t2;  // 16-bit types: t's bits in both halves (packed compares)
+    bool fast;
+    bool unord;
+};
+
+template <int TAG>
+__device__ __forceinline__ Bound make_bound(u64 lb, int nan_largest) {
+    typedef FloatBits<TAG> F;
+    const u32 all = F::SIGN | F::EXP | F::MAN;
+    const u32 key_ninf = ~(F::SIGN | F::EXP) & all;
+    const u32 key_pinf = F::SIGN | F::EXP;
+    Bound b;
+    b.key = (u32)(lb >> 32);
+    b.tie_col = 0xffffffffu - (u32)lb;
+    b.fast = !(b.key > key_pinf || (b.key == 0 && lb != 0));
+    b.unord = nan_largest || lb == 0;
+    const u32 bits = key_bits<TAG>(b.key);
+    b.t = b.key <= key_ninf ? __uint_as_float(0xff800000u) : bits_float<TAG>(bits);
+    // Below -inf's key, -inf (x == t) passes whatever its column; likewise
+    // +-0 when key(lb) is the unused key just below zero's (t is then -0.0).
+    if (b.key < key_ninf || bits == F::SIGN) b.tie_col = 0xffffffffu;
+    const u32 t16 = b.key <= key_ninf ? Elem<TAG>::NEG_INF : bits;
+    b.t2 = TAG == 32 ? 0u : (t16 | (t16 << 16));
+    return b;
+}
+
+// ---------------------------------------------------------------------------
+// Per-CTA shared state.
+
+struct Shared {
+    u32 hist[256];
+    u32 count;       // composites in the buffer
+    u32 digit;       // radix select: the crossing digit
+    u32 above;       // radix select: composites in bins above it
+    u32 bincnt;      // radix select: composites in its bin
+    u64 lb;          // accept c >= lb
+    u32 slot;        // split rows: where this CTA's candidates go
+    u32 last;        // split rows: this CTA finishes the row
+};
+
+extern __shared__ __align__(16) u64 dyn_smem[];
+
+__device__ __forceinline__ u64* cta_buffer(u64* gbuf, int cap) {
+#if FS_GLOBAL_BUF
+    return gbuf + ((u64)blockIdx.y * gridDim.x + blockIdx.x) * (u64)cap;
+#else
+    return dyn_smem;
+#endif
+}
+
+// Warp-aggregated push: every lane of the warp must call it.
+__device__ __forceinline__ void push(u64* buf, Shared& sh, bool pred, u64 c) {
+    const u32 mask = __ballot_sync(FULL_MASK, pred);
+    if (mask == 0) return;
+    const int lane = threadIdx.x & 31;
+    const int leader = __ffs(mask) - 1;
+    u32 base = 0;
+    if (lane == leader) base = atomicAdd(&sh.count, (u32)__popc(mask));
+    base = __shfl_sync(FULL_MASK, base, leader);
+    if (pred) buf[base + __popc(mask & ((1u << lane) - 1u))] = c;
+}
+
+// Adds the digit at `shift` of every composite matching `prefix` under `mask`
+// to sh.hist, with plain shared atomics: warp-aggregated (__match_any_sync) and
+// run-length variants measured slower (docs/perf-log.md, v2/v3).
+__device__ __forceinline__ void hist_pass(const u64* buf, Shared& sh, u32 n, u64 prefix, u64 mask, int shift) {
+    for (u32 i = threadIdx.x; i < n; i += FS_BLOCK) {
+        const u64 c = buf[i];
+        if ((c & mask) == prefix) atomicAdd(&sh.hist[(u32)(c >> shift) & 255u], 1u);
+    }
+}
+
+// Element b (= j * VEC + q) of this thread's tile: its raw bits, picked from
+// the registers with a select tree (a dynamic index would spill to local memory).
+template <int TAG, int NV>
+__device__ __forceinline__ u32 pick(const uint4 (&cur)[NV], u32 b) {
+    const u32 w_i = TAG == 32 ? b : b >> 1;  // word index over the NV groups
+    uint4 v = cur[0];
+#pragma unroll
+    for (int j = 1; j < NV; ++j) v = (w_i >> 2) == (u32)j ? cur[j] : v;
+    const u32 lo = (w_i & 1) ? v.y : v.x, hi = (w_i & 1) ? v.w : v.z;
+    const u32 w = (w_i & 2) ? hi : lo;
+    if (TAG == 32) return w;
+    return (b & 1) ? (w >> 16) : (w & 0xffffu);
+}
+
+// Pushes the elements of this thread's tile (`cur`: ITEMS elements as 16-byte
+// groups; element j * VEC + q has column tile0 + (j * FS_BLOCK + tid) * VEC + q)
+// whose bit is set in `pass`, with one shared atomic per lane that has any.
+// Only the set bits are visited (a warp loops as often as its busiest lane has
+// passes), and keys are recomputed from the raw bits rather than kept, to save
+// registers. Slots at or past `cap` are not written: sh.count then exceeds cap
+// and the streaming loop redoes the segment (see stream_range).
+template <int TAG, int NV>
+__device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const uint4 (&cur)[NV], u32 tile0,
+                                          u32 cap, int nan_largest) {
+    constexpr int VEC = Elem<TAG>::VEC;
+    // One shared atomic per lane that has passes (a few per warp and tile at
+    // the sampled bound's rate; measured faster than a warp scan and one
+    // atomic per warp: docs/perf-log.md, v12).
+    if (pass == 0) return;
+    u32 pos = atomicAdd(&sh.count, (u32)__popc(pass));
+    while (pass) {
+        const u32 b = __ffs(pass) - 1;
+        pass &= pass - 1;
+        const u32 e = tile0 + (u32)(((b / VEC) * FS_BLOCK + threadIdx.x) * VEC + (b % VEC));
+        if (pos < cap) buf[pos] = composite(order_key<TAG>(pick<TAG>(cur, b), nan_largest), e);
+        ++pos;
+    }
+}
+
+// Compaction of buf[0..n) to a prefix of its largest composites: at least m,
+// at most max_keep (m <= max_keep < n). With max_keep == m it is exact: the m
+// largest. The MSD descent stops at the first digit whose crossing bin lets
+// everything >= the bin's lower bound fit in max_keep, so an intermediate
+// compaction (max_keep > m) usually takes one or two histogram passes.
+// All threads call it; ends with a barrier; leaves sh.count = the number kept
+// and raises sh.lb to the kept prefix.
+template <int TOP_BIT>
+__device__ void compact(u64* buf, Shared& sh, u32 n, u32 m, u32 max_keep) {
+    const int tid = threadIdx.x;
+    u64 prefix = 0, mask = 0;
+    u32 need = m;
+    for (int shift = TOP_BIT - 7;; shift -= 8) {
+        for (int i = tid; i < 256; i += FS_BLOCK) sh.hist[i] = 0;
+        __syncthreads();
+        if (tid == 0) PROF_ADD(16, 1);
+        hist_pass(buf, sh, n, prefix, mask, shift);
+        __syncthreads();
+        if (tid < 32) {
+            // Lane l owns bins 8l .. 8l+7; find the bin where the count from the
+            // top crosses `need`.
+            u32 h[8];
+            u32 sum = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                h[j] = sh.hist[tid * 8 + j];
+                sum += h[j];
+            }
+            u32 incl = sum;  // sum over lanes >= tid
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const u32 v = __shfl_down_sync(FULL_MASK, incl, o);
+                if (tid + o < 32) incl += v;
+            }
+            const u32 above_lane = incl - sum;
+            if (above_lane < need && need <= incl) {
+                u32 acc = above_lane;
+#pragma unroll
+                for (int j = 7; j >= 0; --j) {
+                    if (acc < need && acc + h[j] >= need) {
+                        sh.digit = tid * 8 + j;
+                        sh.above = acc;
+                        sh.bincnt = h[j];
+                    }
+                    acc += h[j];
+                }
+            }
+        }
+        __syncthreads();
+        need -= sh.above;
+        prefix |= (u64)sh.digit << shift;
+        mask |= (u64)255 << shift;
+        // Kept if we stop here: (m - need) above the bin, plus the whole bin.
+        if (m - need + sh.bincnt <= max_keep || shift == 0) break;
+    }
+    // Everything >= prefix is kept: between m and max_keep composites (exactly
+    // m when the descent reached the last digit: prefix is the m-th itself).
+    // In-place compaction in rounds: a round reads R*FS_BLOCK entries into
+    // registers, then writes its survivors below the running count, which is
+    // never past what has been read.
+    __syncthreads();
+    if (tid == 0) sh.count = 0;
+    __syncthreads();
+    constexpr int R = 8;
+    for (u32 base = 0; base < n; base += R * FS_BLOCK) {
+        u64 v[R];
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+            const u32 i = base + j * FS_BLOCK + tid;
+            v[j] = (i < n) ? buf[i] : 0ull;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < R; ++j) push(buf, sh, v[j] >= prefix && v[j] != 0ull, v[j]);
+        __syncthreads();
+    }
+    if (tid == 0) sh.lb = prefix > sh.lb ? prefix : sh.lb;
+    __syncthreads();
+}
+
+// A descending bitonic sort for m <= 4 * FS_BLOCK (the finish's general path
+// for k in (1024, 2048]), with the data in registers: thread t holds elements
+// 4t .. 4t+3. Compare-exchange partners at distance 1-2 are in the thread, at
+// 4-64 in the warp (shuffles, no barrier), and only distances >= 128 go
+// through shared memory. 20 barriers for 2048 elements instead of 66.
+__device__ __forceinline__ u64 umax64(u64 a, u64 b) { return a > b ? a : b; }
+__device__ __forceinline__ u64 umin64(u64 a, u64 b) { return a < b ? a : b; }
+// Orders (a, b) descending when `down`, ascending otherwise.
+__device__ __forceinline__ void cmp_swap(u64& a, u64& b, bool down) {
+    const u64 hi = umax64(a, b), lo = umin64(a, b);
+    a = down ? hi : lo;
+    b = down ? lo : hi;
+}
+
+__device__ void sort_desc_regs(u64* buf, u32 m, int order_index) {
+    constexpr u32 N = 4 * FS_BLOCK;
+    const u32 t4 = 4 * threadIdx.x;
+    u64 r[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const u32 e = t4 + j;
+        u64 c = e < m ? buf[e] : 0ull;
+        if (order_index && e < m) c = (c << 32) | (c >> 32);
+        r[j] = c;
+    }
+    __syncthreads();
+    for (u32 size = 2; size <= N; size <<= 1) {
+        for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
+            if (stride >= 128) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) buf[t4 + j] = r[j];
+                __syncthreads();
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const u32 e = t4 + j;
+                    const u64 o = buf[e ^ stride];
+                    const bool keep_max = ((e & stride) == 0) == ((e & size) == 0);
+                    r[j] = keep_max ? umax64(r[j], o) : umin64(r[j], o);
+                }
+                __syncthreads();
+            } else if (stride >= 4) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const u32 e = t4 + j;
+                    const u64 o = __shfl_xor_sync(FULL_MASK, r[j], stride >> 2);
+                    const bool keep_max = ((e & stride) == 0) == ((e & size) == 0);
+                    r[j] = keep_max ? umax64(r[j], o) : umin64(r[j], o);
+                }
+            } else {
+                // Within the thread; (t4 + j) & size is the same for all j when
+                // size >= 4, and for size 2 only stride 1 occurs.
+                if (stride == 2) {
+                    const bool up = (t4 & size) == 0;
+                    cmp_swap(r[0], r[2], up);
+                    cmp_swap(r[1], r[3], up);
+                } else {
+                    cmp_swap(r[0], r[1], ((t4 + 0) & size) == 0);
+                    cmp_swap(r[2], r[3], ((t4 + 2) & size) == 0);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) buf[t4 + j] = r[j];
+    __syncthreads();
+}
+
+// The output value of a selected element of key `key` at column `col`: the
+// key gives the value back, except where the key merged several encodings
+// (zero: -0 and +0; NaN: every payload): only those are read from the row.
+template <int TAG>
+__device__ __forceinline__ u32 value_bits(u32 key, const void* row_scores, u32 col) {
+    typedef FloatBits<TAG> F;
+    const u32 all = F::SIGN | F::EXP | F::MAN;
+    return (key == F::SIGN || key == 0u || key == all) ? load_bits<TAG>(row_scores, col) : key_bits<TAG>(key);
+}
+
+// Output slot o past the row's selection: index -1, value -inf.
+template <int TAG>
+__device__ __forceinline__ void write_padding(int* out_idx, void* out_val, long long o) {
+    out_idx[o] = -1;
+    if (out_val) store_bits<TAG>(out_val, o, Elem<TAG>::NEG_INF);
+}
+
+// Writes the final row: the m sorted composites, then padding to k.
+template <int TAG>
+__device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* out_idx, void* out_val,
+                          const void* row_scores, long long row) {
+    for (u32 j = threadIdx.x; j < (u32)k; j += FS_BLOCK) {
+        const long long o = row * (long long)k + j;
+        if (j < m) {
+            u64 c = buf[j];
+            if (order_index) c = (c << 32) | (c >> 32);
+            const u32 col = composite_col(c);
+            out_idx[o] = (int)col;
+            if (out_val) store_bits<TAG>(out_val, o, value_bits<TAG>((u32)(c >> 32), row_scores, col));
+        } else {
+            write_padding<TAG>(out_idx, out_val, o);
+        }
+    }
+}
+
+// Row `row`'s first score.
+template <int TAG>
+__device__ __forceinline__ const void* row_start(const ScanParams& P, int row) {
+    return (const char*)P.scores + (long long)row * P.row_stride * (long long)sizeof(typename Elem<TAG>::raw);
+}
+__device__ __forceinline__ bool aligned16(const void* p) { return (((unsigned long long)p) & 15ull) == 0; }
+
+// The row's length, or 0 for an out-of-range length (the host cannot check
+// device-resident lengths without a synchronisation; such a row comes out as
+// all padding).
+__device__ __forceinline__ int row_length(const int* lengths, int row, int cols) {
+    if (!lengths) return cols;
+    const int len = lengths[row];
+    return (len < 0 || len > cols) ? 0 : len;
+}
+
+// Chunk p of a row of length len cut into `chunks`: [start, end), each chunk
+// ceil(len / chunks) rounded up to 8 elements (16-byte aligned starts), so
+// work follows the active length, not the buffer width. I: the caller's offset
+// type (long long, or u32 for the grid path: a row has < 2^31 columns).
+template <typename I>
+__device__ __forceinline__ void chunk_range(int len, int chunks, int p, I& start, I& end) {
+    const long long per = ((long long)len + chunks - 1) / chunks;
+    const long long L = (per + 7) & ~7ll;
+    start = (I)((long long)p * L < len ? (long long)p * L : len);
+    end = (I)(start + L < (I)len ? start + L : (I)len);
+}
+
+// Descending bitonic sort of a[0..len) in place, any len: the variant whose
+// merges all run one way (a mirror step, then half-cleaners), so the virtual
+// padding past len (below everything) never has to move and is not stored.
+// log2(N) (log2(N) + 1) / 2 steps of N/2 compare-exchanges, N = pow2 >= len,
+// a barrier after each.
+__device__ void sort_desc_range(u64* a, u32 len) {
+    u32 n = 1;
+    while (n < len) n <<= 1;
+    for (u32 size = 2; size <= n; size <<= 1) {
+        for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
+            for (u32 i = threadIdx.x; i < n / 2; i += FS_BLOCK) {
+                u32 lo, hi;
+                if (stride == size >> 1) {  // mirror step
+                    const u32 blk = i / stride, off = i % stride;
+                    lo = blk * size + off;
+                    hi = blk * size + size - 1 - off;
+                } else {
+                    lo = 2 * i - (i & (stride - 1));
+                    hi = lo + stride;
+                }
+                if (hi < len) {
+                    const u64 x = a[lo], y = a[hi];
+                    if (x < y) {
+                        a[lo] = y;
+                        a[hi] = x;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+}
+
+// buf[0..m) in output order: descending by composite (score order), or, for
+// index order, with the words swapped first, so that the low word
+// (0xffffffff - column) leads and descending means ascending column.
+__device__ void sort_desc(u64* buf, u32 m, int order_index) {
+    if (order_index) {
+        for (u32 i = threadIdx.x; i < m; i += FS_BLOCK) buf[i] = (buf[i] << 32) | (buf[i] >> 32);
+        __syncthreads();
+    }
+    sort_desc_range(buf, m);
+}
+
+// BUCKET-RANK FINISH. Selects and sorts in one pass when the candidates spread
+// out: n composites -> the m largest, in descending order.
+//   1. the range of the n composites' key words and column words; the bucket
+//      of c is the top of its key offset, followed, when the keys span fewer
+//      than NB_BITS bits, by the top of its column offset (Buckets), so
+//      buckets are ordered as the composites (and tied keys, as in bf16,
+//      still spread out by column).
+//   2. histogram, then an exclusive scan from the top bucket down: where each
+//      bucket's elements go in the output.
+//   3. scatter into bucket order (tmp), then each element's rank inside its
+//      bucket (how many of the bucket are larger: one pass over the bucket)
+//      gives its output position; positions >= m are dropped.
+//   4. a bucket that reaches into the top m with more than RANK_MAX elements
+//      (a plateau of tied keys among spread ones) goes through the same pass
+//      on its own, where its keys are equal and its columns spread it out
+//      (bucket_big); at most BIG_MAX of them.
+// Returns false, having changed nothing in its input, when more buckets are
+// that big or the scratch space is short; the caller then takes the general
+// path (radix select + bitonic sort). Scratch past the input, in the buffer:
+// tmp (n composites) and two NB-entry u32 tables, per level.
+// Cost: ~6 barriers, 3 passes over n, and a bucket's size in shared reads per
+// element.
+#define NB_BITS 11
+#define NB (1 << NB_BITS)
+#define RANK_MAX 64
+#define BIG_MAX 4
+#define BIG_LIST 128  // sh.hist[BIG_LIST ..]: the big buckets' ids
+static_assert(NB % FS_BLOCK == 0, "bucket table must split evenly over the threads");
+
+__device__ __forceinline__ int bit_len(u32 x) { return 32 - __clz(x); }
+
+struct Buckets {
+    u32 kmin, lmin;
+    int s1, s2, t2;
+    __device__ __forceinline__ u32 of(u64 c) const {
+        const u32 kd = (u32)(c >> 32) - kmin;
+        if (t2 == 0) return kd >> s1;
+        return (kd << t2) | (((u32)c - lmin) >> s2);
+    }
+};
+
+// One bucket pass: in[0..n) -> out[0..m). Big buckets are left to the caller:
+// their ids in sh.hist[BIG_LIST ..], their count in the return value (or
+// ~0u when there are more than BIG_MAX: nothing was written then).
+// tab: 2 NB u32 (counts, then ends after the scatter); tmp: n composites.
+__device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u64* tmp, u32* tab, Shared& sh) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    u32* cnt = tab;
+    u32* pos = tab + NB;
+    u32* red = sh.hist;  // 4 x FS_WARPS partials (the histogram is free here)
+    long long t_prof = PROF_CLOCK();
+    // Adds the cycles since the last stamp to fs_prof[slot] (thread 0).
+#define BUCKET_STAMP(slot)                              \
+    do {                                                \
+        if (FS_PROFILE && tid == 0) {                   \
+            const long long t_ = PROF_CLOCK();          \
+            PROF_ADD(slot, t_ - t_prof);                \
+            t_prof = t_;                                \
+        }                                               \
+    } while (0)
+    // 1. key and column ranges.
+    u32 kmin = ~0u, kmax = 0, lmin = ~0u, lmax = 0;
+    for (u32 i = tid; i < n; i += FS_BLOCK) {
+        const u64 c = in[i];
+        const u32 hi = (u32)(c >> 32), lo = (u32)c;
+        kmin = min(kmin, hi);
+        kmax = max(kmax, hi);
+        lmin = min(lmin, lo);
+        lmax = max(lmax, lo);
+    }
+    kmin = __reduce_min_sync(FULL_MASK, kmin);
+    kmax = __reduce_max_sync(FULL_MASK, kmax);
+    lmin = __reduce_min_sync(FULL_MASK, lmin);
+    lmax = __reduce_max_sync(FULL_MASK, lmax);
+    if (lane == 0) {
+        red[warp] = kmin;
+        red[FS_WARPS + warp] = kmax;
+        red[2 * FS_WARPS + warp] = lmin;
+        red[3 * FS_WARPS + warp] = lmax;
+    }
+    for (u32 i = tid; i < NB; i += FS_BLOCK) cnt[i] = 0;
+    if (tid == 0) sh.above = 0;  // big buckets reaching into the top m
+    __syncthreads();
+    Buckets bk;
+    // Every warp reduces the partials, a lane each.
+    static_assert(FS_WARPS <= 32, "one lane per warp partial");
+    {
+        const bool in = lane < FS_WARPS;
+        kmin = __reduce_min_sync(FULL_MASK, in ? red[lane] : ~0u);
+        kmax = __reduce_max_sync(FULL_MASK, in ? red[FS_WARPS + lane] : 0u);
+        lmin = __reduce_min_sync(FULL_MASK, in ? red[2 * FS_WARPS + lane] : ~0u);
+        lmax = __reduce_max_sync(FULL_MASK, in ? red[3 * FS_WARPS + lane] : 0u);
+    }
+    const int kb = bit_len(kmax - kmin);
+    bk.kmin = kmin;
+    bk.lmin = lmin;
+    bk.s1 = kb > NB_BITS ? kb - NB_BITS : 0;
+    bk.t2 = kb >= NB_BITS ? 0 : NB_BITS - kb;
+    const int lb_ = bit_len(lmax - lmin);
+    bk.s2 = lb_ > bk.t2 ? lb_ - bk.t2 : 0;
+    BUCKET_STAMP(8);
+    // 2. histogram and the scan from the top bucket down.
+    for (u32 i = tid; i < n; i += FS_BLOCK) atomicAdd(&cnt[bk.of(in[i])], 1u);
+    __syncthreads();
+    constexpr int PER = NB / FS_BLOCK;
+    u32 sum = 0;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) sum += cnt[NB - 1 - (tid * PER + j)];
+    u32 incl = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
+        if (lane >= o) incl += v;
+    }
+    __syncthreads();  // every thread has read `red` before it is reused
+    u32* wsum = sh.hist;
+    if (lane == 31) wsum[warp] = incl;
+    __syncthreads();
+    u32 run = incl - sum + __reduce_add_sync(FULL_MASK, lane < warp ? wsum[lane] : 0u);
+#pragma unroll
+    for (int j = 0; j < PER; ++j) {
+        const u32 b = NB - 1 - (tid * PER + j);
+        const u32 cb = cnt[b];
+        pos[b] = run;  // becomes the bucket's end after the scatter
+        if (run < m && cb > RANK_MAX) {
+            const u32 t = atomicAdd(&sh.above, 1u);
+            if (t < BIG_MAX) sh.hist[BIG_LIST + t] = b;
+        }
+        run += cb;
+    }
+    __syncthreads();
+    const u32 nbig = sh.above;
+    BUCKET_STAMP(15);
+    if (nbig > BIG_MAX) return ~0u;  // uniform; nothing written
+    // 3. scatter into bucket order, then rank inside the bucket.
+    for (u32 i = tid; i < n; i += FS_BLOCK) {
+        const u64 v = in[i];
+        tmp[atomicAdd(&pos[bk.of(v)], 1u)] = v;
+    }
+    __syncthreads();
+    BUCKET_STAMP(17);
+    for (u32 i = tid; i < n; i += FS_BLOCK) {
+        const u64 v = tmp[i];
+        const u32 b = bk.of(v);
+        const u32 end = pos[b], s0 = end - cnt[b];
+        if (s0 >= m || end - s0 > RANK_MAX) continue;
+        u32 r = s0;
+        for (u32 q = s0; q < end; ++q) r += tmp[q] > v;
+        if (r < m) out[r] = v;
+    }
+    __syncthreads();
+    BUCKET_STAMP(31);
+#undef BUCKET_STAMP
+    return nbig;
+}
+
+// The whole finish: buf[0..n) -> buf[0..m) sorted, two levels deep: a big
+// bucket of the first pass gets a pass of its own (scratch permitting), and a
+// big bucket of that one a bitonic sort. False: nothing changed.
+__device__ bool bucket_rank(u64* buf, Shared& sh, u32 n, u32 m, u32 cap) {
+    if (n < 2 || 2 * n + NB > cap) return false;  // uniform
+    u64* tmp = buf + n;
+    u32* tab = (u32*)(buf + 2 * n);
+    const u32 nbig = bucket_pass(buf, n, buf, m, tmp, tab, sh);
+    if (nbig == ~0u) return false;
+    u32 big[BIG_MAX];
+#pragma unroll
+    for (int t = 0; t < BIG_MAX; ++t) big[t] = t < (int)nbig ? sh.hist[BIG_LIST + t] : 0;
+    __syncthreads();  // big[] read before the next pass rewrites the list
+    const u32 used = 2 * n + NB;  // buffer entries in use: buf, tmp, tables
+    for (u32 t = 0; t < nbig; ++t) {  // uniform
+        const u32 b = big[t];
+        const u32 end = tab[NB + b], s0 = end - tab[b], len = end - s0;
+        const u32 take = min(end, m) - s0;
+        u32 nbig2 = ~0u;
+        if (used + len + NB <= cap) {
+            u64* tmp2 = buf + used;
+            nbig2 = bucket_pass(tmp + s0, len, buf + s0, take, tmp2, (u32*)(tmp2 + len), sh);
+            for (u32 t2 = 0; nbig2 != ~0u && t2 < nbig2; ++t2) {
+                const u32 b2 = sh.hist[BIG_LIST + t2];
+                u32* tab2 = (u32*)(tmp2 + len);
+                const u32 e2 = tab2[NB + b2], z2 = e2 - tab2[b2];
+                sort_desc_range(tmp2 + z2, e2 - z2);
+                for (u32 i = threadIdx.x; z2 + i < min(e2, take); i += FS_BLOCK) buf[s0 + z2 + i] = tmp2[z2 + i];
+                __syncthreads();
+            }
+        }
+        if (nbig2 == ~0u) {  // no room or too many big buckets: sort the bucket
+            sort_desc_range(tmp + s0, len);
+            for (u32 i = threadIdx.x; i < take; i += FS_BLOCK) buf[s0 + i] = tmp[s0 + i];
+            __syncthreads();
+        }
+    }
+    return true;
+}
+
+// Finishes a row: the top min(k, count) in output order, then indices and
+// values. Bucket-rank when the candidates spread out (after an intermediate
+// compaction if the buffer lacks its scratch space), else an exact radix
+// select and a bitonic sort. Index order sorts the selected set again by
+// column (words swapped: the low word, 0xffffffff - column, leads).
+template <int TAG>
+__device__ void finish_row(u64* buf, Shared& sh, int k, int cap, int order_index, int* out_idx, void* out_val,
+                           const void* row_scores, long long row) {
+    __syncthreads();
+    u32 n = sh.count;
+    const u32 m = n < (u32)k ? n : (u32)k;
+    const long long t0 = PROF_CLOCK();
+    if (n > m && 2 * n + NB > (u32)cap) {
+        compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m, ((u32)cap - NB) / 2);
+        n = sh.count;
+    }
+    const long long t1 = PROF_CLOCK();
+    bool sorted = FS_BUCKET && bucket_rank(buf, sh, n, m, (u32)cap);
+    if (sorted && order_index) {
+        for (u32 i = threadIdx.x; i < m; i += FS_BLOCK) buf[i] = (buf[i] << 32) | (buf[i] >> 32);
+        __syncthreads();
+        if (!bucket_rank(buf, sh, m, m, (u32)cap)) sort_desc(buf, m, 0);
+    } else if (!sorted) {
+        if (n > m) compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m, m);
+        if (m > 2 * FS_BLOCK && m <= 4 * FS_BLOCK) {  // the buffer holds >= 8 * FS_BLOCK entries
+            sort_desc_regs(buf, m, order_index);
+        } else {
+            sort_desc(buf, m, order_index);
+        }
+    }
+    const long long t2 = PROF_CLOCK();
+    write_row<TAG>(buf, m, order_index, k, out_idx, out_val, row_scores, row);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        PROF_ADD(10, t1 - t0);
+        PROF_ADD(11, t2 - t1);
+        PROF_ADD(12, PROF_CLOCK() - t2);
+        PROF_ADD(13, n);
+        PROF_ADD(14, sorted ? 1 : 0);
+    }
+}
+
+__device__ __forceinline__ void reset(Shared& sh) {
+    if (threadIdx.x == 0) {
+        sh.count = 0;
+        sh.lb = 0;
+    }
+    __syncthreads();
+}
+
+// A sampled bound let fewer than min(k, len) elements through: empty the
+// buffer and drop the bound, so the caller streams its range again exactly
+// (fs_prof[slot] counts it).
+__device__ __forceinline__ void restart(Shared& sh, int slot) {
+    __syncthreads();
+    if (threadIdx.x == 0) PROF_ADD(slot, 1);
+    reset(sh);
+}
+
+// Seeds sh.lb from a sample of [start, end): 16 blocks spread over the range,
+// one tile in all. The bound is the key of sample rank j, with j chosen
+// so that clearly more than k elements of the range are expected above it
+// (expected j * range / TILE; j adds FS_SAMPLE_SD standard deviations and 4). Leaves
+// the buffer empty. Out of line: it runs once per range and would otherwise
+// crowd the streaming loop's registers.
+template <int TAG>
+__device__ __noinline__ void sample_lb(u64* buf, Shared& sh, const void* row_scores, long long start, long long end,
+                                       bool aligned, int k, int nan_largest) {
+    typedef Elem<TAG> E;
+    constexpr int VEC = E::VEC;
+    constexpr int TILE = FS_BLOCK * E::ITEMS;
+    constexpr int BLK = TILE / VEC / 16;  // vectors per sample block
+    const long long range = end - start;
+    const long long spacing = (range / 16) & ~7ll;
+#pragma unroll
+    for (int j = 0; j < E::ITEMS / VEC; ++j) {
+        const int v = j * FS_BLOCK + threadIdx.x;
+        const long long e0 = start + (v / BLK) * spacing + (long long)(v % BLK) * VEC;
+        const uint4 w = load_vec<TAG>(row_scores, (u32)e0, (u32)end, aligned);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+            const u64 c = composite(order_key<TAG>(unpack<TAG>(w, q), nan_largest), (u32)(e0 + q));
+            push(buf, sh, e0 + q < end, c);
+        }
+    }
+    __syncthreads();
+    const float expect = (float)k * (float)TILE / (float)range;
+    const u32 j = (u32)(expect + (float)FS_SAMPLE_SD * sqrtf(expect) + 4.0f);
+    const u32 n = sh.count;
+    if (j < n) compact<E::TOP_BIT>(buf, sh, n, j, j + j / 4);
+    // On a plateau of ties (ReLU zeros, all-equal rows) the bound's key is
+    // the plateau's and its column says how many of the sample's tied elements
+    // it admits. The sample's columns are not the row's, so the column is
+    // mapped from the bound's place among the sample positions to the same
+    // fraction of the range: about as many of the row's ties pass as the
+    // sample rank asked for, not the whole plateau. (A sampled bound is never
+    // trusted: too few passing elements send the caller to the exact path.)
+    if (threadIdx.x == 0) {
+        const u64 lb = sh.lb;
+        u32 low = 0;  // column part 0: every element of the bound's key passes
+        if ((u32)lb != 0u) {
+            constexpr u32 SPAN = TILE / 16;  // elements per sample block
+            const u32 rel = (0xffffffffu - (u32)lb) - (u32)start;  // columns < 2^31
+            u32 b = rel / (u32)spacing;
+            b = b > 15u ? 15u : b;
+            u32 o = rel - b * (u32)spacing;
+            o = o > SPAN - 1 ? SPAN - 1 : o;
+            const u64 scaled = ((u64)(b * SPAN + o + 1) * (u64)range + TILE - 1) / TILE;
+            u32 col = (u32)start + (u32)scaled;
+            col = col > (u32)(end - 1) ? (u32)(end - 1) : col;
+            low = 0xffffffffu - col;
+        }
+        sh.lb = ((lb >> 32) << 32) | low;
+        sh.count = 0;
+    }
+}
+
+// tie_col as an offset from column c0, clamped to [-1, 2^31): an element at
+// c0 + rel (rel >= 0) has column <= tie_col iff rel <= the result.
+__device__ __forceinline__ int tie_offset(u32 tie_col, u32 c0) {
+    return tie_col < c0 ? -1 : (int)min(tie_col - c0, 0x7fffffffu);
+}
+
+// The exact filter over one tile: bit j * VEC + q set iff the element passes
+// c >= lb (elements at offsets >= lim are outside the range).
+template <int TAG, int NV>
+__device__ __forceinline__ u32 exact_mask(const uint4 (&cur)[NV], u32 tile0, u32 lim, const Bound& bd,
+                                          int nan_largest) {
+    constexpr int VEC = Elem<TAG>::VEC;
+    // Offsets relative to this thread's first element, so that each element's
+    // tests are against an immediate (no register per element).
+    const u32 t0 = threadIdx.x * VEC;
+    const int olim = lim <= t0 ? -1 : (int)min(lim - t0 - 1, 0x7fffffffu);
+    const int otie = tie_offset(bd.tie_col, tile0 + t0);
+    u32 pass = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+            const int rel = j * FS_BLOCK * VEC + q;
+            const u32 key = order_key<TAG>(unpack<TAG>(cur[j], q), nan_largest);
+            // Bitwise, not short-circuit: no branch per element.
+            const u32 ok = (u32)(rel <= olim) & ((u32)(key > bd.key) | ((u32)(key == bd.key) & (u32)(rel <= otie)));
+            pass |= ok << (j * VEC + q);
+        }
+    }
+    return pass;
+}
+
+// Packed compares of the two 16-bit elements of w against t2 (t in both
+// halves): each half of the result is all ones where the compare holds.
+// Greater (or unordered, UNORD), and equal.
+template <int TAG, bool UNORD>
+__device__ __forceinline__ u32 packed_gt(u32 w, u32 t2) {
+    u32 d;
+    if (TAG == 16) {
+        if (UNORD) asm("set.gtu.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
+        else asm("set.gt.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
+    } else {
+        if (UNORD) asm("set.gtu.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
+        else asm("set.gt.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
+    }
+    return d;
+}
+template <int TAG>
+__device__ __forceinline__ u32 packed_eq(u32 w, u32 t2) {
+    u32 d;
+    if (TAG == 16) asm("set.eq.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
+    else asm("set.eq.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
+    return d;
+}
+
+// bf16x2 compares need sm_90; f16x2 ones run everywhere.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FS_PACKED_BF16 FS_PACKED
+#else
+#define FS_PACKED_BF16 0
+#endif
+
+// The filter over one full tile in the float domain (see Bound). Without
+// TIES: one compare per element plus an equality flag (`tie`); a warp where
+// some element equals t runs it again WITH TIES, which adds the column test
+// for those elements. Exact whenever the bound is `fast`.
+// 16-bit types (FS_PACKED) compare two elements per instruction on the
+// untied pass, with the same NaN and signed-zero semantics (IEEE compares of
+// the exact bf16 / f16 values; no flush of subnormals).
+template <int TAG, bool UNORD, bool TIES, int NV>
+__device__ __forceinline__ u32 fast_mask(const uint4 (&cur)[NV], const Bound& bd, u32 tile0, bool& tie) {
+    constexpr int VEC = Elem<TAG>::VEC;
+    if (TAG != 32 && !TIES && (TAG == 16 ? FS_PACKED_BF16 : FS_PACKED)) {
+        // Word w of group j holds elements j * VEC + 2w (low half) and + 2w + 1
+        // (high half); their results land at bits j * VEC + 2w and 16 + j * VEC
+        // + 2w, and one fold at the end interleaves the two halves.
+        u32 acc = 0, eq = 0;
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                const u32 x = word(cur[j], w);
+                const u32 sel = (1u << (j * VEC + 2 * w)) | (1u << (16 + j * VEC + 2 * w));
+                acc |= packed_gt<TAG, UNORD>(x, bd.t2) & sel;
+                eq |= packed_eq<TAG>(x, bd.t2);
+            }
+        }
+        tie |= eq != 0;
+        static_assert(TAG == 32 || NV * VEC <= 8, "one fold covers 8 elements per thread");
+        return (acc & 0x55u) | ((acc >> 15) & 0xaau);
+    }
+    const int otie = TIES ? tie_offset(bd.tie_col, tile0 + threadIdx.x * VEC) : 0;
+    u32 pass = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+            const float x = elem_float<TAG>(cur[j], q);
+            u32 ok = (u32)(UNORD ? !(x <= bd.t) : (x > bd.t));
+            if (TIES) {
+                ok |= (u32)(x == bd.t) & (u32)(j * FS_BLOCK * VEC + q <= otie);
+            } else {
+                tie |= x == bd.t;
+            }
+            pass |= ok << (j * VEC + q);
+        }
+    }
+    return pass;
+}
+
+template <int TAG>
+__device__ __forceinline__ void load_tile(uint4 (&v)[Elem<TAG>::ITEMS / Elem<TAG>::VEC], const void* row_scores,
+                                          u32 base, u32 end, bool aligned) {
+#pragma unroll
+    for (int j = 0; j < Elem<TAG>::ITEMS / Elem<TAG>::VEC; ++j)
+        v[j] = load_vec<TAG>(row_scores, base + (u32)(j * FS_BLOCK + threadIdx.x) * Elem<TAG>::VEC, end,
+                             aligned);
+}
+
+// Streams [start, end) of one row through the filter into the buffer.
+// Out of line, so that the streaming loop keeps its registers whatever the
+// caller holds.
+//
+// SEGMENTS. Barriers come only at checkpoints between segments of tiles. At a
+// checkpoint with n composites buffered, (cap - n) / TILE tiles fit whatever
+// passes (a safe segment); when the last segment pushed few, a longer,
+// optimistic segment runs, sized for twice the measured pushes per tile
+// (at most FS_SEG tiles). Pushes past cap are not stored; if the count
+// exceeds cap at the next checkpoint, the segment is discarded (count reset)
+// and streamed again as a safe one. Either way nothing is lost, and lb is read
+// only at checkpoints (between them it is stale-low: admits more, never fewer).
+template <int TAG>
+__device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_scores, u32 start,
+                                          u32 end, bool aligned, int cap, int k, int nan_largest) {
+    typedef Elem<TAG> E;
+    constexpr int NV = E::ITEMS / E::VEC;
+    constexpr int TILE = FS_BLOCK * E::ITEMS;
+    const int tid = threadIdx.x;
+    // Software pipeline: the next tile's loads are in flight while this tile
+    // is filtered (deeper pipelines, in registers, measured no faster in the
+    // split kernel: docs/perf-log.md, v12).
+    uint4 nxt[NV];
+    u32 base = start;
+    load_tile<TAG>(nxt, row_scores, base, end, aligned);
+    u32 left = 0;  // tiles before the next checkpoint (uniform)
+    u32 seg_base = start;
+    u32 seg_n = 0, rate = TILE;
+    Bound bd;
+    for (;;) {
+        if (left == 0 || base >= end) {  // uniform
+            __syncthreads();
+            u32 n = sh.count;
+            // Nobody pushes (moving sh.count) before every thread has read it.
+            __syncthreads();
+            if (n > (u32)cap) {
+                // The optimistic segment overflowed: drop it, redo it safely.
+                if (tid == 0) sh.count = seg_n;
+                n = seg_n;
+                base = seg_base;
+                load_tile<TAG>(nxt, row_scores, base, end, aligned);
+                rate = TILE;
+                if (tid == 0) PROF_ADD(5, 1);
+            } else if (base > seg_base) {
+                rate = (n - seg_n) / (u32)((base - seg_base + TILE - 1) / TILE);
+            }
+            if (base >= end) break;
+            if (n + TILE > (u32)cap) {
+                const long long t0 = PROF_CLOCK();
+                compact<E::TOP_BIT>(buf, sh, n, (u32)k, ((u32)cap - TILE + (u32)k) / 2);
+                n = sh.count;
+                if (tid == 0) {
+                    PROF_ADD(1, PROF_CLOCK() - t0);
+                    PROF_ADD(2, 1);
+                }
+            }
+            const u32 safe = ((u32)cap - n) / TILE;
+            const u32 opt = ((u32)cap - n) / (2 * rate + 64);
+            left = safe > (opt < FS_SEG ? opt : FS_SEG) ? safe : (opt < FS_SEG ? opt : FS_SEG);
+            seg_base = base;
+            seg_n = n;
+            bd = make_bound<TAG>(sh.lb, nan_largest);
+            __syncthreads();
+        }
+        uint4 cur[NV];
+#pragma unroll
+        for (int j = 0; j < NV; ++j) cur[j] = nxt[j];
+        if (base + TILE < end) load_tile<TAG>(nxt, row_scores, base + TILE, end, aligned);
+        const u32 tile0 = base;
+        const bool full = base + TILE <= end;
+        u32 pass;
+        if (FS_FAST && full && bd.fast) {  // uniform
+            bool tie = false;
+            pass = bd.unord ? fast_mask<TAG, true, false>(cur, bd, tile0, tie)
+                            : fast_mask<TAG, false, false>(cur, bd, tile0, tie);
+            if (__any_sync(FULL_MASK, tie))
+                pass = bd.unord ? fast_mask<TAG, true, true>(cur, bd, tile0, tie)
+                                : fast_mask<TAG, false, true>(cur, bd, tile0, tie);
+        } else {
+            pass = exact_mask<TAG>(cur, tile0, full ? 0xffffffffu : end - base, bd, nan_largest);
+        }
+        push_tile<TAG>(buf, sh, pass, cur, tile0, (u32)cap, nan_largest);
+        base += TILE;
+        --left;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Split rows, the last CTA's merge. Every CTA of a split row appends its exact
+// top-min(k, n) to the row's candidate slots (at most chunks x k: no overflow)
+// and counts itself done; the CTA that finishes last selects the row from the
+// appended candidates. The top k of a union is the top k of the union of the
+// parts' top k, so this one merge round is exact; with the row-wide bound the
+// candidates number about k (1 + margin) in all, and at worst chunks x k.
+// Visibility: candidates are written, fenced, then counted; the last CTA
+// fences and reads them through L2 (ld.cg).
+
+template <int TAG>
+__device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shared& sh, int row, const void* row_scores,
+                             bool aligned) {
+    constexpr int ITEMS = 8;
+    constexpr int TILE = FS_BLOCK * ITEMS;
+    const int tid = threadIdx.x;
+    __syncthreads();
+    const u32 n = sh.count;
+    const u32 m = n < (u32)P.k ? n : (u32)P.k;
+    if (n > m) compact<Elem<TAG>::TOP_BIT>(buf, sh, n, m, m);
+    if (tid == 0) sh.slot = atomicAdd(&P.row_count[row], m);
+    __syncthreads();
+    u64* slots = P.cand + (long long)row * P.chunks * P.k;
+    for (u32 j = tid; j < m; j += FS_BLOCK) slots[sh.slot + j] = buf[j];
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) sh.last = atomicAdd(&P.row_done[row], 1u) == (u32)P.chunks - 1;
+    __syncthreads();
+    if (!sh.last) return;  // uniform
+    __threadfence();
+    const long long t_m = PROF_CLOCK();
+    const u32 total = __ldcg(&P.row_count[row]);
+    reset(sh);
+    for (u32 base = 0; base < total; base += TILE) {
+        __syncthreads();
+        const u32 cnt = sh.count;
+        __syncthreads();  // read by all before anyone pushes: a uniform decision
+        if (cnt + TILE > (u32)P.cap) compact<Elem<TAG>::TOP_BIT>(buf, sh, cnt, (u32)P.k, ((u32)P.cap - TILE + (u32)P.k) / 2);
+        const u64 lb = sh.lb;
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {
+            const u32 i = base + j * FS_BLOCK + tid;
+            const u64 c = i < total ? __ldcg(slots + i) : 0ull;
+            push(buf, sh, i < total && c >= lb, c);
+        }
+    }
+    __syncthreads();
+    const int len = row_length(P.lengths, row, P.cols);
+    if (P.row_lb[row] != 0ull && (int)sh.count < (len < P.k ? len : P.k)) {
+        // The row's sampled bound admitted fewer than min(k, len) elements: it
+        // may have dropped some of the top k, so this CTA selects the row again,
+        // exactly, from lb = 0 (slow; needs a sample unrepresentative by over
+        // FS_SAMPLE_SD standard deviations: flashsel check builds such data).
+        restart(sh, 7);
+        stream_range<TAG>(buf, sh, row_scores, 0u, (u32)len, aligned, P.cap, P.k, P.nan_largest);
+    }
+    finish_row<TAG>(buf, sh, P.k, P.cap, P.order_index, P.out_idx, P.out_val, row_scores, row);
+    if (tid == 0) PROF_ADD(9, PROF_CLOCK() - t_m);
+}
+
+// ---------------------------------------------------------------------------
+// Scan: grid (chunks, row slots). CTA (p, y) handles chunk p of rows
+// y, y + gridDim.y, ...; chunk p of a row of length len is
+// [p * L, min(len, (p + 1) * L)) with L = roundup(ceil(len / chunks), 8), so
+// work follows the active length, not the buffer width.
+
+template <int TAG, bool SPLIT>
+__device__ void scan_impl(const ScanParams& P) {
+    typedef Elem<TAG> E;
+    constexpr int TILE = FS_BLOCK * E::ITEMS;
+    __shared__ Shared sh;
+    u64* buf = cta_buffer(P.gbuf, P.cap);
+    const int tid = threadIdx.x;
+    const int p = blockIdx.x;
+    constexpr bool split = SPLIT;  // the host launches fs_split_* iff chunks > 1
+
+    for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
+        reset(sh);
+        const int len = row_length(P.lengths, row, P.cols);
+        long long start, end;
+        chunk_range(len, P.chunks, p, start, end);
+        const void* row_scores = row_start<TAG>(P, row);
+        const bool aligned = aligned16(row_scores);
+
+        const long long t_row = PROF_CLOCK();
+        // SAMPLING. A split row's CTAs all start from the row-wide key bound
+        // (fs_prep_*). A long range of a one-CTA row takes its own sample: lb
+        // starts at the bound, the stream keeps about k (1 + margin) survivors
+        // and rarely compacts; if fewer than min(k, range) elements pass, the
+        // range is streamed again from lb = 0 (exact either way; fs_prof[6]
+        // counts restarts).
+        const long long range = end - start;
+        if (split) {
+            if (PDL_ON) {
+                // Until prep is done: ask L2 for this CTA's chunk.
+                const char* r = (const char*)row_scores + (long long)start * (long long)sizeof(typename E::raw);
+                const long long bytes = (end - start) * (long long)sizeof(typename E::raw);
+                for (long long o = (long long)tid * 128; o < bytes; o += FS_BLOCK * 128)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(r + o));
+                PDL_WAIT();
+            }
+            if (tid == 0) sh.lb = P.row_lb[row];
+            __syncthreads();
+        }
+        const bool eligible = !split && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
+        if (eligible) {
+            sample_lb<TAG>(buf, sh, row_scores, start, end, aligned, P.k, P.nan_largest);
+            __syncthreads();
+        }
+        stream_range<TAG>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P.cap, P.k, P.nan_largest);
+        __syncthreads();
+        const long long want = range < P.k ? range : P.k;
+        if (eligible && (long long)sh.count < want) {
+            restart(sh, 6);
+            stream_range<TAG>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P.cap, P.k, P.nan_largest);
+        }
+        const long long t_fin = PROF_CLOCK();
+        if (split) {
+            split_finish<TAG>(P, buf, sh, row, row_scores, aligned);
+        } else {
+            finish_row<TAG>(buf, sh, P.k, P.cap, P.order_index, P.out_idx, P.out_val, row_scores, row);
+        }
+        if (tid == 0) {
+            PROF_ADD(3, PROF_CLOCK() - t_fin);
+            PROF_ADD(0, PROF_CLOCK() - t_row);
+            PROF_ADD(4, 1);
+        }
+        __syncthreads();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Prep (split rows): grid (1, row slots), before the scan. Zeroes the row's
+// candidate and done counters and writes row_lb[row]: the key bound of
+// sample_lb over the whole active length, or 0 when the row is too short for a
+// sample to pay (16 tiles, k at most an eighth of it).
+
+template <int TAG>
+__device__ void prep_impl(const ScanParams& P) {
+    typedef Elem<TAG> E;
+    constexpr int TILE = FS_BLOCK * E::ITEMS;
+    __shared__ Shared sh;
+    u64* buf = cta_buffer(P.gbuf, P.cap);
+    // fs_split_* may launch now; it waits for this grid before reading.
+    PDL_TRIGGER();
+    for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
+        reset(sh);
+        const int len = row_length(P.lengths, row, P.cols);
+        const void* row_scores = row_start<TAG>(P, row);
+        const bool aligned = aligned16(row_scores);
+        const bool eligible = FS_SAMPLE && len >= 16LL * TILE && 8LL * P.k <= len;
+        if (eligible) {
+            sample_lb<TAG>(buf, sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) {
+            P.row_lb[row] = eligible ? sh.lb : 0ull;
+            P.row_count[row] = 0;
+            P.row_done[row] = 0;
+        }
+        __syncthreads();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Grid rows: fs_grid_init_all, then fs_grid_*. A cooperative launch of
+// `chunks` CTAs per row (all resident: the host launches with the cooperative
+// attribute, at most one CTA per SM), for rows whose chunk fits the CTA's
+// registers (<= FS_BLOCK * GRID_ITEMS elements).
+//
+// ALGORITHM
+//   Every CTA loads its chunk once, into registers, as order keys. The row's
+//   CTAs then run an exact MSD radix select together on the grid composite
+//       g = key << 32 | (len - 1 - column)
+//   (the contract's order: larger key, then lower column; the low word needs
+//   only bit_width(len - 1) bits, so a plateau costs passes only for the bits
+//   its columns use). Each pass: every CTA histograms (shared memory) the next
+//   digit (<= 11 bits) of its composites that match the prefix decided so
+//   far, adds the non-zero bins to the row's global histogram of that pass,
+//   and meets the row's other CTAs at a barrier; then each CTA reads the whole
+//   histogram and, identically, finds the crossing bin: the one that holds
+//   the r-th largest (r: how many the prefix still needs). The passes stop
+//   when that bin is wanted whole or holds at most GRID_SMALL composites
+//   (random f32 rows: 2 passes; the last possible pass has one-composite
+//   bins, so the loop ends: at most 6).
+//   Gather: each CTA appends its composites at or above the crossing bin's
+//   lower edge to the row's list (<= k - 1 + GRID_SMALL entries: the bins
+//   above, then the crossing bin), one global atomic per CTA; one more
+//   barrier. Every CTA copies the list to shared memory. If the crossing bin
+//   is not wanted whole, its r-th largest T is found there by counting
+//   (<= GRID_SMALL^2 compares); the selection is exactly { g >= T }.
+//   Place: each CTA places its share of the list: an entry's output position
+//   is the number of selected entries ahead of it (score order: larger g;
+//   index order: larger low word, i.e. lower column), counted by a warp per
+//   entry. Values come back from the keys, except where a key merged
+//   several encodings (zeros, NaNs): those are read from the row (their own
+//   bits: NaN payloads, -0.0).
+//
+// INVARIANTS
+//   - Grid composites are unique in a row, so T is exact and the positions are
+//     a permutation of 0..m, whatever order the list was appended in: the
+//     output does not depend on scheduling.
+//   - Every CTA of a row takes the same decisions from the same global
+//     histogram; barrier and loop bounds are uniform over the row's CTAs.
+//   - Global state (barrier and list counters, one histogram per pass) is
+//     zeroed by fs_grid_init_all before each run, never assumed; a barrier
+//     that waits over 4 s traps rather than hangs (co-residency broken).
+//   - The shared histogram is all zero at the start of every pass: the CTA
+//     clears it once, and each pass clears the bins it filled as it adds
+//     them to the global histogram.
+//
+// COST
+//   Reads: each score once (+ one read per selected zero or NaN value). Per pass: a
+//   shared histogram over the CTA's matching composites, <= 2048 global
+//   atomics per CTA, one barrier (an L2 atomic and a poll), one read of the
+//   global histogram (one 16-byte load per thread). Then one atomic and one
+//   barrier for the list, and the placement: about (k + GRID_SMALL)^2 /
+//   chunks compares per CTA (the planner bounds it).
+
+#ifndef FS_GRID_SLEEP
+#define FS_GRID_SLEEP 32  // ns between barrier polls (0: spin)
+#endif
+#ifndef FS_GRID_STOP
+#define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
+#endif
+// The host's grid layout (compile.rs passes plan::GRID_MAX_K, GRID_SMALL and
+// GRID_STATE_WORDS): the most k, the list's room past k, the state per row.
+#if !defined(FS_HOST_GRID_MAX_K) || !defined(FS_HOST_GRID_SMALL) || !defined(FS_HOST_GRID_STATE_WORDS)
+#error "the host passes FS_HOST_GRID_MAX_K, FS_HOST_GRID_SMALL and FS_HOST_GRID_STATE_WORDS"
+#endif
+// The placement reads the staged list GRID_STEP entries a round (8 per
+// lane); the stage is padded to a multiple of it.
+#define GRID_STEP 256
+// Stage loads per thread: the longest list, rounded up to GRID_STEP, over
+// FS_BLOCK threads.
+#define GRID_STAGE_ROUNDS \
+    ((FS_HOST_GRID_MAX_K + FS_HOST_GRID_SMALL + GRID_STEP - 1) / GRID_STEP * GRID_STEP / FS_BLOCK + 1)
+#ifndef FS_GRID_SMALL
+#define FS_GRID_SMALL 256  // a crossing bin this small ends the passes
+#endif
+#define GRID_ITEMS 16   // elements per thread in registers
+#define GRID_BINS 2048  // 11-bit digits
+#define GRID_PASSES 6   // ceil(32 / 11) key passes + ceil(31 / 11) column passes
+// Per row: barrier counter, list counter, padding, then one histogram per pass.
+#define GRID_HDR 32
+#define GRID_STATE_WORDS (GRID_HDR + GRID_PASSES * GRID_BINS)
+static_assert(FS_BLOCK == 512, "grid_crossing: one 16-byte histogram load per thread, 16 warps");
+static_assert(FS_GRID_SMALL >= 0 && FS_GRID_SMALL <= FS_HOST_GRID_SMALL, "the host sizes each row's list for k + FS_HOST_GRID_SMALL");
+static_assert(GRID_STATE_WORDS == FS_HOST_GRID_STATE_WORDS, "the host's state layout differs");
+
+__device__ __forceinline__ u32 ld_acquire_u32(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release_add(u32* p, u32 v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// The row's CTAs meet: returns when all `chunks` of them have arrived
+// `target / chunks` times. Writes (and atomics) before it, by any thread of
+// these CTAs, are visible to every thread of them after it: bar.sync, then
+// thread 0's release add; its acquire poll, then bar.sync.
+__device__ __forceinline__ void grid_barrier(u32* counter, u32 target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        red_release_add(counter, 1u);
+        const unsigned long long t0 = global_ns();
+        while (ld_acquire_u32(counter) < target) {
+            if (FS_GRID_SLEEP) __nanosleep(FS_GRID_SLEEP);
+            if (global_ns() - t0 > 4000000000ull) __trap();
+        }
+    }
+    __syncthreads();
+}
+
+struct GridShared {
+    u32 hist[GRID_BINS];
+    u32 part[FS_WARPS];
+    u32 bin, above, cnt, base, nsmall;
+    u64 T;
+    u64 small[FS_GRID_SMALL > 0 ? FS_GRID_SMALL : 1];
+};
+
+struct GridInitParams {
+    u32* state;       // rows x GRID_STATE_WORDS
+    long long words;
+};
+// Zeroes every row's grid state (grid: any; each thread strides). Lets a
+// programmatically dependent fs_grid_* start at once.
+extern "C" __global__ void __launch_bounds__(FS_BLOCK) fs_grid_init_all(const GridInitParams p) {
+    PDL_TRIGGER();
+    for (long long i = (long long)blockIdx.x * FS_BLOCK + threadIdx.x; i < p.words; i += (long long)gridDim.x * FS_BLOCK)
+        p.state[i] = 0u;
+}
+
+// The crossing bin of a global histogram of nbins (<= GRID_BINS) bins, from
+// the top: the bin b with above < r <= above + cnt, above = the count in bins
+// above b. Every thread returns the same (b, above, cnt).
+__device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, u32 nbins, u32 r, u32& b, u32& above,
+                                              u32& cnt) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // Thread t holds bins nbins-1-4t .. nbins-4-4t (c[0] the highest).
+    u32 c[4] = {0u, 0u, 0u, 0u};
+    if (nbins >= 4) {
+        if ((u32)(4 * tid) < nbins) {
+            const uint4 w = __ldcg((const uint4*)(ghist + nbins - 4 * (tid + 1)));
+            c[0] = w.w, c[1] = w.z, c[2] = w.y, c[3] = w.x;
+        }
+    } else if (tid == 0) {
+#pragma unroll
+        for (u32 q = 0; q < 4; ++q)
+            if (q < nbins) c[q] = __ldcg(ghist + nbins - 1 - q);
+    }
+    const u32 s = c[0] + c[1] + c[2] + c[3];
+    u32 incl = s;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
+        if (lane >= o) incl += v;
+    }
+    if (lane == 31) gs.part[warp] = incl;
+    __syncthreads();
+    const u32 earlier = __reduce_add_sync(FULL_MASK, lane < warp && lane < FS_WARPS ? gs.part[lane] : 0u);
+    const u32 before = earlier + incl - s;
+    if (before < r && r <= before + s) {  // exactly one thread
+        u32 acc = before;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            if (acc < r && r <= acc + c[q]) {
+                gs.bin = nbins - 1 - (4 * tid + q);
+                gs.above = acc;
+                gs.cnt = c[q];
+            }
+            acc += c[q];
+        }
+    }
+    __syncthreads();
+    b = gs.bin, above = gs.above, cnt = gs.cnt;
+    __syncthreads();  // gs is rewritten by the next call
+}
+
+template <int TAG>
+__device__ void grid_impl(const ScanParams& P) {
+    typedef Elem<TAG> E;
+    constexpr int VEC = E::VEC;
+    constexpr int NV = GRID_ITEMS / VEC;
+    constexpr int KW = TAG == 32 ? 32 : 16;  // key width
+    __shared__ GridShared gs;
+    u64* stage = dyn_smem;  // the row's list, k + GRID_SMALL composites
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int row = blockIdx.y;
+    const int p = blockIdx.x;
+    const int chunks = P.chunks;
+    const int len = row_length(P.lengths, row, P.cols);
+    const u32 m = (u32)(len < P.k ? len : P.k);
+    const bool prof = FS_PROFILE && p == 0 && tid == 0;
+    unsigned long long t_prev = PROF_NS();
+    const unsigned long long t_start = t_prev;
+    const long long c_start = PROF_CLOCK();
+    // Adds the ns since the last stamp to fs_prof[slot] (CTA 0, thread 0).
+#define GRID_STAMP(slot)                                      \
+    do {                                                      \
+        if (prof) {                                           \
+            const unsigned long long t_ = PROF_NS();          \
+            PROF_ADD(slot, t_ - t_prev);                      \
+            t_prev = t_;                                      \
+        }                                                     \
+    } while (0)
+    u32 start, end;
+    chunk_range(len, chunks, p, start, end);
+    const void* row_scores = row_start<TAG>(P, row);
+    const bool aligned = aligned16(row_scores);
+    // The planner keeps every chunk within the registers; never drop elements.
+    if (end - start > (u32)(FS_BLOCK * GRID_ITEMS)) __trap();
+
+    // Load: element i = j * VEC + q of this thread sits at
+    // start + (j * FS_BLOCK + tid) * VEC + q.
+    u32 key[GRID_ITEMS];
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const u32 e0 = start + (u32)(j * FS_BLOCK + tid) * VEC;
+        const uint4 w = load_vec<TAG>(row_scores, e0, end, aligned);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) key[j * VEC + q] = order_key<TAG>(unpack<TAG>(w, q), P.nan_largest);
+    }
+    for (u32 b = tid; b < GRID_BINS; b += FS_BLOCK) gs.hist[b] = 0u;
+    if (tid == 0) gs.nsmall = 0;
+    const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;
+    const u32 mine = end > start ? end - start : 0u;  // elements of this CTA
+    // Element i's offset in the chunk and grid composite.
+#define GRID_OFF(i) ((u32)(((i) / VEC) * FS_BLOCK + tid) * VEC + (u32)((i) % VEC))
+#define GRID_G(i) (((u64)key[i] << 32) | (u64)(lenm1 - (start + GRID_OFF(i))))
+
+    // fs_grid_init_all's zeroes must be visible before the first global write.
+    PDL_WAIT();
+    u32* state = P.row_count + (long long)row * GRID_STATE_WORDS;
+    u32* bar = state;
+    u32* list_count = state + 1;
+    u64* list = P.cand + (long long)row * (P.k + FS_HOST_GRID_SMALL);
+    u32 barriers = 0;
+    __syncthreads();
+    GRID_STAMP(22);
+    if (FS_GRID_STOP == 1) return;
+
+    // SELECT: the crossing bin's lower edge `edge`, how many of it are wanted
+    // (r) and how many it holds (cnt). m == len: all of them (edge 0).
+    u64 edge = 0;
+    u32 r = 0, cnt = 0;
+    int lo_last = 0;  // the crossing bin is [edge, edge + 2^lo_last)
+    if (m > 0 && m < (u32)len) {
+        const int lbits = 32 - __clz(lenm1);  // bits of the low word in use
+        int hi = 32 + KW;                     // bits >= hi are decided
+        r = m;
+        for (int pass = 0;; ++pass) {
+            const int floor_bit = hi > 32 ? 32 : 0;
+            const int lo = hi - 11 > floor_bit ? hi - 11 : floor_bit;
+            const u32 nbins = 1u << (hi - lo);
+            const u64 pre = hi >= 64 ? 0ull : edge >> hi;
+#pragma unroll
+            for (int i = 0; i < GRID_ITEMS; ++i) {
+                if (GRID_OFF(i) < mine) {
+                    const u64 g = GRID_G(i);
+                    if ((hi >= 64 ? 0ull : g >> hi) == pre) atomicAdd(&gs.hist[(u32)(g >> lo) & (nbins - 1u)], 1u);
+                }
+            }
+            __syncthreads();
+            u32* ghist = state + GRID_HDR + pass * GRID_BINS;
+            for (u32 b = tid; b < nbins; b += FS_BLOCK) {
+                const u32 v = gs.hist[b];
+                if (v) {
+                    atomicAdd(&ghist[b], v);
+                    gs.hist[b] = 0u;
+                }
+            }
+            barriers += (u32)chunks;
+            GRID_STAMP(23);
+            grid_barrier(bar, barriers);
+            GRID_STAMP(24);
+            if (prof) PROF_ADD(21, 1);
+            u32 b, above;
+            grid_crossing(gs, ghist, nbins, r, b, above, cnt);
+            r -= above;
+            edge |= (u64)b << lo;
+            lo_last = lo;
+            GRID_STAMP(25);
+            // Done when the bin is wanted whole (always so once lo == 0) or
+            // small enough to resolve by counting.
+            if (cnt == r || cnt <= FS_GRID_SMALL) break;
+            hi = lo == 32 ? lbits : lo;
+        }
+    }
+
+    if (FS_GRID_STOP == 2) return;
+    // GATHER: this CTA's composites >= edge into the row's list: one global
+    // atomic per CTA, warp offsets from a shared counter.
+    u32 sel_mask = 0;
+    u32 nsel = 0;
+#pragma unroll
+    for (int i = 0; i < GRID_ITEMS; ++i) {
+        const bool sel = GRID_OFF(i) < mine && GRID_G(i) >= edge;
+        sel_mask |= (u32)sel << i;
+        nsel += __popc(__ballot_sync(FULL_MASK, sel));
+    }
+    u32 wbase = 0;
+    if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsmall, nsel);
+    __syncthreads();
+    if (tid == 0 && gs.nsmall) gs.base = atomicAdd(list_count, gs.nsmall);
+    __syncthreads();
+    wbase = __shfl_sync(FULL_MASK, wbase, 0) + gs.base;
+#pragma unroll
+    for (int i = 0; i < GRID_ITEMS; ++i) {
+        const bool sel = (sel_mask >> i) & 1u;
+        const u32 mask = __ballot_sync(FULL_MASK, sel);
+        if (sel) list[wbase + __popc(mask & ((1u << lane) - 1u))] = GRID_G(i);
+        wbase += __popc(mask);
+    }
+#undef GRID_G
+#undef GRID_OFF
+    barriers += (u32)chunks;
+    GRID_STAMP(26);
+    grid_barrier(bar, barriers);
+    GRID_STAMP(27);
+    if (FS_GRID_STOP == 3) return;
+
+    // STAGE the list (the bins above, then the crossing bin), then T: the
+    // crossing bin's r-th largest, unless the bin is wanted whole.
+    const u32 n = m > 0 ? m - r + cnt : 0u;  // list entries
+    // Padded with zeros (which count as ahead of nothing) to a multiple of
+    // the placement's step. All loads first, then the stores: a guarded loop
+    // would wait out one L2 round trip per iteration.
+    const u32 n_pad = (n + GRID_STEP - 1) / GRID_STEP * GRID_STEP;
+    {
+        u64 v[GRID_STAGE_ROUNDS];
+#pragma unroll
+        for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
+            const u32 j = u * FS_BLOCK + tid;
+            v[u] = j < n ? __ldcg(list + j) : 0ull;
+        }
+#pragma unroll
+        for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
+            const u32 j = u * FS_BLOCK + tid;
+            if (j < n_pad) stage[j] = v[u];
+        }
+    }
+    if (tid == 0) {
+        gs.nsmall = 0;
+        gs.T = edge;
+    }
+    __syncthreads();
+    if (cnt != r) {  // uniform; then cnt <= FS_GRID_SMALL
+        for (u32 j = tid; j < n; j += FS_BLOCK) {
+            const u64 x = stage[j];
+            if (x - edge < (1ull << lo_last)) gs.small[atomicAdd(&gs.nsmall, 1u)] = x;
+        }
+        __syncthreads();
+        if ((u32)tid < cnt) {
+            const u64 x = gs.small[tid];
+            u32 ahead = 0;
+            for (u32 j = 0; j < cnt; ++j) ahead += gs.small[j] > x;
+            if (ahead == r - 1) gs.T = x;
+        }
+        __syncthreads();
+    }
+    const u64 T = gs.T;
+    GRID_STAMP(30);
+
+    // PLACE this CTA's share of the list, then its share of the padding: a
+    // warp per entry, its lanes counting the selected entries ahead of it.
+    const u32 e_lo = (u32)((u64)n * p / chunks), e_hi = (u32)((u64)n * (p + 1) / chunks);
+    for (u32 e = e_lo + warp; e < e_hi; e += FS_WARPS) {
+        // Below T: an entry that is never written; ~0 counts nothing.
+        const u64 x0 = stage[e];
+        const u64 x = x0 >= T ? x0 : ~0ull;
+        u32 c = 0u;
+        // GRID_STEP entries a round: the loads first, then the compares.
+        for (u32 j0 = 0; j0 < n_pad; j0 += GRID_STEP) {
+            u64 y[GRID_STEP / 32];
+#pragma unroll
+            for (int u = 0; u < GRID_STEP / 32; ++u) y[u] = stage[j0 + u * 32 + lane];
+            if (P.order_index) {
+#pragma unroll
+                for (int u = 0; u < GRID_STEP / 32; ++u) c += (u32)(y[u] >= T) & (u32)((u32)y[u] > (u32)x);
+            } else {
+#pragma unroll
+                for (int u = 0; u < GRID_STEP / 32; ++u) c += y[u] > x;
+            }
+        }
+        GRID_STAMP(18);
+        const u32 ahead = __reduce_add_sync(FULL_MASK, c);
+        if (lane == 0 && x != ~0ull) {
+            const long long o = (long long)row * P.k + ahead;
+            const u32 col = lenm1 - (u32)x;
+            P.out_idx[o] = (int)col;
+            if (P.out_val) store_bits<TAG>(P.out_val, o, value_bits<TAG>((u32)(x >> 32), row_scores, col));
+        }
+    }
+    const u32 npad = (u32)P.k - m;
+    const u32 p_lo = (u32)((u64)npad * p / chunks), p_hi = (u32)((u64)npad * (p + 1) / chunks);
+    for (u32 j = p_lo + tid; j < p_hi; j += FS_BLOCK) write_padding<TAG>(P.out_idx, P.out_val, (long long)row * P.k + m + j);
+    GRID_STAMP(28);
+    if (prof) {
+        PROF_ADD(20, 1);
+        PROF_ADD(29, PROF_NS() - t_start);
+        PROF_ADD(19, PROF_CLOCK() - c_start);
+    }
+#undef GRID_STAMP
+}
+
+// Row path (one CTA per row): two CTAs per SM. Split path: room for the last
+// CTA's merge; its grids are small (one row's CTAs spread over the GPU).
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f32(const ScanParams p) { scan_impl<32, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_bf16(const ScanParams p) { scan_impl<16, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f16(const ScanParams p) { scan_impl<15, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_split_f32(const ScanParams p) { scan_impl<32, true>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_split_bf16(const ScanParams p) { scan_impl<16, true>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_split_f16(const ScanParams p) { scan_impl<15, true>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_f32(const ScanParams p) { prep_impl<32>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_bf16(const ScanParams p) { prep_impl<16>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_f16(const ScanParams p) { prep_impl<15>(p); }
+// Grid rows: one CTA per SM at most (cooperative launch).
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f32(const ScanParams p) { grid_impl<32>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_bf16(const ScanParams p) { grid_impl<16>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f16(const ScanParams p) { grid_impl<15>(p); }
