@@ -731,9 +731,8 @@ __device__ void sort_desc(u64* buf, u32 m, int order_index) {
 //   2. histogram, then an exclusive scan from the top bucket down: where each
 //      bucket's elements go in the output.
 //   3. scatter into bucket order (tmp), then each element's rank inside its
-//      bucket (how many of the bucket are larger: one pass over the bucket;
-//      none for a bucket of one) gives its output position; positions >= m
-//      are dropped, and buckets that start past m are not scattered at all.
+//      bucket (how many of the bucket are larger: one pass over the bucket)
+//      gives its output position; positions >= m are dropped.
 //   4. a bucket that reaches into the top m with more than RANK_MAX elements
 //      (a plateau of tied keys among spread ones) goes through the same pass
 //      on its own, where its keys are equal and its columns spread it out
@@ -850,37 +849,24 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
             const u32 t = atomicAdd(&sh.above, 1u);
             if (t < BIG_MAX) sh.hist[BIG_LIST + t] = b;
         }
-        if (run < m && m <= run + cb) {  // the bucket holding output m - 1: exactly one
-            sh.digit = b;
-            sh.bincnt = run + cb;
-        }
         run += cb;
     }
     __syncthreads();
     const u32 nbig = sh.above;
-    // Buckets below b_last lie wholly past m: neither scattered nor ranked.
-    // tmp[0 .. lim) then holds exactly the buckets from the top to b_last.
-    const u32 b_last = sh.digit, lim = sh.bincnt;
     BUCKET_STAMP(15);
     if (nbig > BIG_MAX) return ~0u;  // uniform; nothing written
     // 3. scatter into bucket order, then rank inside the bucket.
     for (u32 i = tid; i < n; i += FS_BLOCK) {
         const u64 v = in[i];
-        const u32 b = bk.of(v);
-        if (b >= b_last) tmp[atomicAdd(&pos[b], 1u)] = v;
+        tmp[atomicAdd(&pos[bk.of(v)], 1u)] = v;
     }
     __syncthreads();
     BUCKET_STAMP(17);
-    for (u32 i = tid; i < lim; i += FS_BLOCK) {
+    for (u32 i = tid; i < n; i += FS_BLOCK) {
         const u64 v = tmp[i];
         const u32 b = bk.of(v);
-        const u32 c = cnt[b];
-        if (c == 1) {  // a bucket of one: its slot is its place (every start is < m)
-            out[i] = v;
-            continue;
-        }
-        const u32 end = pos[b], s0 = end - c;
-        if (c > RANK_MAX) continue;  // a big bucket: the caller's
+        const u32 end = pos[b], s0 = end - cnt[b];
+        if (s0 >= m || end - s0 > RANK_MAX) continue;
         u32 r = s0;
         for (u32 q = s0; q < end; ++q) r += tmp[q] > v;
         if (r < m) out[r] = v;
