@@ -84,8 +84,6 @@
 //                   bitonic sort always)
 //   FS_PACKED       1: the fast filter compares 16-bit types two at a time
 //                   (set.*.bf16x2 on sm_90+, set.*.f16x2)
-//   FS_PREFETCH     1: a sampled one-CTA range asks L2 for its first 64 KB
-//                   before the sample (0: not)
 //   FS_SAMPLE_SD    the sampled bound's margin, in standard deviations of
 //                   the sample count (3; 4 until v17)
 //   FS_PDL          1: fs_split_* overlaps fs_prep_*, fs_grid_* overlaps
@@ -126,9 +124,6 @@ typedef unsigned long long u64;
 #endif
 #ifndef FS_PACKED
 #define FS_PACKED 1
-#endif
-#ifndef FS_PREFETCH
-#define FS_PREFETCH 1  // sampled one-CTA rows: prefetch the range's start during the sample
 #endif
 #ifndef FS_SAMPLE_SD
 #define FS_SAMPLE_SD 3  // sampled bounds: standard deviations of margin
@@ -1351,12 +1346,6 @@ __device__ void scan_impl(const ScanParams& P) {
         }
         const bool eligible = !split && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
         if (eligible) {
-#if FS_PREFETCH
-            // The range's first 64 KB into L2 while the sample is taken (a
-            // 128-byte line per thread): the stream then starts from L2.
-            asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)row_scores +
-                                                          start * (long long)sizeof(typename E::raw) + tid * 128));
-#endif
             sample_lb<TAG>(buf, sh, row_scores, start, end, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
