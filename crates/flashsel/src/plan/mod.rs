@@ -256,13 +256,14 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     // more). Split path: one CTA per SM anyway, so all the shared memory there
     // is: the last CTA then merges and finishes the row's candidates without
     // compacting them first.
-    let cap64 = match (path, buffer) {
-        (_, Buffer::Global) => min_cap,
-        (Path::Split | Path::Grid, Buffer::Shared) => min_cap.max((dev.max_smem_per_block - STATIC_SMEM) as u64 / 8),
-        (Path::Row, Buffer::Shared) => {
+    // (Grid plans returned above: `path` is Row or Split here.)
+    let cap64 = match buffer {
+        Buffer::Global => min_cap,
+        Buffer::Shared if path == Path::Row => {
             let per_cta = (dev.smem_per_sm / SCAN_CTAS_PER_SM).saturating_sub(STATIC_SMEM + 1024) as u64;
             min_cap.max(per_cta / 8)
         }
+        Buffer::Shared => min_cap.max((dev.max_smem_per_block - STATIC_SMEM) as u64 / 8),
     };
     let cap = cap64 as u32;
     let smem_bytes = if buffer == Buffer::Shared { (cap64 * 8) as u32 } else { 0 };
