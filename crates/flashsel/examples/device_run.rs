@@ -70,34 +70,41 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
             per(prof[13], fin)
         );
         if prof[14] > 0 {
-            let n = prof[14] as f64;
             println!(
-                "BUCKET {rows}x{cols} k{k} {data:?} [{var}] per bucket-rank finish (cycles, all passes): ranges {:.0} | histogram + scan {:.0} | scatter {:.0} | rank {:.0}",
-                prof[8] as f64 / n,
-                prof[15] as f64 / n,
-                prof[17] as f64 / n,
-                prof[31] as f64 / n
+                "BUCKET {rows}x{cols} k{k} {data:?} [{var}] per bucket-rank finish (cycles, all passes): {}",
+                averages(&prof, 14, &[("ranges", 8), ("histogram + scan", 15), ("scatter", 17), ("rank", 31)])
             );
         }
         if prof[20] > 0 {
-            let n = prof[20] as f64;
             println!(
-                "GRID {rows}x{cols} k{k} {data:?} [{var}] per row (CTA 0, ns): passes {:.2} | load {:.0} | passes: work {:.0} barrier {:.0} decide {:.0} | gather {:.0} barrier {:.0} | stage {:.0} | place: count {:.0} write {:.0} | total {:.0} ({:.0} MHz)",
-                prof[21] as f64 / n,
-                prof[22] as f64 / n,
-                prof[23] as f64 / n,
-                prof[24] as f64 / n,
-                prof[25] as f64 / n,
-                prof[26] as f64 / n,
-                prof[27] as f64 / n,
-                prof[30] as f64 / n,
-                prof[18] as f64 / n,
-                prof[28] as f64 / n,
-                prof[29] as f64 / n,
+                "GRID {rows}x{cols} k{k} {data:?} [{var}] per row (CTA 0, ns): passes {:.2} | {} ({:.0} MHz)",
+                prof[21] as f64 / prof[20] as f64,
+                averages(
+                    &prof,
+                    20,
+                    &[
+                        ("load", 22),
+                        ("passes: work", 23),
+                        ("barrier", 24),
+                        ("decide", 25),
+                        ("gather", 26),
+                        ("barrier", 27),
+                        ("stage", 30),
+                        ("place: count", 18),
+                        ("write", 28),
+                        ("total", 29),
+                    ]
+                ),
                 1e3 * prof[19] as f64 / prof[29].max(1) as f64
             );
         }
     }
+}
+
+/// `name value | ...`: each fs_prof slot's total over the count in slot `per`.
+fn averages(prof: &[u64], per: usize, fields: &[(&str, usize)]) -> String {
+    let n = prof[per].max(1) as f64;
+    fields.iter().map(|&(name, i)| format!("{name} {:.0}", prof[i] as f64 / n)).collect::<Vec<_>>().join(" | ")
 }
 
 /// Times kernel variants (`-D` sets, `;`-separated in FS_TUNE) on the main shapes.

@@ -177,6 +177,17 @@ __device__ unsigned long long fs_prof[32];
 #define PROF_ADD(i, v) ((void)(v))
 #define PROF_CLOCK() 0ll
 #endif
+// In a FS_PROFILE build and where `on`: adds the time since `last` (a
+// variable) to fs_prof[slot] and moves `last` to now; `now` reads a clock
+// (PROF_NS or PROF_CLOCK).
+#define PROF_STAMP(on, now, last, slot)       \
+    do {                                      \
+        if (FS_PROFILE && (on)) {             \
+            const auto t_ = (now);            \
+            PROF_ADD(slot, t_ - (last));      \
+            (last) = t_;                      \
+        }                                     \
+    } while (0)
 
 #define FS_WARPS (FS_BLOCK / 32)
 #define FULL_MASK 0xffffffffu
@@ -772,15 +783,8 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
     u32* pos = tab + NB;
     u32* red = sh.hist;  // 4 x FS_WARPS partials (the histogram is free here)
     long long t_prof = PROF_CLOCK();
-    // Adds the cycles since the last stamp to fs_prof[slot] (thread 0).
-#define BUCKET_STAMP(slot)                              \
-    do {                                                \
-        if (FS_PROFILE && tid == 0) {                   \
-            const long long t_ = PROF_CLOCK();          \
-            PROF_ADD(slot, t_ - t_prof);                \
-            t_prof = t_;                                \
-        }                                               \
-    } while (0)
+    // Cycles since the last stamp into fs_prof[slot] (thread 0).
+#define BUCKET_STAMP(slot) PROF_STAMP(tid == 0, PROF_CLOCK(), t_prof, slot)
     // 1. key and column ranges.
     u32 kmin = ~0u, kmax = 0, lmin = ~0u, lmax = 0;
     for (u32 i = tid; i < n; i += FS_BLOCK) {
@@ -1600,15 +1604,8 @@ __device__ void grid_impl(const ScanParams& P) {
     unsigned long long t_prev = PROF_NS();
     const unsigned long long t_start = t_prev;
     const long long c_start = PROF_CLOCK();
-    // Adds the ns since the last stamp to fs_prof[slot] (CTA 0, thread 0).
-#define GRID_STAMP(slot)                                      \
-    do {                                                      \
-        if (prof) {                                           \
-            const unsigned long long t_ = PROF_NS();          \
-            PROF_ADD(slot, t_ - t_prev);                      \
-            t_prev = t_;                                      \
-        }                                                     \
-    } while (0)
+    // ns since the last stamp into fs_prof[slot] (CTA 0, thread 0).
+#define GRID_STAMP(slot) PROF_STAMP(prof, PROF_NS(), t_prev, slot)
     u32 start, end;
     chunk_range(len, chunks, p, start, end);
     const void* row_scores = row_start<TAG>(P, row);

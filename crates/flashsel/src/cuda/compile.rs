@@ -55,6 +55,12 @@ pub struct Variant {
     pub defines: String,
 }
 
+/// The items of a comma-separated [`Variant::defines`] string, trimmed,
+/// empty ones skipped.
+pub fn define_items(defines: &str) -> impl Iterator<Item = &str> {
+    defines.split(',').map(str::trim).filter(|d| !d.is_empty())
+}
+
 /// Whether an item of [`Variant::defines`] is a host switch (lower case:
 /// `src=`, `grid=`, ...) rather than a kernel macro (`FS_...`).
 pub fn is_host_switch(item: &str) -> bool {
@@ -80,16 +86,11 @@ impl Variant {
 
     /// The `src=PATH` item of `defines`, if any.
     fn source_path(&self) -> Option<&str> {
-        self.defines.split(',').map(str::trim).find_map(|d| d.strip_prefix("src="))
+        define_items(&self.defines).find_map(|d| d.strip_prefix("src="))
     }
 
     fn options(&self) -> Vec<String> {
-        let extra = self
-            .defines
-            .split(',')
-            .map(str::trim)
-            .filter(|d| !d.is_empty() && !is_host_switch(d))
-            .map(|d| format!("-D{d}"));
+        let extra = define_items(&self.defines).filter(|d| !is_host_switch(d)).map(|d| format!("-D{d}"));
         let mut o = vec![
             format!("--gpu-architecture={}", self.arch),
             "-std=c++17".into(),
@@ -325,5 +326,6 @@ ptxas info    : Used 32 registers, 2096 bytes smem, 496 bytes cmem[0]\n";
         assert!(!o.iter().any(|x| x.contains("grid")), "{o:?}");
         assert!(o.contains(&"-DFS_PDL=0".to_string()));
         assert_eq!(Variant::new("sm_80", true).source_path(), None);
+        assert_eq!(define_items(" FS_SEG=8, ,grid=0,").collect::<Vec<_>>(), ["FS_SEG=8", "grid=0"]);
     }
 }

@@ -229,7 +229,7 @@ impl CudaEngine {
             Ok(func)
         };
         let f = |n: &str| with_smem(n, self.props.max_smem_per_block - plan::STATIC_SMEM);
-        let g = |n: &str| with_smem(n, ((plan::GRID_MAX_K + plan::GRID_SMALL).div_ceil(256) * 256 * 8) as u32);
+        let g = |n: &str| with_smem(n, plan::grid_smem_bytes(plan::GRID_MAX_K));
         let grid =
             match (g("fs_grid_f32"), g("fs_grid_bf16"), g("fs_grid_f16"), module.load_function("fs_grid_init_all")) {
                 (Ok(a), Ok(b), Ok(c), Ok(i)) => (Some([a, b, c]), Some(i)),
@@ -243,7 +243,7 @@ impl CudaEngine {
             grid: grid.0,
             grid_init: grid.1,
             // (A tuning source, src=, may predate the kernels' waits.)
-            pdl: !v.defines.split(',').any(|d| d.trim() == "FS_PDL=0" || d.trim().starts_with("src="))
+            pdl: !compile::define_items(&v.defines).any(|d| d == "FS_PDL=0" || d.starts_with("src="))
                 && arch_major(self.arch) >= 9,
         });
         map.insert(global_buffer, k.clone());
@@ -449,7 +449,7 @@ fn arch_major(arch: &str) -> u32 {
 /// share of a row per CTA, `gridplace=N` its placement bound.
 fn path_options(defines: &str) -> plan::PathOptions {
     let mut o = plan::PathOptions::default();
-    for d in defines.split(',').map(str::trim) {
+    for d in compile::define_items(defines) {
         if d == "grid=0" {
             o.grid = false;
         } else if let Some(n) = d.strip_prefix("gridchunk=").and_then(|n| n.parse().ok()) {

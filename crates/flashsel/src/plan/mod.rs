@@ -338,6 +338,13 @@ fn grid_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps, opts: &PathOptions
     (chunk <= GRID_CHUNK).then_some(g)
 }
 
+/// Dynamic shared memory of a grid CTA for `k`: the staged list, `k +
+/// GRID_SMALL` composites padded to the placement's step of 256
+/// (`GRID_STEP` in select.cu).
+pub fn grid_smem_bytes(k: u64) -> u32 {
+    ((k + GRID_SMALL).div_ceil(256) * 256 * 8) as u32
+}
+
 fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {
     let list = 0;
     let state = align(rows * (k + GRID_SMALL) * 8);
@@ -351,8 +358,7 @@ fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {
         block: BLOCK,
         tile: TILE,
         cap: (k + GRID_SMALL) as u32,
-        // The staged list, padded to the placement's step (GRID_STEP).
-        smem_bytes: ((k + GRID_SMALL).div_ceil(256) * 256 * 8) as u32,
+        smem_bytes: grid_smem_bytes(k),
         fit,
         sampled: false,
         workspace_bytes: align(state + state_bytes),
