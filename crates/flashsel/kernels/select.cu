@@ -485,8 +485,13 @@ __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const 
 // compaction (max_keep > m) usually takes one or two histogram passes.
 // All threads call it; ends with a barrier; leaves sh.count = the number kept
 // and raises sh.lb to the kept prefix.
-template <int TOP_BIT>
-__device__ void compact(u64* buf, Shared& sh, u32 n, u32 m, u32 max_keep) {
+// The MSD descent of a compaction, over composites wherever they are:
+// add_hist(prefix, mask, shift) adds to sh.hist the digit at `shift` of each
+// composite matching `prefix` under `mask` (every thread calls it; it needs
+// no barrier). Returns the prefix: at least m composites are >= it, and at
+// most max_keep unless the descent reached the last digit (then exactly m).
+template <int TOP_BIT, typename AddHist>
+__device__ u64 msd_prefix(Shared& sh, u32 m, u32 max_keep, AddHist add_hist) {
     const int tid = threadIdx.x;
     u64 prefix = 0, mask = 0;
     u32 need = m;
@@ -494,7 +499,7 @@ __device__ void compact(u64* buf, Shared& sh, u32 n, u32 m, u32 max_keep) {
         for (int i = tid; i < 256; i += FS_BLOCK) sh.hist[i] = 0;
         __syncthreads();
         if (tid == 0) PROF_ADD(16, 1);
-        hist_pass(buf, sh, n, prefix, mask, shift);
+        add_hist(prefix, mask, shift);
         __syncthreads();
         if (tid < 32) {
             // Lane l owns bins 8l .. 8l+7; find the bin where the count from the
@@ -533,6 +538,14 @@ __device__ void compact(u64* buf, Shared& sh, u32 n, u32 m, u32 max_keep) {
         // Kept if we stop here: (m - need) above the bin, plus the whole bin.
         if (m - need + sh.bincnt <= max_keep || shift == 0) break;
     }
+    return prefix;
+}
+
+template <int TOP_BIT>
+__device__ void compact(u64* buf, Shared& sh, u32 n, u32 m, u32 max_keep) {
+    const int tid = threadIdx.x;
+    const u64 prefix = msd_prefix<TOP_BIT>(
+        sh, m, max_keep, [&](u64 pre, u64 mask, int shift) { hist_pass(buf, sh, n, pre, mask, shift); });
     // Everything >= prefix is kept: between m and max_keep composites (exactly
     // m when the descent reached the last digit: prefix is the m-th itself).
     // In-place compaction in rounds: a round reads R*FS_BLOCK entries into
@@ -981,20 +994,25 @@ __device__ __forceinline__ void restart(Shared& sh, int slot) {
 }
 
 // Seeds sh.lb from a sample of [start, end): 16 blocks spread over the range,
-// one tile in all. The bound is the key of sample rank j, with j chosen
-// so that clearly more than k elements of the range are expected above it
-// (expected j * range / TILE; j adds FS_SAMPLE_SD standard deviations and 4). Leaves
-// the buffer empty. Out of line: it runs once per range and would otherwise
-// crowd the streaming loop's registers.
+// one tile in all, held in registers. The bound is the key of sample rank j,
+// with j chosen so that clearly more than k elements of the range are
+// expected above it (expected j * range / TILE; j adds FS_SAMPLE_SD standard
+// deviations and 4), found by compact's MSD descent with its histograms
+// filled from the registers: the buffer is not touched. Out of line: it runs
+// once per range and would otherwise crowd the streaming loop's registers.
 template <int TAG>
-__device__ __noinline__ void sample_lb(u64* buf, Shared& sh, const void* row_scores, long long start, long long end,
-                                       bool aligned, int k, int nan_largest) {
+__device__ __noinline__ void sample_lb(Shared& sh, const void* row_scores, long long start, long long end, bool aligned,
+                                       int k, int nan_largest) {
     typedef Elem<TAG> E;
     constexpr int VEC = E::VEC;
     constexpr int TILE = FS_BLOCK * E::ITEMS;
     constexpr int BLK = TILE / VEC / 16;  // vectors per sample block
     const long long range = end - start;
     const long long spacing = (range / 16) & ~7ll;
+    // The sample stays in registers as composites (0: past the range, which
+    // ranks below every composite that counts).
+    u64 c[E::ITEMS];
+    u32 valid = 0;
 #pragma unroll
     for (int j = 0; j < E::ITEMS / VEC; ++j) {
         const int v = j * FS_BLOCK + threadIdx.x;
@@ -1002,15 +1020,28 @@ __device__ __noinline__ void sample_lb(u64* buf, Shared& sh, const void* row_sco
         const uint4 w = load_vec<TAG>(row_scores, (u32)e0, (u32)end, aligned);
 #pragma unroll
         for (int q = 0; q < VEC; ++q) {
-            const u64 c = composite(order_key<TAG>(unpack<TAG>(w, q), nan_largest), (u32)(e0 + q));
-            push(buf, sh, e0 + q < end, c);
+            const bool in = e0 + q < end;
+            c[j * VEC + q] = in ? composite(order_key<TAG>(unpack<TAG>(w, q), nan_largest), (u32)(e0 + q)) : 0ull;
+            valid += in;
         }
     }
+    valid = __reduce_add_sync(FULL_MASK, valid);
+    if ((threadIdx.x & 31) == 0) atomicAdd(&sh.count, valid);
     __syncthreads();
     const float expect = (float)k * (float)TILE / (float)range;
     const u32 j = (u32)(expect + (float)FS_SAMPLE_SD * sqrtf(expect) + 4.0f);
     const u32 n = sh.count;
-    if (j < n) compact<E::TOP_BIT>(buf, sh, n, j, j + j / 4);
+    // The bound: the prefix a compaction of the sample to j .. j + j/4 would
+    // keep (the same descent, its histograms filled from the registers).
+    if (j < n) {
+        const u64 prefix = msd_prefix<E::TOP_BIT>(sh, j, j + j / 4, [&](u64 pre, u64 mask, int shift) {
+#pragma unroll
+            for (int i = 0; i < E::ITEMS; ++i)
+                if (c[i] != 0ull && (c[i] & mask) == pre) atomicAdd(&sh.hist[(u32)(c[i] >> shift) & 255u], 1u);
+        });
+        if (threadIdx.x == 0) sh.lb = prefix > sh.lb ? prefix : sh.lb;
+        __syncthreads();
+    }
     // On a plateau of ties (ReLU zeros, all-equal rows) the bound's key is
     // the plateau's and its column says how many of the sample's tied elements
     // it admits. The sample's columns are not the row's, so the column is
@@ -1350,7 +1381,7 @@ __device__ void scan_impl(const ScanParams& P) {
         }
         const bool eligible = !split && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
         if (eligible) {
-            sample_lb<TAG>(buf, sh, row_scores, start, end, aligned, P.k, P.nan_largest);
+            sample_lb<TAG>(sh, row_scores, start, end, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
         stream_range<TAG>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P.cap, P.k, P.nan_largest);
@@ -1396,7 +1427,7 @@ __device__ void prep_impl(const ScanParams& P) {
         const bool aligned = aligned16(row_scores);
         const bool eligible = FS_SAMPLE && len >= 16LL * TILE && 8LL * P.k <= len;
         if (eligible) {
-            sample_lb<TAG>(buf, sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
+            sample_lb<TAG>(sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
         if (threadIdx.x == 0) {
