@@ -478,13 +478,6 @@ __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const 
     }
 }
 
-// Compaction of buf[0..n) to a prefix of its largest composites: at least m,
-// at most max_keep (m <= max_keep < n). With max_keep == m it is exact: the m
-// largest. The MSD descent stops at the first digit whose crossing bin lets
-// everything >= the bin's lower bound fit in max_keep, so an intermediate
-// compaction (max_keep > m) usually takes one or two histogram passes.
-// All threads call it; ends with a barrier; leaves sh.count = the number kept
-// and raises sh.lb to the kept prefix.
 // The MSD descent of a compaction, over composites wherever they are:
 // add_hist(prefix, mask, shift) adds to sh.hist the digit at `shift` of each
 // composite matching `prefix` under `mask` (every thread calls it; it needs
@@ -541,6 +534,13 @@ __device__ u64 msd_prefix(Shared& sh, u32 m, u32 max_keep, AddHist add_hist) {
     return prefix;
 }
 
+// Compaction of buf[0..n) to a prefix of its largest composites: at least m,
+// at most max_keep (m <= max_keep < n). With max_keep == m it is exact: the m
+// largest. The MSD descent stops at the first digit whose crossing bin lets
+// everything >= the bin's lower bound fit in max_keep, so an intermediate
+// compaction (max_keep > m) usually takes one or two histogram passes.
+// All threads call it; ends with a barrier; leaves sh.count = the number kept
+// and raises sh.lb to the kept prefix.
 template <int TOP_BIT>
 __device__ void compact(u64* buf, Shared& sh, u32 n, u32 m, u32 max_keep) {
     const int tid = threadIdx.x;
@@ -1417,7 +1417,6 @@ __device__ void prep_impl(const ScanParams& P) {
     typedef Elem<TAG> E;
     constexpr int TILE = FS_BLOCK * E::ITEMS;
     __shared__ Shared sh;
-    u64* buf = cta_buffer(P.gbuf, P.cap);
     // fs_split_* may launch now; it waits for this grid before reading.
     PDL_TRIGGER();
     for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {

@@ -179,7 +179,9 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         return launch_ex(f, grid_dim, plan.block, plan.smem_bytes, a.stream, &sp, kernels.pdl, true);
     }
     let (scan, pdl) = if split.is_some() {
-        launch(kernels.prep[slot].cu_function(), (1, plan.row_slots), plan.block, plan.smem_bytes, a.stream, &sp)?;
+        // The prep kernel's sample lives in registers: no dynamic shared memory,
+        // so the split CTAs (PDL) can start beside it.
+        launch(kernels.prep[slot].cu_function(), (1, plan.row_slots), plan.block, 0, a.stream, &sp)?;
         (&kernels.split[slot], kernels.pdl)
     } else {
         (&kernels.scan[slot], false)
