@@ -69,6 +69,9 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
             per(prof[12], fin),
             per(prof[13], fin)
         );
+        if defs.contains("PROFILE") {
+            println!("PROF {rows}x{cols} k{k} {data:?} [{var}] raw {prof:?}");
+        }
         if prof[14] > 0 {
             println!(
                 "BUCKET {rows}x{cols} k{k} {data:?} [{var}] per bucket-rank finish (cycles, all passes): {}",

@@ -314,6 +314,17 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
             cases.push(base(1024, 32_768, 512, DType::F16, data));
         }
     }
+    // Split rows of a few CTAs each (6 per row on 132 SMs), with lengths at
+    // the edges (rows shorter than k: the merge pads), both NaN policies,
+    // both orders and padded strides.
+    for (i, &data) in [Data::Normal, Data::Relu, Data::Nan5, Data::AllEqual].iter().enumerate() {
+        let mut c = base(20, 100_000, 1000, dtypes[i % 3], data);
+        c.lengths = Some(LengthRecipe::Edges);
+        c.nan = if i % 2 == 0 { NanPolicy::Largest } else { NanPolicy::Lowest };
+        c.order = if i == 3 { OutputOrder::Index } else { OutputOrder::Score };
+        c.stride_pad = 1;
+        cases.push(c);
+    }
     // Prefill rows long enough for the sampled lower bound (one CTA per row,
     // range >= 16 tiles): ties make the sample's bound too high, forcing the
     // exact restart.
