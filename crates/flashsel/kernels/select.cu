@@ -86,6 +86,9 @@
 //                   (set.*.bf16x2 on sm_90+, set.*.f16x2)
 //   FS_SAMPLE_SD    the sampled bound's margin, in standard deviations of
 //                   the sample count (3; 4 until v17)
+//   FS_PREP_SAMPLE  split rows: tiles in fs_prep_*'s row-wide sample (1)
+//   FS_NB_BITS, FS_RANK_MAX  the bucket-rank finish's bucket bits (11) and
+//                   largest bucket ranked in place (64)
 //   FS_PDL          1: fs_split_* overlaps fs_prep_*, fs_grid_* overlaps
 //                   fs_grid_init_all (programmatic dependent launch, sm_90+;
 //                   default; the host sets the launch attribute unless the
@@ -124,6 +127,9 @@ typedef unsigned long long u64;
 #endif
 #ifndef FS_PACKED
 #define FS_PACKED 1
+#endif
+#ifndef FS_PREP_SAMPLE
+#define FS_PREP_SAMPLE 1  // split rows: tiles in fs_prep_*'s row-wide sample (2: +0.8 us on 64 x 131,072)
 #endif
 #ifndef FS_SAMPLE_SD
 #define FS_SAMPLE_SD 3  // sampled bounds: standard deviations of margin
@@ -1000,27 +1006,27 @@ __device__ __forceinline__ void restart(Shared& sh, int slot) {
 }
 
 // Seeds sh.lb from a sample of [start, end): 16 blocks spread over the range,
-// one tile in all, held in registers. The bound is the key of sample rank j,
-// with j chosen so that clearly more than k elements of the range are
-// expected above it (expected j * range / TILE; j adds FS_SAMPLE_SD standard
+// ST tiles in all (S elements), held in registers. The bound is the key of
+// sample rank j, with j chosen so that clearly more than k elements of the
+// range are expected above it (expected j * range / S; j adds FS_SAMPLE_SD standard
 // deviations and 4), found by compact's MSD descent with its histograms
 // filled from the registers: the buffer is not touched. Out of line: it runs
 // once per range and would otherwise crowd the streaming loop's registers.
-template <int TAG>
+template <int TAG, int ST>
 __device__ __noinline__ void sample_lb(Shared& sh, const void* row_scores, long long start, long long end, bool aligned,
                                        int k, int nan_largest) {
     typedef Elem<TAG> E;
     constexpr int VEC = E::VEC;
-    constexpr int TILE = FS_BLOCK * E::ITEMS;
-    constexpr int BLK = TILE / VEC / 16;  // vectors per sample block
+    constexpr int S = FS_BLOCK * E::ITEMS * ST;  // sample size: ST tiles
+    constexpr int BLK = S / VEC / 16;           // vectors per sample block
     const long long range = end - start;
     const long long spacing = (range / 16) & ~7ll;
     // The sample stays in registers as composites (0: past the range, which
     // ranks below every composite that counts).
-    u64 c[E::ITEMS];
+    u64 c[E::ITEMS * ST];
     u32 valid = 0;
 #pragma unroll
-    for (int j = 0; j < E::ITEMS / VEC; ++j) {
+    for (int j = 0; j < E::ITEMS * ST / VEC; ++j) {
         const int v = j * FS_BLOCK + threadIdx.x;
         const long long e0 = start + (v / BLK) * spacing + (long long)(v % BLK) * VEC;
         const uint4 w = load_vec<TAG>(row_scores, (u32)e0, (u32)end, aligned);
@@ -1034,7 +1040,7 @@ __device__ __noinline__ void sample_lb(Shared& sh, const void* row_scores, long 
     valid = __reduce_add_sync(FULL_MASK, valid);
     if ((threadIdx.x & 31) == 0) atomicAdd(&sh.count, valid);
     __syncthreads();
-    const float expect = (float)k * (float)TILE / (float)range;
+    const float expect = (float)k * (float)S / (float)range;
     const u32 j = (u32)(expect + (float)FS_SAMPLE_SD * sqrtf(expect) + 4.0f);
     const u32 n = sh.count;
     // The bound: the prefix a compaction of the sample to j .. j + j/4 would
@@ -1042,7 +1048,7 @@ __device__ __noinline__ void sample_lb(Shared& sh, const void* row_scores, long 
     if (j < n) {
         const u64 prefix = msd_prefix<E::TOP_BIT>(sh, j, j + j / 4, [&](u64 pre, u64 mask, int shift) {
 #pragma unroll
-            for (int i = 0; i < E::ITEMS; ++i)
+            for (int i = 0; i < E::ITEMS * ST; ++i)
                 if (c[i] != 0ull && (c[i] & mask) == pre) atomicAdd(&sh.hist[(u32)(c[i] >> shift) & 255u], 1u);
         });
         if (threadIdx.x == 0) sh.lb = prefix > sh.lb ? prefix : sh.lb;
@@ -1059,13 +1065,13 @@ __device__ __noinline__ void sample_lb(Shared& sh, const void* row_scores, long 
         const u64 lb = sh.lb;
         u32 low = 0;  // column part 0: every element of the bound's key passes
         if ((u32)lb != 0u) {
-            constexpr u32 SPAN = TILE / 16;  // elements per sample block
+            constexpr u32 SPAN = S / 16;  // elements per sample block
             const u32 rel = (0xffffffffu - (u32)lb) - (u32)start;  // columns < 2^31
             u32 b = rel / (u32)spacing;
             b = b > 15u ? 15u : b;
             u32 o = rel - b * (u32)spacing;
             o = o > SPAN - 1 ? SPAN - 1 : o;
-            const u64 scaled = ((u64)(b * SPAN + o + 1) * (u64)range + TILE - 1) / TILE;
+            const u64 scaled = ((u64)(b * SPAN + o + 1) * (u64)range + S - 1) / S;
             u32 col = (u32)start + (u32)scaled;
             col = col > (u32)(end - 1) ? (u32)(end - 1) : col;
             low = 0xffffffffu - col;
@@ -1392,7 +1398,7 @@ __device__ void scan_impl(const ScanParams& P) {
         }
         const bool eligible = !split && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
         if (eligible) {
-            sample_lb<TAG>(sh, row_scores, start, end, aligned, P.k, P.nan_largest);
+            sample_lb<TAG, 1>(sh, row_scores, start, end, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
         stream_range<TAG>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P.cap, P.k, P.nan_largest);
@@ -1437,7 +1443,7 @@ __device__ void prep_impl(const ScanParams& P) {
         const bool aligned = aligned16(row_scores);
         const bool eligible = FS_SAMPLE && len >= 16LL * TILE && 8LL * P.k <= len;
         if (eligible) {
-            sample_lb<TAG>(sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
+            sample_lb<TAG, FS_PREP_SAMPLE>(sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
         if (threadIdx.x == 0) {
