@@ -87,6 +87,7 @@
 //   FS_SAMPLE_SD    the sampled bound's margin, in standard deviations of
 //                   the sample count (3; 4 until v17)
 //   FS_PREP_SAMPLE  split rows: tiles in fs_prep_*'s row-wide sample (1)
+//   FS_MERGE_COPY   split rows' last CTA copies the candidates when they fit (1)
 //   FS_NB_BITS, FS_RANK_MAX  the bucket-rank finish's bucket bits (11) and
 //                   largest bucket ranked in place (64)
 //   FS_PDL          1: fs_split_* overlaps fs_prep_*, fs_grid_* overlaps
@@ -127,6 +128,9 @@ typedef unsigned long long u64;
 #endif
 #ifndef FS_PACKED
 #define FS_PACKED 1
+#endif
+#ifndef FS_MERGE_COPY
+#define FS_MERGE_COPY 1  // split rows' last CTA: copy the candidates when they all fit (0: filter them)
 #endif
 #ifndef FS_PREP_SAMPLE
 #define FS_PREP_SAMPLE 1  // split rows: tiles in fs_prep_*'s row-wide sample (2: +0.8 us on 64 x 131,072)
@@ -1320,7 +1324,25 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
     const long long t_m = PROF_CLOCK();
     const u32 total = __ldcg(&P.row_count[row]);
     reset(sh);
-    for (u32 base = 0; base < total; base += TILE) {
+    // With room for every candidate and a tile to spare, nothing is compacted
+    // and lb stays 0, so the filter below would keep them all: copy them
+    // (FS_MERGE_COPY; the buffer's order does not matter to the finish).
+    const bool copy = FS_MERGE_COPY && total + TILE <= (u32)P.cap;  // uniform
+    for (u32 base = 0; copy && base < total; base += TILE) {
+        u64 c[ITEMS];
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {
+            const u32 i = base + j * FS_BLOCK + tid;
+            c[j] = i < total ? __ldcg(slots + i) : 0ull;
+        }
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {
+            const u32 i = base + j * FS_BLOCK + tid;
+            if (i < total) buf[i] = c[j];
+        }
+    }
+    if (copy && tid == 0) sh.count = total;
+    for (u32 base = 0; !copy && base < total; base += TILE) {
         __syncthreads();
         const u32 cnt = sh.count;
         __syncthreads();  // read by all before anyone pushes: a uniform decision
