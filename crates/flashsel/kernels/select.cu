@@ -1301,6 +1301,17 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
 // Visibility: candidates are written, fenced, then counted; the last CTA
 // fences and reads them through L2 (ld.cg).
 
+// Candidates base + j * FS_BLOCK + threadIdx.x of the row's slots (0 past
+// total), all N loads issued before any is used.
+template <int N>
+__device__ __forceinline__ void load_slots(u64 (&c)[N], const u64* slots, u32 base, u32 total) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+        const u32 i = base + j * FS_BLOCK + threadIdx.x;
+        c[j] = i < total ? __ldcg(slots + i) : 0ull;
+    }
+}
+
 template <int TAG>
 __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shared& sh, int row, const void* row_scores,
                              bool aligned) {
@@ -1330,11 +1341,7 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
     const bool copy = FS_MERGE_COPY && total + TILE <= (u32)P.cap;  // uniform
     for (u32 base = 0; copy && base < total; base += TILE) {
         u64 c[ITEMS];
-#pragma unroll
-        for (int j = 0; j < ITEMS; ++j) {
-            const u32 i = base + j * FS_BLOCK + tid;
-            c[j] = i < total ? __ldcg(slots + i) : 0ull;
-        }
+        load_slots(c, slots, base, total);
 #pragma unroll
         for (int j = 0; j < ITEMS; ++j) {
             const u32 i = base + j * FS_BLOCK + tid;
@@ -1352,11 +1359,7 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
         // shared atomic, store) between two loads would make each wait out an
         // L2 round trip (this loop took ~5.7K cycles so, ~2.5K now).
         u64 c[ITEMS];
-#pragma unroll
-        for (int j = 0; j < ITEMS; ++j) {
-            const u32 i = base + j * FS_BLOCK + tid;
-            c[j] = i < total ? __ldcg(slots + i) : 0ull;
-        }
+        load_slots(c, slots, base, total);
 #pragma unroll
         for (int j = 0; j < ITEMS; ++j) push(buf, sh, base + j * FS_BLOCK + tid < total && c[j] >= lb, c[j]);
     }
