@@ -27,8 +27,8 @@
 //                 counters, take the row-wide sampled bound.
 //     fs_split_*  several CTAs per row: each streams its chunk from the row's
 //                 bound and appends its top min(k, n) to the row's slots; the
-//                 CTA that finishes last merges the slots (same filter) and
-//                 writes the row.
+//                 CTA that finishes last merges the slots (a copy when they
+//                 fit its buffer, else the same filter) and writes the row.
 //     fs_grid_init_all, fs_grid_*   few rows whose chunks fit the registers:
 //                 the row's CTAs (one cooperative launch) radix-select the
 //                 row together over a global histogram per pass, then place
@@ -1021,6 +1021,7 @@ __device__ __noinline__ void sample_lb(Shared& sh, const void* row_scores, long 
                                        int k, int nan_largest) {
     typedef Elem<TAG> E;
     constexpr int VEC = E::VEC;
+    static_assert(ST >= 1 && ST <= 16, "eligible ranges (>= 16 tiles) hold 16 sample blocks of ST / 16 tiles");
     constexpr int S = FS_BLOCK * E::ITEMS * ST;  // sample size: ST tiles
     constexpr int BLK = S / VEC / 16;           // vectors per sample block
     const long long range = end - start;
