@@ -1339,6 +1339,8 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
     // With room for every candidate and a tile to spare, nothing is compacted
     // and lb stays 0, so the filter below would keep them all: copy them
     // (FS_MERGE_COPY; the buffer's order does not matter to the finish).
+    // (The two loops below are the two ways, one of them empty; the measured
+    // build has this form, an if/else compiles differently.)
     const bool copy = FS_MERGE_COPY && total + TILE <= (u32)P.cap;  // uniform
     for (u32 base = 0; copy && base < total; base += TILE) {
         u64 c[ITEMS];
@@ -1775,7 +1777,7 @@ __device__ void grid_impl(const ScanParams& P) {
         nsel += __popc(__ballot_sync(FULL_MASK, sel));
     }
     u32 wbase = 0;
-    if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsmall, nsel);
+    if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsmall, nsel);  // nsmall doubles as the CTA's count
     __syncthreads();
     if (tid == 0 && gs.nsmall) gs.base = atomicAdd(list_count, gs.nsmall);
     __syncthreads();

@@ -179,8 +179,9 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         return launch_ex(f, grid_dim, plan.block, plan.smem_bytes, a.stream, &sp, kernels.pdl, true);
     }
     let (scan, pdl) = if split.is_some() {
-        // The prep kernel's sample lives in registers: no dynamic shared memory,
-        // so the split CTAs (PDL) can start beside it.
+        // The prep kernel's sample lives in registers: no dynamic shared
+        // memory. (Its registers still keep a split CTA off its SM: sharing
+        // SMs measured no faster, perf-log, sixth session, run 1.)
         launch(kernels.prep[slot].cu_function(), (1, plan.row_slots), plan.block, 0, a.stream, &sp)?;
         (&kernels.split[slot], kernels.pdl)
     } else {
