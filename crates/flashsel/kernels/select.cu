@@ -1559,9 +1559,6 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_SMALL
 #define FS_GRID_SMALL 256  // a crossing bin this small ends the passes
 #endif
-#ifndef FS_GRID_TSEARCH
-#define FS_GRID_TSEARCH 1  // T in the crossing bin: 1 an MSD descent, 0 every entry counts the bin
-#endif
 #define GRID_ITEMS 16   // elements per thread in registers
 #define GRID_BINS 2048  // 11-bit digits
 #define GRID_PASSES 6   // ceil(32 / 11) key passes + ceil(31 / 11) column passes
@@ -1831,71 +1828,12 @@ __device__ void grid_impl(const ScanParams& P) {
             if (x - edge < (1ull << lo_last)) gs.small[atomicAdd(&gs.nsmall, 1u)] = x;
         }
         __syncthreads();
-#if FS_GRID_TSEARCH
-        // T by an MSD descent over the bin's bits below lo_last, 8 at a time,
-        // in the (all-zero) shared histogram, until the crossing digit holds
-        // one entry (at the last digit it does: composites are unique); the
-        // entry with that prefix is T. 1-2 passes for <= 256 entries,
-        // instead of each entry counting the whole bin.
-        u32 need = r;  // 1 <= need < cnt
-        u64 pre = edge;
-        int shift = lo_last;
-        for (;;) {  // uniform
-            const int bits = shift < 8 ? shift : 8;
-            shift -= bits;
-            const u32 nb = 1u << bits;
-            for (u32 j = tid; j < cnt; j += FS_BLOCK) {
-                const u64 x = gs.small[j];
-                if ((x >> (shift + bits)) == (pre >> (shift + bits))) atomicAdd(&gs.hist[(u32)(x >> shift) & (nb - 1u)], 1u);
-            }
-            __syncthreads();
-            if (warp == 0) {
-                // Lane l holds digits nb-1-8l .. nb-8-8l (the top first).
-                u32 h[8];
-                u32 sum = 0;
-#pragma unroll
-                for (int q = 0; q < 8; ++q) {
-                    const u32 t = (u32)lane * 8u + (u32)q;
-                    h[q] = t < nb ? gs.hist[nb - 1u - t] : 0u;
-                    sum += h[q];
-                }
-                u32 incl = sum;
-#pragma unroll
-                for (int o = 1; o < 32; o <<= 1) {
-                    const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
-                    if (lane >= o) incl += v;
-                }
-                u32 acc = incl - sum;
-                if (acc < need && need <= incl) {
-#pragma unroll
-                    for (int q = 0; q < 8; ++q) {
-                        if (acc < need && need <= acc + h[q]) {
-                            gs.bin = nb - 1u - ((u32)lane * 8u + (u32)q);
-                            gs.above = acc;
-                            gs.cnt = h[q];
-                        }
-                        acc += h[q];
-                    }
-                }
-            }
-            __syncthreads();
-            const u32 d = gs.bin, above_d = gs.above, cnt_d = gs.cnt;
-            for (u32 b = tid; b < nb; b += FS_BLOCK) gs.hist[b] = 0u;  // zero again for later users
-            need -= above_d;
-            pre |= (u64)d << shift;
-            __syncthreads();  // gs.bin .. read and the histogram cleared before the next pass
-            if (cnt_d == 1u || shift == 0) break;
-        }
-        for (u32 j = tid; j < cnt; j += FS_BLOCK)
-            if ((gs.small[j] >> shift) == (pre >> shift)) gs.T = gs.small[j];
-#else
         if ((u32)tid < cnt) {
             const u64 x = gs.small[tid];
             u32 ahead = 0;
             for (u32 j = 0; j < cnt; ++j) ahead += gs.small[j] > x;
             if (ahead == r - 1) gs.T = x;
         }
-#endif
         __syncthreads();
     }
     const u64 T = gs.T;
