@@ -3,7 +3,9 @@
 # with these built here and carried: target/release/flashsel,
 # target/release/examples/device_run, python/dist/*.whl.
 #   1. the Python package's GPU tests (torch CUDA tensors, streams, graphs)
+#      and bench/py_overhead.py (host time per call; SKIP_PY=1 skips both)
 #   2. bench/peers.py: flashsel beside torch.topk on the standard shapes
+#      (SKIP_PEERS=1 skips it)
 #   3. compute-sanitizer memcheck and racecheck over a subset of the check cases
 #      (SKIP_SAN=1 skips them when they already ran on the same kernels)
 #   4. `flashsel check --quick` (every path, adversarial data, CPU parity;
@@ -22,14 +24,23 @@ step() { echo "=== $1"; }
 
 step "warm-up compile"
 timeout 60 target/release/flashsel kernels 2>&1 | tail -1
-step "python GPU tests"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site python/dist/*.whl && export PYTHONPATH=/tmp/site
-(cd /tmp && timeout "${PYTEST_TIMEOUT:-150}" python3 -m pytest -p no:cacheprovider -q -rs --timeout 120 \
-    "$OLDPWD/python/tests/test_cuda.py" "$OLDPWD/python/tests/test_torch_cpu.py" >"$OUT/pytest.log" 2>&1)
-echo "rc=$?"; tail -4 "$OUT/pytest.log"
-step "peers"
-timeout "${PEERS_TIMEOUT:-200}" python3 bench/peers.py "$OUT/peers" --budget "${PEERS_BUDGET:-0.25}" >"$OUT/peers.log" 2>&1
-echo "rc=$?"; tail -3 "$OUT/peers.log"
+python3 -m pip install -q --upgrade --no-index --no-deps --target /tmp/site python/dist/*.whl && export PYTHONPATH=/tmp/site
+if [ -z "${SKIP_PY:-}" ]; then
+    step "python GPU tests"
+    (cd /tmp && timeout "${PYTEST_TIMEOUT:-150}" python3 -m pytest -p no:cacheprovider -q -rs --timeout 120 \
+        "$OLDPWD/python/tests/test_cuda.py" "$OLDPWD/python/tests/test_torch_cpu.py" >"$OUT/pytest.log" 2>&1)
+    echo "rc=$?"; tail -4 "$OUT/pytest.log"
+    step "python host time per call"
+    for shape in "1 262144 512" "64 131072 2048"; do
+        timeout 120 python3 bench/py_overhead.py $shape >>"$OUT/py_overhead.log" 2>&1
+    done
+    echo "rc=$?"; cat "$OUT/py_overhead.log"
+fi
+if [ -z "${SKIP_PEERS:-}" ]; then
+    step "peers"
+    timeout "${PEERS_TIMEOUT:-200}" python3 bench/peers.py "$OUT/peers" --budget "${PEERS_BUDGET:-0.25}" >"$OUT/peers.log" 2>&1
+    echo "rc=$?"; tail -3 "$OUT/peers.log"
+fi
 if [ -z "${SKIP_SAN:-}" ]; then
     step "memcheck"
     timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool memcheck --leak-check no target/release/examples/device_run small >"$OUT/memcheck.log" 2>&1
@@ -50,6 +61,6 @@ echo "rc=$?"; grep -E "TIME|bandwidth" "$OUT/time.log"
 # The device tool returns at most 8 files: everything goes into one archive,
 # and the summaries most often read stay beside it.
 ( cd "$OUT" && tar czf /tmp/session.tgz --exclude=session.tgz . && mv /tmp/session.tgz . \
-    && find . -type f ! -name session.tgz ! -name time.log ! -name check.log ! -name peers.md -delete \
+    && find . -type f ! -name session.tgz ! -name time.log ! -name check.log ! -name peers.md ! -name py_overhead.log -delete \
     && { [ ! -f peers/peers.md ] || mv peers/peers.md .; } && find . -mindepth 1 -type d -empty -delete )
 echo "=== $OUT: $(ls "$OUT" | tr '\n' ' ')"
