@@ -99,6 +99,10 @@
 //                   the host sizes for)
 //   FS_HOST_GRID_*  the host's grid layout (always passed; not a switch)
 //   FS_GRID_SLEEP   grid rows: ns between barrier polls (0: spin, the default)
+//   FS_GRID_KEY32   grid rows: passes over key digits and the gather against a
+//                   key edge in 32-bit arithmetic (1; 0: on the composites)
+//   FS_GRID_SPARSE_GATHER  grid rows: the gather's warps vote only on the
+//                   items some lane selected (1; 0: on every item)
 //   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
 
 typedef unsigned int u32;
@@ -1541,6 +1545,12 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_SLEEP
 #define FS_GRID_SLEEP 0  // ns between barrier polls (0: spin; 32 was 2% slower on 1 x 262,144)
 #endif
+#ifndef FS_GRID_KEY32
+#define FS_GRID_KEY32 1  // key digits and a key edge in 32-bit arithmetic (0: on the 64-bit composite)
+#endif
+#ifndef FS_GRID_SPARSE_GATHER
+#define FS_GRID_SPARSE_GATHER 1  // the gather's warps vote only on items some lane selected (0: on all 16)
+#endif
 #ifndef FS_GRID_STOP
 #define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
 #endif
@@ -1731,11 +1741,21 @@ __device__ void grid_impl(const ScanParams& P) {
             const int lo = hi - 11 > floor_bit ? hi - 11 : floor_bit;
             const u32 nbins = 1u << (hi - lo);
             const u64 pre = hi >= 64 ? 0ull : edge >> hi;
+            if (FS_GRID_KEY32 && lo >= 32) {  // uniform: a digit of the key, the low word plays no part
+                const int khi = hi - 32, klo = lo - 32;
+                const u32 kpre = (u32)pre;  // edge >> hi < 2^(64 - hi)
 #pragma unroll
-            for (int i = 0; i < GRID_ITEMS; ++i) {
-                if (GRID_OFF(i) < mine) {
-                    const u64 g = GRID_G(i);
-                    if ((hi >= 64 ? 0ull : g >> hi) == pre) atomicAdd(&gs.hist[(u32)(g >> lo) & (nbins - 1u)], 1u);
+                for (int i = 0; i < GRID_ITEMS; ++i) {
+                    if (GRID_OFF(i) < mine && (khi >= 32 || key[i] >> khi == kpre))
+                        atomicAdd(&gs.hist[(key[i] >> klo) & (nbins - 1u)], 1u);
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < GRID_ITEMS; ++i) {
+                    if (GRID_OFF(i) < mine) {
+                        const u64 g = GRID_G(i);
+                        if ((hi >= 64 ? 0ull : g >> hi) == pre) atomicAdd(&gs.hist[(u32)(g >> lo) & (nbins - 1u)], 1u);
+                    }
                 }
             }
             __syncthreads();
@@ -1767,15 +1787,20 @@ __device__ void grid_impl(const ScanParams& P) {
 
     if (FS_GRID_STOP == 2) return;
     // GATHER: this CTA's composites >= edge into the row's list: one global
-    // atomic per CTA, warp offsets from a shared counter.
+    // atomic per CTA, warp offsets from a shared counter. A warp votes only
+    // on the items some lane of it selected (few: about k / chunks per CTA).
     u32 sel_mask = 0;
-    u32 nsel = 0;
+    // Once the crossing bin is a range of keys (lo_last >= 32), edge's low
+    // word is zero and the test is one 32-bit compare of the key.
+    const bool key_edge = FS_GRID_KEY32 && lo_last >= 32;  // uniform
+    const u32 edge_key = (u32)(edge >> 32);
 #pragma unroll
     for (int i = 0; i < GRID_ITEMS; ++i) {
-        const bool sel = GRID_OFF(i) < mine && GRID_G(i) >= edge;
+        const bool sel = GRID_OFF(i) < mine && (key_edge ? key[i] >= edge_key : GRID_G(i) >= edge);
         sel_mask |= (u32)sel << i;
-        nsel += __popc(__ballot_sync(FULL_MASK, sel));
     }
+    const u32 nsel = __reduce_add_sync(FULL_MASK, (u32)__popc(sel_mask));
+    const u32 warp_sel = FS_GRID_SPARSE_GATHER ? __reduce_or_sync(FULL_MASK, sel_mask) : 0xffffu;
     u32 wbase = 0;
     if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsmall, nsel);  // nsmall doubles as the CTA's count
     __syncthreads();
@@ -1784,10 +1809,12 @@ __device__ void grid_impl(const ScanParams& P) {
     wbase = __shfl_sync(FULL_MASK, wbase, 0) + gs.base;
 #pragma unroll
     for (int i = 0; i < GRID_ITEMS; ++i) {
-        const bool sel = (sel_mask >> i) & 1u;
-        const u32 mask = __ballot_sync(FULL_MASK, sel);
-        if (sel) list[wbase + __popc(mask & ((1u << lane) - 1u))] = GRID_G(i);
-        wbase += __popc(mask);
+        if ((warp_sel >> i) & 1u) {  // uniform over the warp
+            const bool sel = (sel_mask >> i) & 1u;
+            const u32 mask = __ballot_sync(FULL_MASK, sel);
+            if (sel) list[wbase + __popc(mask & ((1u << lane) - 1u))] = GRID_G(i);
+            wbase += __popc(mask);
+        }
     }
 #undef GRID_G
 #undef GRID_OFF
