@@ -101,6 +101,8 @@
 //   FS_GRID_SLEEP   grid rows: ns between barrier polls (0: spin, the default)
 //   FS_GRID_KEY32   grid rows: passes over key digits and the gather against a
 //                   key edge in 32-bit arithmetic (1; 0: on the composites)
+//   FS_GRID_POLL    grid rows: each pass reads its histogram until the counts
+//                   add up (1), instead of a grid barrier and one read (0)
 //   FS_GRID_SPARSE_GATHER  grid rows: the gather's warps vote only on the
 //                   items some lane selected (1; 0: on every item)
 //   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
@@ -1501,10 +1503,13 @@ __device__ void prep_impl(const ScanParams& P) {
 //   only bit_width(len - 1) bits, so a plateau costs passes only for the bits
 //   its columns use). Each pass: every CTA histograms (shared memory) the next
 //   digit (<= 11 bits) of its composites that match the prefix decided so
-//   far, adds the non-zero bins to the row's global histogram of that pass,
-//   and meets the row's other CTAs at a barrier; then each CTA reads the whole
-//   histogram and, identically, finds the crossing bin: the one that holds
-//   the r-th largest (r: how many the prefix still needs). The passes stop
+//   far and adds the non-zero bins to the row's global histogram of that
+//   pass; then each CTA reads the whole histogram until its counts add up to
+//   the composites the pass counts (len, then the previous crossing bin's
+//   count: no barrier needed, counts only grow; FS_GRID_POLL=0 meets the
+//   row's CTAs at a barrier first) and, identically, finds the crossing bin:
+//   the one that holds the r-th largest (r: how many the prefix still
+//   needs). The passes stop
 //   when that bin is wanted whole or holds at most GRID_SMALL composites
 //   (random f32 rows: 2 passes; the last possible pass has one-composite
 //   bins, so the loop ends: at most 6).
@@ -1526,10 +1531,13 @@ __device__ void prep_impl(const ScanParams& P) {
 //     a permutation of 0..m, whatever order the list was appended in: the
 //     output does not depend on scheduling.
 //   - Every CTA of a row takes the same decisions from the same global
-//     histogram; barrier and loop bounds are uniform over the row's CTAs.
+//     histogram (read only once complete: its total is the count of
+//     composites the pass counts, and no bin exceeds its final count);
+//     barrier and loop bounds are uniform over the row's CTAs.
 //   - Global state (barrier and list counters, one histogram per pass) is
 //     zeroed by fs_grid_init_all before each run, never assumed; a barrier
-//     that waits over 4 s traps rather than hangs (co-residency broken).
+//     or histogram read that waits over 4 s traps rather than hangs
+//     (co-residency broken).
 //   - The shared histogram is all zero at the start of every pass: the CTA
 //     clears it once, and each pass clears the bins it filled as it adds
 //     them to the global histogram.
@@ -1537,8 +1545,8 @@ __device__ void prep_impl(const ScanParams& P) {
 // COST
 //   Reads: each score once (+ one read per selected zero or NaN value). Per pass: a
 //   shared histogram over the CTA's matching composites, <= 2048 global
-//   atomics per CTA, one barrier (an L2 atomic and a poll), one read of the
-//   global histogram (one 16-byte load per thread). Then one atomic and one
+//   atomics per CTA, reads of the global histogram (one 16-byte load per
+//   thread each) until it is complete. Then one atomic and one
 //   barrier for the list, and the placement: about (k + GRID_SMALL)^2 /
 //   chunks compares per CTA (the planner bounds it).
 
@@ -1547,6 +1555,12 @@ __device__ void prep_impl(const ScanParams& P) {
 #endif
 #ifndef FS_GRID_KEY32
 #define FS_GRID_KEY32 1  // key digits and a key edge in 32-bit arithmetic (0: on the 64-bit composite)
+#endif
+#ifndef FS_GRID_POLL
+#define FS_GRID_POLL 1  // a pass's histogram is read until complete instead of a grid barrier first (0: barrier)
+#endif
+#ifndef FS_GRID_POLL_NS
+#define FS_GRID_POLL_NS 0  // FS_GRID_POLL: ns between a pass's reads of its histogram (0: none)
 #endif
 #ifndef FS_GRID_SPARSE_GATHER
 #define FS_GRID_SPARSE_GATHER 1  // the gather's warps vote only on items some lane selected (0: on all 16)
@@ -1625,35 +1639,64 @@ extern "C" __global__ void __launch_bounds__(FS_BLOCK) fs_grid_init_all(const Gr
         p.state[i] = 0u;
 }
 
+__device__ __forceinline__ uint4 ld_relaxed_v4(const u32* p) {
+    uint4 v;
+    asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+__device__ __forceinline__ u32 ld_relaxed_u32(const u32* p) {
+    u32 v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 // The crossing bin of a global histogram of nbins (<= GRID_BINS) bins, from
 // the top: the bin b with above < r <= above + cnt, above = the count in bins
 // above b. Every thread returns the same (b, above, cnt).
+// expected == 0: the histogram is complete (a grid barrier came first).
+// expected > 0 (FS_GRID_POLL): the row's CTAs may still be adding to it; it
+// is read again until its counts add up to `expected`, the composites the
+// pass counts. Counts only grow, so a read whose total is `expected` saw
+// every bin's final count: the reads replace the pass's grid barrier.
 __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, u32 nbins, u32 r, u32& b, u32& above,
-                                              u32& cnt) {
+                                              u32& cnt, u32 expected) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const unsigned long long t0 = expected && tid == 0 ? global_ns() : 0ull;
     // Thread t holds bins nbins-1-4t .. nbins-4-4t (c[0] the highest).
-    u32 c[4] = {0u, 0u, 0u, 0u};
-    if (nbins >= 4) {
-        if ((u32)(4 * tid) < nbins) {
-            const uint4 w = __ldcg((const uint4*)(ghist + nbins - 4 * (tid + 1)));
-            c[0] = w.w, c[1] = w.z, c[2] = w.y, c[3] = w.x;
+    u32 c[4], s, before;
+    for (;;) {  // uniform
+        c[0] = c[1] = c[2] = c[3] = 0u;
+        if (nbins >= 4) {
+            if ((u32)(4 * tid) < nbins) {
+                const u32* at = ghist + nbins - 4 * (tid + 1);
+                const uint4 w = expected ? ld_relaxed_v4(at) : __ldcg((const uint4*)at);
+                c[0] = w.w, c[1] = w.z, c[2] = w.y, c[3] = w.x;
+            }
+        } else if (tid == 0) {
+#pragma unroll
+            for (u32 q = 0; q < 4; ++q)
+                if (q < nbins) c[q] = expected ? ld_relaxed_u32(ghist + nbins - 1 - q) : __ldcg(ghist + nbins - 1 - q);
         }
-    } else if (tid == 0) {
+        s = c[0] + c[1] + c[2] + c[3];
+        u32 incl = s;
 #pragma unroll
-        for (u32 q = 0; q < 4; ++q)
-            if (q < nbins) c[q] = __ldcg(ghist + nbins - 1 - q);
+        for (int o = 1; o < 32; o <<= 1) {
+            const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
+            if (lane >= o) incl += v;
+        }
+        if (lane == 31) gs.part[warp] = incl;
+        __syncthreads();
+        const u32 part = lane < FS_WARPS ? gs.part[lane] : 0u;
+        before = __reduce_add_sync(FULL_MASK, lane < warp ? part : 0u) + incl - s;
+        if (!expected || __reduce_add_sync(FULL_MASK, part) == expected) break;
+        // The same co-residency guard as grid_barrier's.
+        if (tid == 0 && global_ns() - t0 > 4000000000ull) __trap();
+        if (FS_GRID_POLL_NS) __nanosleep(FS_GRID_POLL_NS);
+        __syncthreads();  // gs.part is rewritten by the next read
     }
-    const u32 s = c[0] + c[1] + c[2] + c[3];
-    u32 incl = s;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
-        if (lane >= o) incl += v;
-    }
-    if (lane == 31) gs.part[warp] = incl;
-    __syncthreads();
-    const u32 earlier = __reduce_add_sync(FULL_MASK, lane < warp && lane < FS_WARPS ? gs.part[lane] : 0u);
-    const u32 before = earlier + incl - s;
     if (before < r && r <= before + s) {  // exactly one thread
         u32 acc = before;
 #pragma unroll
@@ -1735,6 +1778,7 @@ __device__ void grid_impl(const ScanParams& P) {
     if (m > 0 && m < (u32)len) {
         const int lbits = 32 - __clz(lenm1);  // bits of the low word in use
         int hi = 32 + KW;                     // bits >= hi are decided
+        u32 matching = (u32)len;              // composites the next pass counts (in the row)
         r = m;
         for (int pass = 0;; ++pass) {
             const int floor_bit = hi > 32 ? 32 : 0;
@@ -1767,13 +1811,16 @@ __device__ void grid_impl(const ScanParams& P) {
                     gs.hist[b] = 0u;
                 }
             }
-            barriers += (u32)chunks;
             GRID_STAMP(23);
-            grid_barrier(bar, barriers);
+            if (!FS_GRID_POLL) {
+                barriers += (u32)chunks;
+                grid_barrier(bar, barriers);
+            }
             GRID_STAMP(24);
             if (prof) PROF_ADD(21, 1);
             u32 b, above;
-            grid_crossing(gs, ghist, nbins, r, b, above, cnt);
+            grid_crossing(gs, ghist, nbins, r, b, above, cnt, FS_GRID_POLL ? matching : 0u);
+            matching = cnt;
             r -= above;
             edge |= (u64)b << lo;
             lo_last = lo;
