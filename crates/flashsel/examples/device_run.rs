@@ -88,8 +88,10 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
                     &[
                         ("load", 22),
                         ("passes: work", 23),
+                        // FS_GRID_POLL (default): no pass barrier; the
+                        // wait is in the histogram reads before a decision.
                         ("barrier", 24),
-                        ("decide", 25),
+                        ("reads + decide", 25),
                         ("gather", 26),
                         ("barrier", 27),
                         ("stage", 30),

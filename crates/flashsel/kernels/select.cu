@@ -181,7 +181,8 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // 9 last-CTA merge cycles, 10/11/12 finish: exact compaction / sort / write
 // cycles, 13 candidates at the finish, 14 bucket-rank finishes, 16 histogram passes (thread 0 of each CTA counts).
 // Grid rows (CTA 0 of each row, %globaltimer ns): 20 rows, 21 passes, 22 load,
-// 23 pass work before the barrier, 24 pass barrier waits, 25 pass decisions,
+// 23 pass work, 24 pass barrier waits (FS_GRID_POLL=0), 25 pass decisions
+// (with FS_GRID_POLL, the histogram reads that wait for the row's CTAs),
 // 26 gather, 27 gather barrier wait, 30 staging and T, 18 placement's counts,
 // 28 its writes, 29 whole CTA; 19 whole CTA in cycles.
 __device__ unsigned long long fs_prof[32];
