@@ -90,6 +90,11 @@
 //   FS_MERGE_COPY   split rows' last CTA copies the candidates when they fit (1)
 //   FS_NB_BITS, FS_RANK_MAX  the bucket-rank finish's bucket bits (11) and
 //                   largest bucket ranked in place (64)
+//   FS_STAGE        1: the streaming loop reads its tiles through a ring of
+//                   cp.async copies in shared memory (THE LOAD RING, below)
+//                   where the launch gives one (P.stage); 0: registers only
+//   FS_HOST_STAGE_BYTES  the ring's size (the host's plan::STAGE_BYTES;
+//                   always passed; not a switch)
 //   FS_PDL          1: fs_split_* overlaps fs_prep_*, fs_grid_* overlaps
 //                   fs_grid_init_all (programmatic dependent launch, sm_90+;
 //                   default; the host sets the launch attribute unless the
@@ -143,6 +148,12 @@ typedef unsigned long long u64;
 #endif
 #ifndef FS_SAMPLE_SD
 #define FS_SAMPLE_SD 3  // sampled bounds: standard deviations of margin
+#endif
+#ifndef FS_STAGE
+#define FS_STAGE 1  // stream through the load ring where the launch has one (0: registers only)
+#endif
+#ifndef FS_FINISH_RING
+#define FS_FINISH_RING 1  // the finish takes the ring's room as scratch (0: the buffer's only)
 #endif
 #ifndef FS_PDL
 #define FS_PDL 1
@@ -232,7 +243,8 @@ struct ScanParams {
     int cap;                 // buffer capacity in composites
     int nan_largest;         // NaN policy: 1 = above +inf, 0 = below -inf
     int order_index;         // 1: output by ascending column
-    int pad_;
+    int stage;               // 1: dynamic shared memory starts with the load
+                             // ring (FS_HOST_STAGE_BYTES), the buffer after it
 };
 // The host mirror (src/cuda/launch.rs) asserts the same layout.
 static_assert(sizeof(ScanParams) == 112, "ScanParams layout changed: update launch.rs");
@@ -426,12 +438,24 @@ struct Shared {
 
 extern __shared__ __align__(16) u64 dyn_smem[];
 
+// Dynamic shared memory of the scan and split kernels (shared buffer):
+// [buffer: cap + 1 composites, padded to 16 bytes][load ring:
+// FS_HOST_STAGE_BYTES when P.stage]. The buffer's last slot (index cap)
+// takes the pushes past cap, which are never read (see push_tile). A global
+// buffer is a slice of cap + 1 composites of gbuf.
 __device__ __forceinline__ u64* cta_buffer(u64* gbuf, int cap) {
 #if FS_GLOBAL_BUF
-    return gbuf + ((u64)blockIdx.y * gridDim.x + blockIdx.x) * (u64)cap;
+    return gbuf + ((u64)blockIdx.y * gridDim.x + blockIdx.x) * ((u64)cap + 1);
 #else
     return dyn_smem;
 #endif
+}
+// The ring's byte offset in dynamic shared memory (plan::shared_bytes).
+__device__ __forceinline__ u32 ring_offset(int cap) { return (((u32)cap + 2u) & ~1u) * 8u; }
+// Composites of scratch the finish may use from the buffer's start: the
+// buffer, or, once the stream is over, the ring's room too.
+__device__ __forceinline__ int finish_cap(int cap, int stage) {
+    return FS_FINISH_RING && stage ? (int)((ring_offset(cap) + FS_HOST_STAGE_BYTES) / 8u) : cap;
 }
 
 // Warp-aggregated push: every lane of the warp must call it.
@@ -475,8 +499,9 @@ __device__ __forceinline__ u32 pick(const uint4 (&cur)[NV], u32 b) {
 // whose bit is set in `pass`, with one shared atomic per lane that has any.
 // Only the set bits are visited (a warp loops as often as its busiest lane has
 // passes), and keys are recomputed from the raw bits rather than kept, to save
-// registers. Slots at or past `cap` are not written: sh.count then exceeds cap
-// and the streaming loop redoes the segment (see stream_range).
+// registers. Pushes at or past `cap` all land in the spare slot buf[cap]:
+// sh.count then exceeds cap and the streaming loop redoes the segment (see
+// stream_range).
 template <int TAG, int NV>
 __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const uint4 (&cur)[NV], u32 tile0,
                                           u32 cap, int nan_largest) {
@@ -490,7 +515,8 @@ __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const 
         const u32 b = __ffs(pass) - 1;
         pass &= pass - 1;
         const u32 e = tile0 + (u32)(((b / VEC) * FS_BLOCK + threadIdx.x) * VEC + (b % VEC));
-        if (pos < cap) buf[pos] = composite(order_key<TAG>(pick<TAG>(cur, b), nan_largest), e);
+        // Past cap: into the spare slot buf[cap], never read (no branch).
+        buf[pos < cap ? pos : cap] = composite(order_key<TAG>(pick<TAG>(cur, b), nan_largest), e);
         ++pos;
     }
 }
@@ -1212,6 +1238,88 @@ __device__ __forceinline__ void load_tile(uint4 (&v)[Elem<TAG>::ITEMS / Elem<TAG
                              aligned);
 }
 
+// THE LOAD RING (FS_STAGE, shared buffers): FS_HOST_STAGE_BYTES of dynamic
+// shared memory after the buffer hold DEPTH tiles; tile t of a stream sits in slot
+// t % DEPTH. Each thread copies its own 16-byte groups of a tile there with
+// cp.async (sm_80+) and later reads back only those: no barrier, only the
+// thread's own cp.async.wait_group. DEPTH - 1 tiles are in flight while one
+// is filtered (the register pipeline holds one): on the bf16 prefill, warps
+// waited on the next tile's loads for 9% of their samples with one in flight
+// (ncu, eighth session). Groups past the range, or of an unaligned row, are
+// not copied; next() loads those directly (load_vec), as the unstaged loop.
+#ifndef FS_HOST_STAGE_BYTES
+#error "the host passes FS_HOST_STAGE_BYTES"
+#endif
+template <int TAG>
+struct Stage {
+    typedef Elem<TAG> E;
+    static constexpr int NV = E::ITEMS / E::VEC;
+    static constexpr int TILE = FS_BLOCK * E::ITEMS;
+    static constexpr int DEPTH = FS_HOST_STAGE_BYTES / (TILE * (int)sizeof(typename E::raw));
+    static_assert(DEPTH < 2 || (DEPTH & (DEPTH - 1)) == 0, "ring slots: a power of two");
+    u32 at;    // the ring's shared-window address
+    u32 slot;  // the slot of the next tile to read
+
+    __device__ __forceinline__ explicit Stage(int cap) : at((u32)__cvta_generic_to_shared(dyn_smem) + ring_offset(cap)), slot(0) {}
+    // This thread's 16-byte group j of slot s, as a shared-window address.
+    __device__ __forceinline__ u32 addr(u32 s, int j) const {
+        return at + ((s * NV + (u32)j) * FS_BLOCK + threadIdx.x) * 16u;
+    }
+    __device__ __forceinline__ static bool copied(u32 e0, u32 end, bool aligned) {
+        return aligned && e0 + E::VEC <= end;
+    }
+    // Starts the copy of the tile at tb into slot s (one commit group, empty
+    // past the range).
+    __device__ __forceinline__ void issue(const void* row, u32 tb, u32 end, bool aligned, u32 s) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+            const u32 e0 = tb + (u32)(j * FS_BLOCK + threadIdx.x) * E::VEC;
+            if (copied(e0, end, aligned)) {
+                const char* g = (const char*)row + (size_t)e0 * sizeof(typename E::raw);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr(s, j)), "l"(g) : "memory");
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+    }
+    // The tiles from `base` on: DEPTH - 1 of them in flight.
+    __device__ __forceinline__ void fill(const void* row, u32 base, u32 end, bool aligned) {
+#pragma unroll
+        for (int t = 0; t + 1 < DEPTH; ++t) issue(row, base + (u32)(t * TILE), end, aligned, (u32)t);
+        slot = 0;
+    }
+    // The tile at `base` (the next in order) into cur; the tile DEPTH - 1
+    // ahead starts into the slot freed by the previous one.
+    __device__ __forceinline__ void next(uint4 (&cur)[NV], const void* row, u32 base, u32 end, bool aligned) {
+        issue(row, base + (u32)((DEPTH - 1) * TILE), end, aligned, (slot + DEPTH - 1) & (DEPTH - 1));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");
+#endif
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+            const u32 e0 = base + (u32)(j * FS_BLOCK + threadIdx.x) * E::VEC;
+            if (copied(e0, end, aligned)) {
+                uint4 v;
+                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                             : "r"(addr(slot, j))
+                             : "memory");
+                cur[j] = v;
+            } else {
+                cur[j] = load_vec<TAG>(row, e0, end, aligned);
+            }
+        }
+        slot = (slot + 1) & (DEPTH - 1);
+    }
+    // Waits for every copy in flight (before the ring is refilled or left).
+    __device__ __forceinline__ static void drain() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+    }
+};
+
 // Streams [start, end) of one row through the filter into the buffer.
 // Out of line, so that the streaming loop keeps its registers whatever the
 // caller holds.
@@ -1220,23 +1328,26 @@ __device__ __forceinline__ void load_tile(uint4 (&v)[Elem<TAG>::ITEMS / Elem<TAG
 // checkpoint with n composites buffered, (cap - n) / TILE tiles fit whatever
 // passes (a safe segment); when the last segment pushed few, a longer,
 // optimistic segment runs, sized for twice the measured pushes per tile
-// (at most FS_SEG tiles). Pushes past cap are not stored; if the count
+// (at most FS_SEG tiles). Pushes past cap are not kept; if the count
 // exceeds cap at the next checkpoint, the segment is discarded (count reset)
 // and streamed again as a safe one. Either way nothing is lost, and lb is read
 // only at checkpoints (between them it is stale-low: admits more, never fewer).
-template <int TAG>
+template <int TAG, bool STAGED>
 __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_scores, u32 start,
                                           u32 end, bool aligned, int cap, int k, int nan_largest) {
     typedef Elem<TAG> E;
     constexpr int NV = E::ITEMS / E::VEC;
     constexpr int TILE = FS_BLOCK * E::ITEMS;
     const int tid = threadIdx.x;
-    // Software pipeline: the next tile's loads are in flight while this tile
-    // is filtered (deeper pipelines, in registers, measured no faster in the
+    // Unstaged: the next tile's loads are in flight, in registers, while this
+    // tile is filtered (deeper register pipelines measured no faster in the
     // split kernel: docs/perf-log.md, v12).
     uint4 nxt[NV];
+    // Staged: the tiles ahead are in flight into the ring (Stage).
+    Stage<TAG> ring(cap);
     u32 base = start;
-    load_tile<TAG>(nxt, row_scores, base, end, aligned);
+    if constexpr (STAGED) ring.fill(row_scores, base, end, aligned);
+    else load_tile<TAG>(nxt, row_scores, base, end, aligned);
     u32 left = 0;  // tiles before the next checkpoint (uniform)
     u32 seg_base = start;
     u32 seg_n = 0, rate = TILE;
@@ -1252,7 +1363,12 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
                 if (tid == 0) sh.count = seg_n;
                 n = seg_n;
                 base = seg_base;
-                load_tile<TAG>(nxt, row_scores, base, end, aligned);
+                if constexpr (STAGED) {
+                    ring.drain();
+                    ring.fill(row_scores, base, end, aligned);
+                } else {
+                    load_tile<TAG>(nxt, row_scores, base, end, aligned);
+                }
                 rate = TILE;
                 if (tid == 0) PROF_ADD(5, 1);
             } else if (base > seg_base) {
@@ -1277,9 +1393,13 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
             __syncthreads();
         }
         uint4 cur[NV];
+        if constexpr (STAGED) {
+            ring.next(cur, row_scores, base, end, aligned);
+        } else {
 #pragma unroll
-        for (int j = 0; j < NV; ++j) cur[j] = nxt[j];
-        if (base + TILE < end) load_tile<TAG>(nxt, row_scores, base + TILE, end, aligned);
+            for (int j = 0; j < NV; ++j) cur[j] = nxt[j];
+            if (base + TILE < end) load_tile<TAG>(nxt, row_scores, base + TILE, end, aligned);
+        }
         const u32 tile0 = base;
         const bool full = base + TILE <= end;
         u32 pass;
@@ -1297,6 +1417,23 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
         base += TILE;
         --left;
     }
+    if constexpr (STAGED) ring.drain();  // nothing may land in the ring after this returns
+}
+
+// A range's stream, through the ring when the launch has one.
+// RING: the kernel is built with the staged loop (the row path's; the split
+// kernel without it: its code alone, never run, measured 1 us slower on 64 x
+// 131,072).
+template <int TAG, bool RING>
+__device__ __forceinline__ void stream(u64* buf, Shared& sh, const void* row_scores, u32 start, u32 end,
+                                       bool aligned, const ScanParams& P) {
+    if constexpr (RING && FS_STAGE && !FS_GLOBAL_BUF && Stage<TAG>::DEPTH >= 2) {
+        if (P.stage) {  // uniform
+            stream_range<TAG, true>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
+            return;
+        }
+    }
+    stream_range<TAG, false>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
 }
 
 // ---------------------------------------------------------------------------
@@ -1381,9 +1518,9 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
         // exactly, from lb = 0 (slow; needs a sample unrepresentative by over
         // FS_SAMPLE_SD standard deviations: flashsel check builds such data).
         restart(sh, 7);
-        stream_range<TAG>(buf, sh, row_scores, 0u, (u32)len, aligned, P.cap, P.k, P.nan_largest);
+        stream<TAG, false>(buf, sh, row_scores, 0u, (u32)len, aligned, P);
     }
-    finish_row<TAG>(buf, sh, P.k, P.cap, P.order_index, P.out_idx, P.out_val, row_scores, row);
+    finish_row<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, P.out_idx, P.out_val, row_scores, row);
     if (tid == 0) PROF_ADD(9, PROF_CLOCK() - t_m);
 }
 
@@ -1436,18 +1573,19 @@ __device__ void scan_impl(const ScanParams& P) {
             sample_lb<TAG, 1>(sh, row_scores, start, end, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
-        stream_range<TAG>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P.cap, P.k, P.nan_largest);
+        stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P);
         __syncthreads();
         const long long want = range < P.k ? range : P.k;
         if (eligible && (long long)sh.count < want) {
             restart(sh, 6);
-            stream_range<TAG>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P.cap, P.k, P.nan_largest);
+            stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P);
         }
         const long long t_fin = PROF_CLOCK();
         if (split) {
             split_finish<TAG>(P, buf, sh, row, row_scores, aligned);
         } else {
-            finish_row<TAG>(buf, sh, P.k, P.cap, P.order_index, P.out_idx, P.out_val, row_scores, row);
+            finish_row<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, P.out_idx, P.out_val, row_scores,
+                            row);
         }
         if (tid == 0) {
             PROF_ADD(3, PROF_CLOCK() - t_fin);

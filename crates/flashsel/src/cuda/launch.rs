@@ -30,7 +30,8 @@ struct ScanParams {
     cap: i32,
     nan_largest: i32,
     order_index: i32,
-    pad: i32,
+    /// 1: the dynamic shared memory starts with the load ring (`Plan::stage_bytes`).
+    stage: i32,
 }
 
 /// `GridInitParams` in select.cu.
@@ -160,7 +161,7 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         cap: plan.cap as i32,
         nan_largest: (spec.nan == crate::NanPolicy::Largest) as i32,
         order_index: (spec.order == crate::OutputOrder::Index) as i32,
-        pad: 0,
+        stage: (plan.stage_bytes > 0) as i32,
     };
     if let Some(g) = grid {
         let (Some(kern), Some(init)) = (&kernels.grid, &kernels.grid_init) else {
@@ -248,6 +249,6 @@ mod tests {
         assert_eq!(std::mem::size_of::<ScanParams>(), 112);
         assert_eq!(std::mem::offset_of!(ScanParams, row_lb), 72);
         assert_eq!(std::mem::offset_of!(ScanParams, rows), 80);
-        assert_eq!(std::mem::offset_of!(ScanParams, pad), 108);
+        assert_eq!(std::mem::offset_of!(ScanParams, stage), 108);
     }
 }

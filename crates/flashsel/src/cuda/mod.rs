@@ -194,9 +194,10 @@ impl CudaEngine {
         let mut p = plan::plan_with(spec, has_lengths, &self.props, &self.path_opts)?;
         if let (Some(cap), Buffer::Shared) = (self.cap_override, p.buffer) {
             let min = plan::min_cap(spec.k) as u32; // a shared buffer's: fits a u32
-            let max = (self.props.max_smem_per_block - plan::STATIC_SMEM) / 8;
+            let room = self.props.max_smem_per_block - plan::STATIC_SMEM - p.stage_bytes;
+            let max = (room / 16 * 2).saturating_sub(1); // cap + 1 composites, padded to 16 bytes
             p.cap = cap.clamp(min, max.max(min));
-            p.smem_bytes = p.cap * 8;
+            p.smem_bytes = plan::shared_bytes(p.cap as u64, p.stage_bytes) as u32;
         }
         Ok(p)
     }

@@ -59,6 +59,13 @@ pub const BLOCK: u32 = 512;
 pub const TILE: u32 = BLOCK * 8;
 /// Static shared memory of a kernel (the `Shared` struct), rounded up.
 pub const STATIC_SMEM: u32 = 2048;
+/// The load ring of the row path's streaming loop (`FS_HOST_STAGE_BYTES`,
+/// select.cu's THE LOAD RING): tiles in flight as cp.async copies in shared
+/// memory, after a shared buffer, where it fits beside the smallest buffer;
+/// the finish uses its room as scratch. 32 KiB: 4 tiles of a 16-bit type, 2
+/// of f32. (The split path's short chunks measured slower with it: 64 x
+/// 131,072 f32 23.8 -> 25.2 us, docs/perf-log.md, eighth session.)
+pub const STAGE_BYTES: u32 = 32 * 1024;
 /// CTAs per SM the scan kernel's register budget allows (shared-buffer
 /// variant; the global-buffer variant is built for one).
 pub const SCAN_CTAS_PER_SM: u32 = 2;
@@ -140,8 +147,12 @@ pub struct Plan {
     /// Candidate buffer capacity, composites (grid path: the staged list,
     /// `k + GRID_SMALL`).
     pub cap: u32,
-    /// Dynamic shared memory per CTA, bytes.
+    /// Dynamic shared memory per CTA, bytes: for a shared buffer,
+    /// [`shared_bytes`]`(cap, stage_bytes)`.
     pub smem_bytes: u32,
+    /// The load ring's bytes at the start of the dynamic shared memory
+    /// ([`STAGE_BYTES`], or 0 where it does not fit or the buffer is global).
+    pub stage_bytes: u32,
     /// Shortest range worth a CTA of its own, columns.
     pub fit: u64,
     /// Whether split rows of the full width take the row-wide sample in
@@ -198,6 +209,23 @@ pub fn min_cap(k: usize) -> u64 {
     2 * k as u64 + TILE as u64
 }
 
+/// Dynamic shared memory of a CTA with a shared buffer of `cap` composites
+/// and a load ring of `stage` bytes: `cap + 1` composites (the last slot
+/// takes a segment's pushes past `cap`, never read) padded to 16 bytes, then
+/// the ring (`ring_offset` in select.cu).
+pub fn shared_bytes(cap: u64, stage: u32) -> u64 {
+    (cap + 1).div_ceil(2) * 16 + stage as u64
+}
+
+/// The shared buffer and ring that `room` bytes of dynamic shared memory
+/// hold: (cap, stage bytes). The ring only where asked and beside at least
+/// the smallest buffer; the buffer never below [`min_cap`].
+fn shared_layout(room: u64, min_cap: u64, ring: bool) -> (u64, u32) {
+    let stage = if ring && room >= shared_bytes(min_cap, STAGE_BYTES) { STAGE_BYTES } else { 0 };
+    let cap = min_cap.max((room.saturating_sub(stage as u64) / 16 * 2).saturating_sub(1));
+    (cap, stage)
+}
+
 /// Plans a selection. Pure: the same inputs always give the same plan.
 pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<Plan> {
     plan_with(spec, has_lengths, dev, &PathOptions::default())
@@ -237,8 +265,11 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     if min_cap > u32::MAX as u64 / 2 {
         return Err(Error::too_large("k (candidate buffer)", k as u128));
     }
-    let buffer =
-        if min_cap * 8 + STATIC_SMEM as u64 <= dev.max_smem_per_block as u64 { Buffer::Shared } else { Buffer::Global };
+    let buffer = if shared_bytes(min_cap, 0) + STATIC_SMEM as u64 <= dev.max_smem_per_block as u64 {
+        Buffer::Shared
+    } else {
+        Buffer::Global
+    };
     let fit = (4 * k).max(8192);
     let max_split = (cols / fit).max(1);
     let ctas_per_row = (dev.sm_count as u64).checked_div(rows).unwrap_or(1).clamp(1, max_split);
@@ -256,17 +287,18 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     // more). Split path: one CTA per SM anyway, so all the shared memory there
     // is: the last CTA then merges and finishes the row's candidates without
     // compacting them first.
+    // The row path adds the load ring where it fits beside the smallest buffer.
     // (Grid plans returned above: `path` is Row or Split here.)
-    let cap64 = match buffer {
-        Buffer::Global => min_cap,
+    let (cap64, stage_bytes) = match buffer {
+        Buffer::Global => (min_cap, 0),
         Buffer::Shared if path == Path::Row => {
             let per_cta = (dev.smem_per_sm / SCAN_CTAS_PER_SM).saturating_sub(STATIC_SMEM + 1024) as u64;
-            min_cap.max(per_cta / 8)
+            shared_layout(per_cta, min_cap, true)
         }
-        Buffer::Shared => min_cap.max((dev.max_smem_per_block - STATIC_SMEM) as u64 / 8),
+        Buffer::Shared => shared_layout((dev.max_smem_per_block - STATIC_SMEM) as u64, min_cap, false),
     };
     let cap = cap64 as u32;
-    let smem_bytes = if buffer == Buffer::Shared { (cap64 * 8) as u32 } else { 0 };
+    let smem_bytes = if buffer == Buffer::Shared { shared_bytes(cap64, stage_bytes) as u32 } else { 0 };
 
     // Resident CTAs per SM of the row-path kernel, by threads, shared memory
     // and registers (`__launch_bounds__(512, 2)` with a shared buffer). The
@@ -303,8 +335,13 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     } else {
         None
     };
-    let gbuf =
-        if buffer == Buffer::Global { Some(region(ctas_per_row as u64 * row_slots as u64 * cap64 * 8)) } else { None };
+    // A global buffer: cap + 1 composites per CTA (the spare slot, as in
+    // shared_bytes).
+    let gbuf = if buffer == Buffer::Global {
+        Some(region(ctas_per_row as u64 * row_slots as u64 * (cap64 + 1) * 8))
+    } else {
+        None
+    };
     // The kernel decides per row (against its active length) whether the
     // row-wide sample runs; this is the same test on the buffer width.
     let sampled = path == Path::Split && cols >= 16 * tile as u64 && 8 * k <= cols;
@@ -318,6 +355,7 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
         tile,
         cap,
         smem_bytes,
+        stage_bytes,
         fit,
         sampled,
         workspace_bytes: off,
@@ -359,6 +397,7 @@ fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {
         tile: TILE,
         cap: (k + GRID_SMALL) as u32,
         smem_bytes: grid_smem_bytes(k),
+        stage_bytes: 0,
         fit,
         sampled: false,
         workspace_bytes: align(state + state_bytes),

@@ -108,9 +108,11 @@ fn large_k_moves_the_buffer_to_global_memory_not_to_an_error() {
     assert_eq!(pl.buffer, Buffer::Global);
     assert_eq!(pl.smem_bytes, 0);
     assert!(pl.layout.gbuf.is_some());
-    assert!(pl.workspace_bytes >= pl.row_slots as u64 * pl.cap as u64 * 8);
-    // The largest shared-memory k and the first global one.
-    let shared_max = (h200().max_smem_per_block - STATIC_SMEM) as usize / 16 - TILE as usize / 2;
+    assert_eq!(pl.stage_bytes, 0);
+    assert!(pl.workspace_bytes >= pl.row_slots as u64 * (pl.cap as u64 + 1) * 8);
+    // The largest shared-memory k and the first global one: 2k + tile
+    // composites and the spare slot fit the opt-in limit.
+    let shared_max = ((h200().max_smem_per_block - STATIC_SMEM) as usize / 8 - 1 - TILE as usize) / 2;
     assert_eq!(p(1, 1 << 20, shared_max).buffer, Buffer::Shared);
     assert_eq!(p(1, 1 << 20, shared_max + 1).buffer, Buffer::Global);
 }
@@ -154,24 +156,28 @@ fn long_split_rows_are_sampled_first() {
 #[test]
 fn shared_buffers_take_the_room_there_is() {
     let dev = h200();
-    // Row path: as big as two CTAs per SM allow, and two still fit.
+    // Row path: the load ring, then a buffer as big as two CTAs per SM allow,
+    // and two still fit.
     let pl = p(8192, 131_072, 2048);
-    assert_eq!((pl.buffer, pl.cap), (Buffer::Shared, 14_208));
-    assert_eq!(pl.smem_bytes, pl.cap * 8);
-    assert!(2 * (pl.smem_bytes + STATIC_SMEM + 1024) <= dev.smem_per_sm);
-    // Never below the minimum 2k + tile, even where that costs the second CTA.
+    assert_eq!((pl.buffer, pl.stage_bytes, pl.cap), (Buffer::Shared, STAGE_BYTES, 10_111));
+    assert_eq!(pl.smem_bytes, (pl.cap + 1) * 8 + STAGE_BYTES);
+    assert_eq!(2 * (pl.smem_bytes + STATIC_SMEM + 1024), dev.smem_per_sm);
+    // Never below the minimum 2k + tile, even where that costs the second CTA;
+    // the ring only where it fits beside the minimum.
     let pl = p(8192, 131_072, 6000);
-    assert_eq!(pl.cap, 2 * 6000 + TILE);
-    // Split path: the whole opt-in limit (one CTA per SM anyway).
+    assert_eq!((pl.cap, pl.stage_bytes), (2 * 6000 + TILE, 0));
+    assert_eq!(pl.smem_bytes, (pl.cap + 1).div_ceil(2) * 16);
+    // Split path: the whole opt-in limit (one CTA per SM anyway), no ring.
     let pl = p(1, 4_194_304, 2048);
-    assert_eq!(pl.cap, (dev.max_smem_per_block - STATIC_SMEM) / 8);
-    assert!(pl.smem_bytes + STATIC_SMEM <= dev.max_smem_per_block);
+    assert_eq!(pl.stage_bytes, 0);
+    assert_eq!(pl.cap, (dev.max_smem_per_block - STATIC_SMEM) / 8 - 1);
+    assert_eq!(pl.smem_bytes + STATIC_SMEM, dev.max_smem_per_block);
     // Global buffers stay at the minimum: they are workspace.
     let pl = p(4, 1 << 20, 100_000);
-    assert_eq!((pl.buffer, pl.cap), (Buffer::Global, 2 * 100_000 + TILE));
+    assert_eq!((pl.buffer, pl.cap, pl.stage_bytes), (Buffer::Global, 2 * 100_000 + TILE, 0));
     // A smaller device (sm_86: 100 KiB per SM, 99 KiB per block): the minimum.
     let ampere =
         DeviceProps { sm_count: 84, max_smem_per_block: 101_376, smem_per_sm: 102_400, max_threads_per_sm: 1536 };
     let pl = plan(&SelectSpec::new(8192, 131_072, 2048, DType::F32), false, &ampere).unwrap();
-    assert_eq!((pl.buffer, pl.cap), (Buffer::Shared, 2 * 2048 + TILE));
+    assert_eq!((pl.buffer, pl.cap, pl.stage_bytes), (Buffer::Shared, 2 * 2048 + TILE, 0));
 }
