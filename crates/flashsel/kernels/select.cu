@@ -70,8 +70,10 @@
 //
 // BUFFERS
 //   FS_GLOBAL_BUF = 0: the buffer is dynamic shared memory (k <= the planner's
-//   shared limit). FS_GLOBAL_BUF = 1: the buffer is a per-CTA slice of the
-//   workspace, for any k; same code, slower memory.
+//   shared limit), followed on the row path by the load ring (P.stage), whose
+//   room the finish also uses. FS_GLOBAL_BUF = 1: the buffer is a per-CTA
+//   slice of the workspace, for any k; same code, slower memory. Either way
+//   cap + 1 composites: the last takes the pushes past cap.
 //
 // Compile-time options (the host passes them as -D):
 //   FS_BLOCK        threads per CTA (multiple of 32, <= 1024)
@@ -90,9 +92,13 @@
 //   FS_MERGE_COPY   split rows' last CTA copies the candidates when they fit (1)
 //   FS_NB_BITS, FS_RANK_MAX  the bucket-rank finish's bucket bits (11) and
 //                   largest bucket ranked in place (64)
-//   FS_STAGE        1: the streaming loop reads its tiles through a ring of
-//                   cp.async copies in shared memory (THE LOAD RING, below)
-//                   where the launch gives one (P.stage); 0: registers only
+//   FS_STAGE        1: the row path's streaming loop reads its tiles through
+//                   a ring of cp.async copies in shared memory (THE LOAD
+//                   RING, below) where the launch gives one (P.stage); 0:
+//                   registers only
+//   FS_FINISH_RING  1: the finish takes the ring's room as scratch (0: the
+//                   buffer only; ReLU plateaus then sort instead of a
+//                   second bucket pass)
 //   FS_HOST_STAGE_BYTES  the ring's size (the host's plan::STAGE_BYTES;
 //                   always passed; not a switch)
 //   FS_PDL          1: fs_split_* overlaps fs_prep_*, fs_grid_* overlaps
@@ -1238,15 +1244,22 @@ __device__ __forceinline__ void load_tile(uint4 (&v)[Elem<TAG>::ITEMS / Elem<TAG
                              aligned);
 }
 
-// THE LOAD RING (FS_STAGE, shared buffers): FS_HOST_STAGE_BYTES of dynamic
-// shared memory after the buffer hold DEPTH tiles; tile t of a stream sits in slot
-// t % DEPTH. Each thread copies its own 16-byte groups of a tile there with
-// cp.async (sm_80+) and later reads back only those: no barrier, only the
-// thread's own cp.async.wait_group. DEPTH - 1 tiles are in flight while one
-// is filtered (the register pipeline holds one): on the bf16 prefill, warps
-// waited on the next tile's loads for 9% of their samples with one in flight
-// (ncu, eighth session). Groups past the range, or of an unaligned row, are
-// not copied; next() loads those directly (load_vec), as the unstaged loop.
+// THE LOAD RING (FS_STAGE, the row path's shared buffers): FS_HOST_STAGE_BYTES
+// of dynamic shared memory after the buffer hold DEPTH tiles; tile t of a
+// stream sits in slot t % DEPTH. Each thread copies its own 16-byte groups of
+// a tile there with cp.async (sm_80+) and later reads back only those: no
+// barrier, only the thread's own cp.async.wait_group.
+// Invariants: DEPTH - 1 tiles are in flight while one is filtered (the
+// register pipeline holds one); a slot is refilled only after its thread
+// has read it into registers and used them; every copy has landed before
+// the stream returns (drain), so the finish may use the ring's room.
+// Cost per tile and thread: NV copies, a commit, a wait, NV shared loads.
+// Measured (perf-log, eighth session): the bf16 prefill's wait on the next
+// tile's loads (9% of its warp samples) gone, -1 to -3% (the loop is then
+// issue-bound); f32 -5%; the split path's short streams slower, so the
+// split kernel is built without it. Groups past the range, or of an
+// unaligned row, are not copied; next() loads those directly (load_vec),
+// as the unstaged loop does.
 #ifndef FS_HOST_STAGE_BYTES
 #error "the host passes FS_HOST_STAGE_BYTES"
 #endif
