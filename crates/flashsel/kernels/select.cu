@@ -249,8 +249,8 @@ struct ScanParams {
     int cap;                 // buffer capacity in composites
     int nan_largest;         // NaN policy: 1 = above +inf, 0 = below -inf
     int order_index;         // 1: output by ascending column
-    int stage;               // 1: dynamic shared memory starts with the load
-                             // ring (FS_HOST_STAGE_BYTES), the buffer after it
+    int stage;               // 1: the load ring (FS_HOST_STAGE_BYTES) follows
+                             // the shared buffer (cta_buffer, ring_offset)
 };
 // The host mirror (src/cuda/launch.rs) asserts the same layout.
 static_assert(sizeof(ScanParams) == 112, "ScanParams layout changed: update launch.rs");
@@ -1255,8 +1255,8 @@ __device__ __forceinline__ void load_tile(uint4 (&v)[Elem<TAG>::ITEMS / Elem<TAG
 // the stream returns (drain), so the finish may use the ring's room.
 // Cost per tile and thread: NV copies, a commit, a wait, NV shared loads.
 // Measured (perf-log, eighth session): the bf16 prefill's wait on the next
-// tile's loads (9% of its warp samples) gone, -1 to -3% (the loop is then
-// issue-bound); f32 -5%; the split path's short streams slower, so the
+// tile's loads (9% of its warp samples) gone, -0.1 to -3.5% (the loop is
+// then issue-bound); f32 -5%; the split path's short streams slower, so the
 // split kernel is built without it. Groups past the range, or of an
 // unaligned row, are not copied; next() loads those directly (load_vec),
 // as the unstaged loop does.

@@ -30,7 +30,7 @@ struct ScanParams {
     cap: i32,
     nan_largest: i32,
     order_index: i32,
-    /// 1: the dynamic shared memory starts with the load ring (`Plan::stage_bytes`).
+    /// 1: the load ring (`Plan::stage_bytes`) follows the shared buffer.
     stage: i32,
 }
 

@@ -150,8 +150,8 @@ pub struct Plan {
     /// Dynamic shared memory per CTA, bytes: for a shared buffer,
     /// [`shared_bytes`]`(cap, stage_bytes)`.
     pub smem_bytes: u32,
-    /// The load ring's bytes at the start of the dynamic shared memory
-    /// ([`STAGE_BYTES`], or 0 where it does not fit or the buffer is global).
+    /// The load ring's bytes, after the buffer in the dynamic shared memory
+    /// ([`STAGE_BYTES`] on the row path where it fits, else 0).
     pub stage_bytes: u32,
     /// Shortest range worth a CTA of its own, columns.
     pub fit: u64,

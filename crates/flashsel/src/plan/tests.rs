@@ -156,8 +156,8 @@ fn long_split_rows_are_sampled_first() {
 #[test]
 fn shared_buffers_take_the_room_there_is() {
     let dev = h200();
-    // Row path: the load ring, then a buffer as big as two CTAs per SM allow,
-    // and two still fit.
+    // Row path: a buffer as big as two CTAs per SM allow beside the load
+    // ring, and two still fit.
     let pl = p(8192, 131_072, 2048);
     assert_eq!((pl.buffer, pl.stage_bytes, pl.cap), (Buffer::Shared, STAGE_BYTES, 10_111));
     assert_eq!(pl.smem_bytes, (pl.cap + 1) * 8 + STAGE_BYTES);
