@@ -105,7 +105,11 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
         };
         println!("  merge_levels    {} ({merge_note})", p.merge_levels);
         println!("  sampled         {}", p.sampled);
-        println!("  buffer          {:?}, {} composites ({} B shared, {buffer_note})", p.buffer, p.cap, p.smem_bytes);
+        let ring = if p.stage_bytes > 0 { format!(" + {} B load ring", p.stage_bytes) } else { String::new() };
+        println!(
+            "  buffer          {:?}, {} composites ({} B shared: {buffer_note}{ring})",
+            p.buffer, p.cap, p.smem_bytes
+        );
         println!("  fit             {} columns", p.fit);
         println!("  row_slots       {}", p.row_slots);
         println!("  workspace_bytes {}", p.workspace_bytes);
