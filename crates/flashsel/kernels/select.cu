@@ -517,12 +517,18 @@ __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const 
     // atomic per warp: docs/perf-log.md, v12).
     if (pass == 0) return;
     u32 pos = atomicAdd(&sh.count, (u32)__popc(pass));
+    // The thread's first column, once; bits from the top (the buffer's order
+    // does not matter); with one 16-byte group (NV == 1) bit b is column
+    // offset b. (28 instructions per push for bf16, 31 before: perf-log,
+    // eighth session.)
+    const u32 low0 = 0xffffffffu - (tile0 + threadIdx.x * VEC);  // the composite's low word at offset 0
     while (pass) {
-        const u32 b = __ffs(pass) - 1;
-        pass &= pass - 1;
-        const u32 e = tile0 + (u32)(((b / VEC) * FS_BLOCK + threadIdx.x) * VEC + (b % VEC));
+        const u32 b = 31 - __clz(pass);
+        pass ^= 1u << b;
+        const u32 off = NV == 1 ? b : (b / VEC) * (FS_BLOCK * VEC) + (b % VEC);
+        const u32 key = order_key<TAG>(pick<TAG>(cur, b), nan_largest);
         // Past cap: into the spare slot buf[cap], never read (no branch).
-        buf[pos < cap ? pos : cap] = composite(order_key<TAG>(pick<TAG>(cur, b), nan_largest), e);
+        buf[pos < cap ? pos : cap] = ((u64)key << 32) | (u64)(low0 - off);
         ++pos;
     }
 }
@@ -1305,6 +1311,31 @@ struct Stage {
     // The tile at `base` (the next in order) into cur; the tile DEPTH - 1
     // ahead starts into the slot freed by the previous one.
     __device__ __forceinline__ void next(uint4 (&cur)[NV], const void* row, u32 base, u32 end, bool aligned) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        if (aligned && base + (u32)(DEPTH * TILE) <= end) {  // uniform: both tiles whole, no tests per group
+            const char* g = (const char*)row +
+                            (size_t)(base + (u32)((DEPTH - 1) * TILE) + threadIdx.x * E::VEC) * sizeof(typename E::raw);
+            const u32 s = (slot + DEPTH - 1) & (DEPTH - 1);
+#pragma unroll
+            for (int j = 0; j < NV; ++j)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr(s, j)),
+                             "l"(g + (size_t)j * FS_BLOCK * 16)
+                             : "memory");
+            asm volatile("cp.async.commit_group;" ::: "memory");
+            asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");
+#pragma unroll
+            for (int j = 0; j < NV; ++j) {
+                uint4 v;
+                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                             : "r"(addr(slot, j))
+                             : "memory");
+                cur[j] = v;
+            }
+            slot = (slot + 1) & (DEPTH - 1);
+            return;
+        }
+#endif
         issue(row, base + (u32)((DEPTH - 1) * TILE), end, aligned, (slot + DEPTH - 1) & (DEPTH - 1));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
         asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");
