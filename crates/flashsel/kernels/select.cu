@@ -1269,6 +1269,19 @@ __device__ __forceinline__ void load_tile(uint4 (&v)[Elem<TAG>::ITEMS / Elem<TAG
 #ifndef FS_HOST_STAGE_BYTES
 #error "the host passes FS_HOST_STAGE_BYTES"
 #endif
+// 16 bytes from global memory to shared memory (L2 only), asynchronously.
+__device__ __forceinline__ void copy_async16(u32 smem, const void* g) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem), "l"(g) : "memory");
+}
+// 16 bytes from shared memory; ordered after the cp.async waits before it.
+__device__ __forceinline__ uint4 load_shared16(u32 smem) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(smem)
+                 : "memory");
+    return v;
+}
 template <int TAG>
 struct Stage {
     typedef Elem<TAG> E;
@@ -1295,8 +1308,7 @@ struct Stage {
         for (int j = 0; j < NV; ++j) {
             const u32 e0 = tb + (u32)(j * FS_BLOCK + threadIdx.x) * E::VEC;
             if (copied(e0, end, aligned)) {
-                const char* g = (const char*)row + (size_t)e0 * sizeof(typename E::raw);
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr(s, j)), "l"(g) : "memory");
+                copy_async16(addr(s, j), (const char*)row + (size_t)e0 * sizeof(typename E::raw));
             }
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
@@ -1317,20 +1329,12 @@ struct Stage {
                             (size_t)(base + (u32)((DEPTH - 1) * TILE) + threadIdx.x * E::VEC) * sizeof(typename E::raw);
             const u32 s = (slot + DEPTH - 1) & (DEPTH - 1);
 #pragma unroll
-            for (int j = 0; j < NV; ++j)
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(addr(s, j)),
-                             "l"(g + (size_t)j * FS_BLOCK * 16)
-                             : "memory");
+            for (int j = 0; j < NV; ++j) copy_async16(addr(s, j), g + (size_t)j * FS_BLOCK * 16);
             asm volatile("cp.async.commit_group;" ::: "memory");
             asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");
 #pragma unroll
             for (int j = 0; j < NV; ++j) {
-                uint4 v;
-                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                             : "r"(addr(slot, j))
-                             : "memory");
-                cur[j] = v;
+                cur[j] = load_shared16(addr(slot, j));
             }
             slot = (slot + 1) & (DEPTH - 1);
             return;
@@ -1344,12 +1348,7 @@ struct Stage {
         for (int j = 0; j < NV; ++j) {
             const u32 e0 = base + (u32)(j * FS_BLOCK + threadIdx.x) * E::VEC;
             if (copied(e0, end, aligned)) {
-                uint4 v;
-                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                             : "r"(addr(slot, j))
-                             : "memory");
-                cur[j] = v;
+                cur[j] = load_shared16(addr(slot, j));
             } else {
                 cur[j] = load_vec<TAG>(row, e0, end, aligned);
             }
