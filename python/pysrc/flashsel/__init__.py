@@ -451,9 +451,9 @@ def _topk_cuda(torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: s
     _native.check_spec(name, rows, cols, row_stride, k, order, nan)
 
     ordinal = scores.get_device()
-    device = scores.device
     lens = None
     if lengths is not None:
+        device = scores.device  # only the lengths checks need it
         if not isinstance(lengths, torch.Tensor):
             raise ValueError(
                 f"scores are on {device} so lengths must be a torch tensor on the same device, "
