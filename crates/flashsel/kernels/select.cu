@@ -1321,7 +1321,10 @@ struct Stage {
         slot = 0;
     }
     // The tile at `base` (the next in order) into cur; the tile DEPTH - 1
-    // ahead starts into the slot freed by the previous one.
+    // ahead starts into the slot freed by the previous one. Where both tiles
+    // are whole, a path of its own without per-group tests (the measured
+    // build; the same logic folded into one path with a flag compiles to
+    // different code throughout the kernel).
     __device__ __forceinline__ void next(uint4 (&cur)[NV], const void* row, u32 base, u32 end, bool aligned) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
         if (aligned && base + (u32)(DEPTH * TILE) <= end) {  // uniform: both tiles whole, no tests per group

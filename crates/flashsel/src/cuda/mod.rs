@@ -195,7 +195,7 @@ impl CudaEngine {
         if let (Some(cap), Buffer::Shared) = (self.cap_override, p.buffer) {
             let min = plan::min_cap(spec.k) as u32; // a shared buffer's: fits a u32
             let room = self.props.max_smem_per_block - plan::STATIC_SMEM - p.stage_bytes;
-            let max = (room / 16 * 2).saturating_sub(1); // cap + 1 composites, padded to 16 bytes
+            let max = plan::shared_cap(room as u64) as u32;
             p.cap = cap.clamp(min, max.max(min));
             p.smem_bytes = plan::shared_bytes(p.cap as u64, p.stage_bytes) as u32;
         }

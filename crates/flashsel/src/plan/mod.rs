@@ -217,12 +217,17 @@ pub fn shared_bytes(cap: u64, stage: u32) -> u64 {
     (cap + 1).div_ceil(2) * 16 + stage as u64
 }
 
+/// The largest buffer whose [`shared_bytes`] (without a ring) fit `bytes`.
+pub fn shared_cap(bytes: u64) -> u64 {
+    (bytes / 16 * 2).saturating_sub(1)
+}
+
 /// The shared buffer and ring that `room` bytes of dynamic shared memory
 /// hold: (cap, stage bytes). The ring only where asked and beside at least
 /// the smallest buffer; the buffer never below [`min_cap`].
 fn shared_layout(room: u64, min_cap: u64, ring: bool) -> (u64, u32) {
     let stage = if ring && room >= shared_bytes(min_cap, STAGE_BYTES) { STAGE_BYTES } else { 0 };
-    let cap = min_cap.max((room.saturating_sub(stage as u64) / 16 * 2).saturating_sub(1));
+    let cap = min_cap.max(shared_cap(room.saturating_sub(stage as u64)));
     (cap, stage)
 }
 

@@ -156,6 +156,11 @@ fn long_split_rows_are_sampled_first() {
 #[test]
 fn shared_buffers_take_the_room_there_is() {
     let dev = h200();
+    // shared_cap is the largest buffer whose bytes fit.
+    for bytes in [16u64, 17, 31, 32, 80_896, 113_664, 230_400, 230_401] {
+        let cap = shared_cap(bytes);
+        assert!(shared_bytes(cap, 0) <= bytes && shared_bytes(cap + 1, 0) > bytes, "{bytes} bytes");
+    }
     // Row path: a buffer as big as two CTAs per SM allow beside the load
     // ring, and two still fit.
     let pl = p(8192, 131_072, 2048);
