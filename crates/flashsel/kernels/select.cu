@@ -504,13 +504,15 @@ __device__ __forceinline__ u32 pick(const uint4 (&cur)[NV], u32 b) {
 // groups; element j * VEC + q has column tile0 + (j * FS_BLOCK + tid) * VEC + q)
 // whose bit is set in `pass`, with one shared atomic per lane that has any.
 // Only the set bits are visited (a warp loops as often as its busiest lane has
-// passes), and keys are recomputed from the raw bits rather than kept, to save
-// registers. Pushes at or past `cap` all land in the spare slot buf[cap]:
-// sh.count then exceeds cap and the streaming loop redoes the segment (see
-// stream_range).
+// passes). What is pushed is the RAW composite, the element's bits where the
+// key goes (bits << 32 | low word): the key transform runs later, on whole
+// warps, over every entry pushed since the last checkpoint (to_keys, called
+// by stream_range before a compaction and before it returns). Pushes at or
+// past `cap` all land in the spare slot buf[cap]: sh.count then exceeds cap
+// and the streaming loop redoes the segment (see stream_range).
 template <int TAG, int NV>
 __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const uint4 (&cur)[NV], u32 tile0,
-                                          u32 cap, int nan_largest) {
+                                          u32 cap) {
     constexpr int VEC = Elem<TAG>::VEC;
     // One shared atomic per lane that has passes (a few per warp and tile at
     // the sampled bound's rate; measured faster than a warp scan and one
@@ -519,17 +521,28 @@ __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const 
     u32 pos = atomicAdd(&sh.count, (u32)__popc(pass));
     // The thread's first column, once; bits from the top (the buffer's order
     // does not matter); with one 16-byte group (NV == 1) bit b is column
-    // offset b. (28 instructions per push for bf16, 31 before: perf-log,
-    // eighth session.)
+    // offset b. (bf16: 41 instructions per push in v19, 28 in v21, 19 with
+    // the key transform moved to to_keys: perf-log, eighth and ninth
+    // sessions.)
     const u32 low0 = 0xffffffffu - (tile0 + threadIdx.x * VEC);  // the composite's low word at offset 0
     while (pass) {
         const u32 b = 31 - __clz(pass);
         pass ^= 1u << b;
         const u32 off = NV == 1 ? b : (b / VEC) * (FS_BLOCK * VEC) + (b % VEC);
-        const u32 key = order_key<TAG>(pick<TAG>(cur, b), nan_largest);
         // Past cap: into the spare slot buf[cap], never read (no branch).
-        buf[pos < cap ? pos : cap] = ((u64)key << 32) | (u64)(low0 - off);
+        buf[pos < cap ? pos : cap] = ((u64)pick<TAG>(cur, b) << 32) | (u64)(low0 - off);
         ++pos;
+    }
+}
+
+// Turns the raw composites buf[from, to) that push_tile wrote into
+// composites (the key transform of their high words); every thread calls it,
+// and the caller puts a barrier between it and any read of those entries.
+template <int TAG>
+__device__ __forceinline__ void to_keys(u64* buf, u32 from, u32 to, int nan_largest) {
+    for (u32 i = from + threadIdx.x; i < to; i += FS_BLOCK) {
+        const u64 c = buf[i];
+        buf[i] = ((u64)order_key<TAG>((u32)(c >> 32), nan_largest) << 32) | (u64)(u32)c;
     }
 }
 
@@ -1397,11 +1410,16 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
     u32 left = 0;  // tiles before the next checkpoint (uniform)
     u32 seg_base = start;
     u32 seg_n = 0, rate = TILE;
+    // Entries below `keyed` hold composites, those from it on raw ones (see
+    // push_tile); set at the first checkpoint, before any push.
+    u32 keyed = ~0u;
+    u32 n = 0;
     Bound bd;
     for (;;) {
         if (left == 0 || base >= end) {  // uniform
             __syncthreads();
-            u32 n = sh.count;
+            n = sh.count;
+            if (keyed == ~0u) keyed = n;
             // Nobody pushes (moving sh.count) before every thread has read it.
             __syncthreads();
             if (n > (u32)cap) {
@@ -1423,8 +1441,11 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
             if (base >= end) break;
             if (n + TILE > (u32)cap) {
                 const long long t0 = PROF_CLOCK();
+                to_keys<TAG>(buf, keyed, n, nan_largest);
+                __syncthreads();
                 compact<E::TOP_BIT>(buf, sh, n, (u32)k, ((u32)cap - TILE + (u32)k) / 2);
                 n = sh.count;
+                keyed = n;
                 if (tid == 0) {
                     PROF_ADD(1, PROF_CLOCK() - t0);
                     PROF_ADD(2, 1);
@@ -1459,11 +1480,14 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
         } else {
             pass = exact_mask<TAG>(cur, tile0, full ? 0xffffffffu : end - base, bd, nan_largest);
         }
-        push_tile<TAG>(buf, sh, pass, cur, tile0, (u32)cap, nan_largest);
+        push_tile<TAG>(buf, sh, pass, cur, tile0, (u32)cap);
         base += TILE;
         --left;
     }
     if constexpr (STAGED) ring.drain();  // nothing may land in the ring after this returns
+    // The last checkpoint read n with no push after it: key what is raw.
+    to_keys<TAG>(buf, keyed, n, nan_largest);
+    __syncthreads();
 }
 
 // A range's stream, through the ring when the launch has one.
