@@ -47,6 +47,10 @@
 //     / 2) at least one tile fits: (C - count) / TILE tiles is a safe segment.
 //     Longer (optimistic) segments store nothing past C and are redone when
 //     the count says they overflowed.
+//   - During a stream the buffer's entries pushed since the last checkpoint
+//     are raw (the element's bits where the key goes); only compact, after
+//     to_keys and a barrier, and the callers of a finished stream read them,
+//     and every entry they read is a composite.
 //   - Every loop bound that contains __syncthreads or a warp collective is
 //     uniform over the CTA. Decisions taken from sh.count (compact or not, how
 //     many tiles until the next barrier) are read by every thread between two
@@ -63,7 +67,8 @@
 //   Compute per element: one float compare and an equality flag, a bit in the
 //   thread's mask (16-bit types: one packed compare and one packed equality
 //   per two elements); per warp and tile a vote, per lane with passes one
-//   shared atomic and a key transform per passing element.
+//   shared atomic and a raw store per passing element; the key transform
+//   once per buffered element, on whole warps (to_keys).
 //   A compaction costs up to 8 histogram passes over <= C shared entries
 //   (usually 1-2 for an intermediate one). The bucket-rank finish: ~6
 //   barriers, 3 passes over the candidates, a bucket's size per element.
@@ -86,6 +91,8 @@
 //                   bitonic sort always)
 //   FS_PACKED       1: the fast filter compares 16-bit types two at a time
 //                   (set.*.bf16x2 on sm_90+, set.*.f16x2)
+//   FS_GE           1: where every tie at the bound passes (Bound::all_ties),
+//                   the fast filter is one >= compare per element (ge_mask)
 //   FS_SAMPLE_SD    the sampled bound's margin, in standard deviations of
 //                   the sample count (3; 4 until v17)
 //   FS_PREP_SAMPLE  split rows: tiles in fs_prep_*'s row-wide sample (1)
@@ -145,6 +152,9 @@ typedef unsigned long long u64;
 #endif
 #ifndef FS_PACKED
 #define FS_PACKED 1
+#endif
+#ifndef FS_GE
+#define FS_GE 1  // one compare per element where every tie passes (0: gt, equality flag, tie pass)
 #endif
 #ifndef FS_MERGE_COPY
 #define FS_MERGE_COPY 1  // split rows' last CTA: copy the candidates when they all fit (0: filter them)
@@ -398,6 +408,9 @@ __device__ __forceinline__ float bits_float(u32 bits) {
 //   Not `fast` when key(lb) is above +inf's key (only NaNs can pass, with a
 //   column test) or is the NaN-lowest key with a column part: the exact test
 //   then runs on every element.
+//   `all_ties` (tie_col covers every column, as a sampled bound usually
+//   does: its descent stops at a key digit): x >= t passes, one compare per
+//   element and no tie flag (ge_mask).
 struct Bound {
     u32 key;
     u32 tie_col;
@@ -405,6 +418,7 @@ struct Bound {
     u32 t2;  // 16-bit types: t's bits in both halves (packed compares)
     bool fast;
     bool unord;
+    bool all_ties;
 };
 
 template <int TAG>
@@ -423,6 +437,7 @@ __device__ __forceinline__ Bound make_bound(u64 lb, int nan_largest) {
     // Below -inf's key, -inf (x == t) passes whatever its column; likewise
     // +-0 when key(lb) is the unused key just below zero's (t is then -0.0).
     if (b.key < key_ninf || bits == F::SIGN) b.tie_col = 0xffffffffu;
+    b.all_ties = b.tie_col == 0xffffffffu;
     const u32 t16 = b.key <= key_ninf ? Elem<TAG>::NEG_INF : bits;
     b.t2 = TAG == 32 ? 0u : (t16 | (t16 << 16));
     return b;
@@ -1191,6 +1206,18 @@ __device__ __forceinline__ u32 packed_gt(u32 w, u32 t2) {
     }
     return d;
 }
+template <int TAG, bool UNORD>
+__device__ __forceinline__ u32 packed_ge(u32 w, u32 t2) {
+    u32 d;
+    if (TAG == 16) {
+        if (UNORD) asm("set.geu.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
+        else asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
+    } else {
+        if (UNORD) asm("set.geu.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
+        else asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
+    }
+    return d;
+}
 template <int TAG>
 __device__ __forceinline__ u32 packed_eq(u32 w, u32 t2) {
     u32 d;
@@ -1249,6 +1276,37 @@ __device__ __forceinline__ u32 fast_mask(const uint4 (&cur)[NV], const Bound& bd
                 tie |= x == bd.t;
             }
             pass |= ok << (j * VEC + q);
+        }
+    }
+    return pass;
+}
+
+// The filter over one full tile when every tie at t passes (Bound::
+// all_ties, `fast`): x >= t, or unordered (UNORD); no tie flag, no second
+// pass. 16-bit types (FS_PACKED) two at a time, as in fast_mask.
+template <int TAG, bool UNORD, int NV>
+__device__ __forceinline__ u32 ge_mask(const uint4 (&cur)[NV], const Bound& bd) {
+    constexpr int VEC = Elem<TAG>::VEC;
+    if (TAG != 32 && (TAG == 16 ? FS_PACKED_BF16 : FS_PACKED)) {
+        u32 acc = 0;  // bit layout and fold as in fast_mask
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                const u32 sel = (1u << (j * VEC + 2 * w)) | (1u << (16 + j * VEC + 2 * w));
+                acc |= packed_ge<TAG, UNORD>(word(cur[j], w), bd.t2) & sel;
+            }
+        }
+        static_assert(TAG == 32 || NV * VEC <= 8, "one fold covers 8 elements per thread");
+        return (acc & 0x55u) | ((acc >> 15) & 0xaau);
+    }
+    u32 pass = 0;
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+            const float x = elem_float<TAG>(cur[j], q);
+            pass |= (u32)(UNORD ? !(x < bd.t) : (x >= bd.t)) << (j * VEC + q);
         }
     }
     return pass;
@@ -1470,7 +1528,9 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
         const u32 tile0 = base;
         const bool full = base + TILE <= end;
         u32 pass;
-        if (FS_FAST && full && bd.fast) {  // uniform
+        if (FS_FAST && FS_GE && full && bd.fast && bd.all_ties) {  // uniform
+            pass = bd.unord ? ge_mask<TAG, true>(cur, bd) : ge_mask<TAG, false>(cur, bd);
+        } else if (FS_FAST && full && bd.fast) {  // uniform
             bool tie = false;
             pass = bd.unord ? fast_mask<TAG, true, false>(cur, bd, tile0, tie)
                             : fast_mask<TAG, false, false>(cur, bd, tile0, tie);
