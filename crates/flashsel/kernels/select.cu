@@ -156,6 +156,12 @@ typedef unsigned long long u64;
 #ifndef FS_GE
 #define FS_GE 1  // one compare per element where every tie passes (0: gt, equality flag, tie pass)
 #endif
+#ifndef FS_PUSH_WORD
+#define FS_PUSH_WORD 1  // 16-bit pushes store the whole 32-bit word; to_keys takes the half (0: the half)
+#endif
+#ifndef FS_RUN
+#define FS_RUN 1  // the row path's whole tiles under such a bound in a loop of their own (stream_range)
+#endif
 #ifndef FS_MERGE_COPY
 #define FS_MERGE_COPY 1  // split rows' last CTA: copy the candidates when they all fit (0: filter them)
 #endif
@@ -501,8 +507,11 @@ __device__ __forceinline__ void hist_pass(const u64* buf, Shared& sh, u32 n, u64
     }
 }
 
-// Element b (= j * VEC + q) of this thread's tile: its raw bits, picked from
-// the registers with a select tree (a dynamic index would spill to local memory).
+// The 32-bit word holding element b (= j * VEC + q) of this thread's tile,
+// picked from the registers with a select tree (a dynamic index would spill
+// to local memory): the element's raw bits for f32; for the 16-bit types
+// the element and its neighbour, the element in the high half iff b is odd
+// (raw_bits takes it out).
 template <int TAG, int NV>
 __device__ __forceinline__ u32 pick(const uint4 (&cur)[NV], u32 b) {
     const u32 w_i = TAG == 32 ? b : b >> 1;  // word index over the NV groups
@@ -511,16 +520,26 @@ __device__ __forceinline__ u32 pick(const uint4 (&cur)[NV], u32 b) {
     for (int j = 1; j < NV; ++j) v = (w_i >> 2) == (u32)j ? cur[j] : v;
     const u32 lo = (w_i & 1) ? v.y : v.x, hi = (w_i & 1) ? v.w : v.z;
     const u32 w = (w_i & 2) ? hi : lo;
-    if (TAG == 32) return w;
+    if (TAG == 32 || FS_PUSH_WORD) return w;
     return (b & 1) ? (w >> 16) : (w & 0xffffu);
+}
+
+// An element's raw bits from the word pick() gave for it. 16-bit types:
+// the high half iff the element's offset from its range's start is odd
+// (tiles and 16-byte groups hold an even number of elements).
+template <int TAG>
+__device__ __forceinline__ u32 raw_bits(u32 w, u32 col, u32 start) {
+    if (TAG == 32 || !FS_PUSH_WORD) return w;
+    return ((col ^ start) & 1u) ? (w >> 16) : (w & 0xffffu);
 }
 
 // Pushes the elements of this thread's tile (`cur`: ITEMS elements as 16-byte
 // groups; element j * VEC + q has column tile0 + (j * FS_BLOCK + tid) * VEC + q)
 // whose bit is set in `pass`, with one shared atomic per lane that has any.
 // Only the set bits are visited (a warp loops as often as its busiest lane has
-// passes). What is pushed is the RAW composite, the element's bits where the
-// key goes (bits << 32 | low word): the key transform runs later, on whole
+// passes). What is pushed is the RAW composite, the word pick() gives for the
+// element where the key goes (word << 32 | low word): the element's bits
+// (raw_bits) and their key transform are taken later, on whole
 // warps, over every entry pushed since the last checkpoint (to_keys, called
 // by stream_range before a compaction and before it returns). Pushes at or
 // past `cap` all land in the spare slot buf[cap]: sh.count then exceeds cap
@@ -536,9 +555,9 @@ __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const 
     u32 pos = atomicAdd(&sh.count, (u32)__popc(pass));
     // The thread's first column, once; bits from the top (the buffer's order
     // does not matter); with one 16-byte group (NV == 1) bit b is column
-    // offset b. (bf16: 41 instructions per push in v19, 28 in v21, 19 with
-    // the key transform moved to to_keys: perf-log, eighth and ninth
-    // sessions.)
+    // offset b. (bf16: 41 instructions per push in v19, 28 in v21, 18 with
+    // the key transform moved to to_keys (v22), 13 storing the whole word
+    // (v24): perf-log, eighth and ninth sessions.)
     const u32 low0 = 0xffffffffu - (tile0 + threadIdx.x * VEC);  // the composite's low word at offset 0
     while (pass) {
         const u32 b = 31 - __clz(pass);
@@ -550,14 +569,16 @@ __device__ __forceinline__ void push_tile(u64* buf, Shared& sh, u32 pass, const 
     }
 }
 
-// Turns the raw composites buf[from, to) that push_tile wrote into
-// composites (the key transform of their high words); every thread calls it,
-// and the caller puts a barrier between it and any read of those entries.
+// Turns the raw composites buf[from, to) that push_tile wrote for the range
+// starting at column `start` into composites (the key transform of their
+// high words); every thread calls it, and the caller puts a barrier between
+// it and any read of those entries.
 template <int TAG>
-__device__ __forceinline__ void to_keys(u64* buf, u32 from, u32 to, int nan_largest) {
+__device__ __forceinline__ void to_keys(u64* buf, u32 from, u32 to, u32 start, int nan_largest) {
     for (u32 i = from + threadIdx.x; i < to; i += FS_BLOCK) {
         const u64 c = buf[i];
-        buf[i] = ((u64)order_key<TAG>((u32)(c >> 32), nan_largest) << 32) | (u64)(u32)c;
+        const u32 bits = raw_bits<TAG>((u32)(c >> 32), composite_col(c), start);
+        buf[i] = ((u64)order_key<TAG>(bits, nan_largest) << 32) | (u64)(u32)c;
     }
 }
 
@@ -1399,18 +1420,7 @@ struct Stage {
     __device__ __forceinline__ void next(uint4 (&cur)[NV], const void* row, u32 base, u32 end, bool aligned) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
         if (aligned && base + (u32)(DEPTH * TILE) <= end) {  // uniform: both tiles whole, no tests per group
-            const char* g = (const char*)row +
-                            (size_t)(base + (u32)((DEPTH - 1) * TILE) + threadIdx.x * E::VEC) * sizeof(typename E::raw);
-            const u32 s = (slot + DEPTH - 1) & (DEPTH - 1);
-#pragma unroll
-            for (int j = 0; j < NV; ++j) copy_async16(addr(s, j), g + (size_t)j * FS_BLOCK * 16);
-            asm volatile("cp.async.commit_group;" ::: "memory");
-            asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");
-#pragma unroll
-            for (int j = 0; j < NV; ++j) {
-                cur[j] = load_shared16(addr(slot, j));
-            }
-            slot = (slot + 1) & (DEPTH - 1);
+            next_whole(cur, row, base);
             return;
         }
 #endif
@@ -1429,6 +1439,24 @@ struct Stage {
         }
         slot = (slot + 1) & (DEPTH - 1);
     }
+    // next() where the row is aligned and both tiles are whole (base +
+    // DEPTH * TILE <= end): no tests per group (sm_80+).
+    __device__ __forceinline__ void next_whole(uint4 (&cur)[NV], const void* row, u32 base) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        const char* g = (const char*)row +
+                        (size_t)(base + (u32)((DEPTH - 1) * TILE) + threadIdx.x * E::VEC) * sizeof(typename E::raw);
+        const u32 s = (slot + DEPTH - 1) & (DEPTH - 1);
+#pragma unroll
+        for (int j = 0; j < NV; ++j) copy_async16(addr(s, j), g + (size_t)j * FS_BLOCK * 16);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+            cur[j] = load_shared16(addr(slot, j));
+        }
+        slot = (slot + 1) & (DEPTH - 1);
+#endif
+    }
     // Waits for every copy in flight (before the ring is refilled or left).
     __device__ __forceinline__ static void drain() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -1436,6 +1464,20 @@ struct Stage {
 #endif
     }
 };
+
+// The fast run of stream_range: r tiles from base, each whole with its ring
+// successor, filtered by ge_mask.
+template <int TAG, bool UNORD>
+__device__ __forceinline__ void fast_run(Stage<TAG>& ring, u64* buf, Shared& sh, const void* row_scores, u32 base,
+                                         u32 r, const Bound& bd, u32 cap) {
+    constexpr int NV = Elem<TAG>::ITEMS / Elem<TAG>::VEC;
+    constexpr int TILE = FS_BLOCK * Elem<TAG>::ITEMS;
+    for (u32 t = 0; t < r; ++t, base += TILE) {
+        uint4 cur[NV];
+        ring.next_whole(cur, row_scores, base);
+        push_tile<TAG>(buf, sh, ge_mask<TAG, UNORD>(cur, bd), cur, base, cap);
+    }
+}
 
 // Streams [start, end) of one row through the filter into the buffer.
 // Out of line, so that the streaming loop keeps its registers whatever the
@@ -1499,7 +1541,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
             if (base >= end) break;
             if (n + TILE > (u32)cap) {
                 const long long t0 = PROF_CLOCK();
-                to_keys<TAG>(buf, keyed, n, nan_largest);
+                to_keys<TAG>(buf, keyed, n, start, nan_largest);
                 __syncthreads();
                 compact<E::TOP_BIT>(buf, sh, n, (u32)k, ((u32)cap - TILE + (u32)k) / 2);
                 n = sh.count;
@@ -1517,6 +1559,28 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
             bd = make_bound<TAG>(sh.lb, nan_largest);
             __syncthreads();
         }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        if constexpr (STAGED) {
+            // THE FAST RUN: the tiles of this segment that are whole, with
+            // the tile the ring starts for each whole too, under a bound
+            // that every tie passes, in a loop of their own with every
+            // uniform test above hoisted out (per tile: the ring, ge_mask,
+            // the pushes).
+            if (FS_FAST && FS_GE && FS_RUN && aligned && bd.fast && bd.all_ties &&
+                end - base >= (u32)(Stage<TAG>::DEPTH * TILE)) {  // uniform
+                u32 r = (end - base - (u32)((Stage<TAG>::DEPTH - 1) * TILE)) / TILE;
+                r = r < left ? r : left;
+                if (bd.unord) {
+                    fast_run<TAG, true>(ring, buf, sh, row_scores, base, r, bd, (u32)cap);
+                } else {
+                    fast_run<TAG, false>(ring, buf, sh, row_scores, base, r, bd, (u32)cap);
+                }
+                base += r * TILE;
+                left -= r;
+                continue;
+            }
+        }
+#endif
         uint4 cur[NV];
         if constexpr (STAGED) {
             ring.next(cur, row_scores, base, end, aligned);
@@ -1546,7 +1610,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
     }
     if constexpr (STAGED) ring.drain();  // nothing may land in the ring after this returns
     // The last checkpoint read n with no push after it: key what is raw.
-    to_keys<TAG>(buf, keyed, n, nan_largest);
+    to_keys<TAG>(buf, keyed, n, start, nan_largest);
     __syncthreads();
 }
 
