@@ -159,6 +159,9 @@ typedef unsigned long long u64;
 #ifndef FS_PUSH_WORD
 #define FS_PUSH_WORD 1  // 16-bit pushes store the whole 32-bit word; to_keys takes the half (0: the half)
 #endif
+#ifndef FS_RUN_UNROLL
+#define FS_RUN_UNROLL 1  // the fast run takes DEPTH tiles a round, ring slots as constants
+#endif
 #ifndef FS_RUN
 #define FS_RUN 1  // the row path's whole tiles under such a bound in a loop of their own (stream_range)
 #endif
@@ -1380,7 +1383,7 @@ struct Stage {
     static constexpr int NV = E::ITEMS / E::VEC;
     static constexpr int TILE = FS_BLOCK * E::ITEMS;
     static constexpr int DEPTH = FS_HOST_STAGE_BYTES / (TILE * (int)sizeof(typename E::raw));
-    static_assert(DEPTH < 2 || (DEPTH & (DEPTH - 1)) == 0, "ring slots: a power of two");
+    static_assert(DEPTH < 2 || ((DEPTH & (DEPTH - 1)) == 0 && DEPTH <= 4), "ring slots: a power of two, at most 4");
     u32 at;    // the ring's shared-window address
     u32 slot;  // the slot of the next tile to read
 
@@ -1439,6 +1442,22 @@ struct Stage {
         }
         slot = (slot + 1) & (DEPTH - 1);
     }
+    // next_whole() for a run of tiles starting at slot 0: the tile at slot
+    // S (a constant: shared addresses as immediate offsets), the tile DEPTH
+    // - 1 ahead from `ahead` (this thread's first group of it). The caller
+    // moves `slot` on.
+    template <int S>
+    __device__ __forceinline__ void next_at(uint4 (&cur)[NV], const char* ahead) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+        constexpr u32 SA = (S + DEPTH - 1) % DEPTH;
+#pragma unroll
+        for (int j = 0; j < NV; ++j) copy_async16(addr(SA, j), ahead + (size_t)j * FS_BLOCK * 16);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");
+#pragma unroll
+        for (int j = 0; j < NV; ++j) cur[j] = load_shared16(addr(S, j));
+#endif
+    }
     // next() where the row is aligned and both tiles are whole (base +
     // DEPTH * TILE <= end): no tests per group (sm_80+).
     __device__ __forceinline__ void next_whole(uint4 (&cur)[NV], const void* row, u32 base) {
@@ -1472,6 +1491,34 @@ __device__ __forceinline__ void fast_run(Stage<TAG>& ring, u64* buf, Shared& sh,
                                          u32 r, const Bound& bd, u32 cap) {
     constexpr int NV = Elem<TAG>::ITEMS / Elem<TAG>::VEC;
     constexpr int TILE = FS_BLOCK * Elem<TAG>::ITEMS;
+    constexpr int DEPTH = Stage<TAG>::DEPTH;
+    if (FS_RUN_UNROLL) {
+        // Single tiles until the ring is at slot 0, then DEPTH tiles a round
+        // with every slot a constant.
+        for (; r > 0 && ring.slot != 0; --r, base += TILE) {  // uniform
+            uint4 cur[NV];
+            ring.next_whole(cur, row_scores, base);
+            push_tile<TAG>(buf, sh, ge_mask<TAG, UNORD>(cur, bd), cur, base, cap);
+        }
+        const char* ahead = (const char*)row_scores +
+                            (size_t)(base + (u32)((DEPTH - 1) * TILE) + threadIdx.x * Elem<TAG>::VEC) *
+                                sizeof(typename Elem<TAG>::raw);
+        constexpr size_t STEP = (size_t)TILE * sizeof(typename Elem<TAG>::raw);
+        for (; r >= (u32)DEPTH; r -= DEPTH) {
+#pragma unroll
+            for (int s = 0; s < DEPTH; ++s) {
+                uint4 cur[NV];
+                // (a switch over s: next_at's slot must be a constant)
+                if (s == 0) ring.template next_at<0>(cur, ahead);
+                if (s == 1) ring.template next_at<1 % DEPTH>(cur, ahead);
+                if (s == 2) ring.template next_at<2 % DEPTH>(cur, ahead);
+                if (s == 3) ring.template next_at<3 % DEPTH>(cur, ahead);
+                push_tile<TAG>(buf, sh, ge_mask<TAG, UNORD>(cur, bd), cur, base, cap);
+                ahead += STEP;
+                base += TILE;
+            }
+        }
+    }
     for (u32 t = 0; t < r; ++t, base += TILE) {
         uint4 cur[NV];
         ring.next_whole(cur, row_scores, base);
