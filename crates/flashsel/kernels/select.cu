@@ -7,7 +7,11 @@
 //   whose unsigned order is the contract's total order (larger key first, then
 //   lower column first; docs/semantics.md). An element is pushed into the CTA's
 //   candidate buffer iff c >= lb, the running lower bound, tested as one float
-//   compare per element (Bound). Barriers come only between segments of tiles;
+//   compare per element (Bound; where every tie at lb's key passes, as under
+//   a sampled bound, one >= compare, two at a time for the 16-bit types, in a
+//   loop of its own: the fast run). A push stores the element's raw bits
+//   (the key transform runs later on whole warps: to_keys). Barriers come
+//   only between segments of tiles;
 //   an optimistic segment that overflows the buffer is streamed again. When the
 //   next tiles might not fit, the buffer is compacted: an MSD radix select
 //   (8-bit digits, 256-bin shared histogram) keeps a prefix of the largest
@@ -93,6 +97,11 @@
 //                   (set.*.bf16x2 on sm_90+, set.*.f16x2)
 //   FS_GE           1: where every tie at the bound passes (Bound::all_ties),
 //                   the fast filter is one >= compare per element (ge_mask)
+//   FS_RUN          1: the row path streams such tiles in a loop of their own
+//                   (fast_run; FS_RUN_UNROLL 1: DEPTH tiles a round, ring
+//                   slots as constants)
+//   FS_PUSH_WORD    1: 16-bit pushes store the element's whole 32-bit word,
+//                   to_keys takes its half (0: the element's bits)
 //   FS_SAMPLE_SD    the sampled bound's margin, in standard deviations of
 //                   the sample count (3; 4 until v17)
 //   FS_PREP_SAMPLE  split rows: tiles in fs_prep_*'s row-wide sample (1)
