@@ -1226,31 +1226,25 @@ __device__ __forceinline__ u32 exact_mask(const uint4 (&cur)[NV], u32 tile0, u32
 
 // Packed compares of the two 16-bit elements of w against t2 (t in both
 // halves): each half of the result is all ones where the compare holds.
-// Greater (or unordered, UNORD), and equal.
-template <int TAG, bool UNORD>
-__device__ __forceinline__ u32 packed_gt(u32 w, u32 t2) {
-    u32 d;
-    if (TAG == 16) {
-        if (UNORD) asm("set.gtu.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
-        else asm("set.gt.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
-    } else {
-        if (UNORD) asm("set.gtu.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
-        else asm("set.gt.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
+// packed_gt: greater, packed_ge: greater or equal (either one or unordered
+// with UNORD); packed_eq: equal. One body for the ordered pair, by the PTX
+// comparison's name.
+#define FS_PACKED_COMPARE(NAME, OP)                                                          \
+    template <int TAG, bool UNORD>                                                           \
+    __device__ __forceinline__ u32 NAME(u32 w, u32 t2) {                                     \
+        u32 d;                                                                               \
+        if (TAG == 16) {                                                                     \
+            if (UNORD) asm("set." OP "u.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2)); \
+            else asm("set." OP ".u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));        \
+        } else {                                                                             \
+            if (UNORD) asm("set." OP "u.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));  \
+            else asm("set." OP ".u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));         \
+        }                                                                                    \
+        return d;                                                                            \
     }
-    return d;
-}
-template <int TAG, bool UNORD>
-__device__ __forceinline__ u32 packed_ge(u32 w, u32 t2) {
-    u32 d;
-    if (TAG == 16) {
-        if (UNORD) asm("set.geu.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
-        else asm("set.ge.u32.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
-    } else {
-        if (UNORD) asm("set.geu.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
-        else asm("set.ge.u32.f16x2 %0, %1, %2;" : "=r"(d) : "r"(w), "r"(t2));
-    }
-    return d;
-}
+FS_PACKED_COMPARE(packed_gt, "gt")
+FS_PACKED_COMPARE(packed_ge, "ge")
+#undef FS_PACKED_COMPARE
 template <int TAG>
 __device__ __forceinline__ u32 packed_eq(u32 w, u32 t2) {
     u32 d;
