@@ -1446,19 +1446,18 @@ struct Stage {
         slot = (slot + 1) & (DEPTH - 1);
     }
     // next_whole() for a run of tiles starting at slot 0: the tile at slot
-    // S (a constant: shared addresses as immediate offsets), the tile DEPTH
-    // - 1 ahead from `ahead` (this thread's first group of it). The caller
-    // moves `slot` on.
-    template <int S>
-    __device__ __forceinline__ void next_at(uint4 (&cur)[NV], const char* ahead) const {
+    // s (a constant where the caller's loop is unrolled: shared addresses as
+    // immediate offsets), the tile DEPTH - 1 ahead from `ahead` (this
+    // thread's first group of it). The caller moves `slot` on.
+    __device__ __forceinline__ void next_at(uint4 (&cur)[NV], const char* ahead, u32 s) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-        constexpr u32 SA = (S + DEPTH - 1) % DEPTH;
+        const u32 SA = (s + DEPTH - 1) % DEPTH;
 #pragma unroll
         for (int j = 0; j < NV; ++j) copy_async16(addr(SA, j), ahead + (size_t)j * FS_BLOCK * 16);
         asm volatile("cp.async.commit_group;" ::: "memory");
         asm volatile("cp.async.wait_group %0;" ::"n"(DEPTH - 1) : "memory");
 #pragma unroll
-        for (int j = 0; j < NV; ++j) cur[j] = load_shared16(addr(S, j));
+        for (int j = 0; j < NV; ++j) cur[j] = load_shared16(addr(s, j));
 #endif
     }
     // next() where the row is aligned and both tiles are whole (base +
@@ -1511,11 +1510,7 @@ __device__ __forceinline__ void fast_run(Stage<TAG>& ring, u64* buf, Shared& sh,
 #pragma unroll
             for (int s = 0; s < DEPTH; ++s) {
                 uint4 cur[NV];
-                // (a switch over s: next_at's slot must be a constant)
-                if (s == 0) ring.template next_at<0>(cur, ahead);
-                if (s == 1) ring.template next_at<1 % DEPTH>(cur, ahead);
-                if (s == 2) ring.template next_at<2 % DEPTH>(cur, ahead);
-                if (s == 3) ring.template next_at<3 % DEPTH>(cur, ahead);
+                ring.next_at(cur, ahead, (u32)s);
                 push_tile<TAG>(buf, sh, ge_mask<TAG, UNORD>(cur, bd), cur, base, cap);
                 ahead += STEP;
                 base += TILE;
