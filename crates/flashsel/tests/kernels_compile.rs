@@ -36,3 +36,36 @@ fn every_variant_compiles_without_spills() {
         }
     }
 }
+
+/// The A/B switches that turn a measured mechanism off (docs/perf-log.md
+/// times each kernel beside its own switch-off build) still compile without
+/// spills: one sm_90a shared-buffer build per switch.
+#[test]
+fn each_ab_switch_compiles_without_spills() {
+    if let Err(why) = compile::nvrtc_available() {
+        assert!(std::env::var_os("FLASHSEL_REQUIRE_NVRTC").is_none(), "NVRTC required but unavailable: {why}");
+        eprintln!("skipped: {why}");
+        return;
+    }
+    for switch in [
+        "FS_STAGE=0",
+        "FS_FINISH_RING=0",
+        "FS_GE=0",
+        "FS_RUN=0",
+        "FS_RUN_UNROLL=0",
+        "FS_PUSH_WORD=0",
+        "FS_GRID_KEY32=0",
+        "FS_GRID_POLL=0",
+        "FS_GRID_SPARSE_GATHER=0",
+    ] {
+        let v = compile::Variant { defines: switch.into(), ..compile::Variant::new("sm_90a", false) };
+        let c = compile::compile(&v).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
+        for r in &c.resources {
+            assert_eq!((r.spill_stores, r.spill_loads), (0, 0), "{}: {} spills", v.name(), r.kernel);
+        }
+        let names: Vec<&str> = c.resources.iter().map(|r| r.kernel.as_str()).collect();
+        for k in SELECT_KERNELS {
+            assert!(names.contains(&k), "{}: no ptxas report for {k}", v.name());
+        }
+    }
+}
