@@ -1253,6 +1253,19 @@ __device__ __forceinline__ u32 packed_eq(u32 w, u32 t2) {
     return d;
 }
 
+// Packed masks (16-bit types): word w of 16-byte group j holds elements
+// j * 8 + 2w (low half) and j * 8 + 2w + 1 (high half); a packed compare's
+// results are kept at bits j * 8 + 2w and 16 + j * 8 + 2w (pair_bits), and
+// one fold at the end interleaves the two halves into bit = element.
+__device__ __forceinline__ constexpr u32 pair_bits(int j, int w) {
+    return (1u << (j * 8 + 2 * w)) | (1u << (16 + j * 8 + 2 * w));
+}
+template <int NV>
+__device__ __forceinline__ u32 fold_pairs(u32 acc) {
+    static_assert(NV == 1, "one fold covers 8 elements per thread");
+    return (acc & 0x55u) | ((acc >> 15) & 0xaau);
+}
+
 // bf16x2 compares need sm_90; f16x2 ones run everywhere.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define FS_PACKED_BF16 FS_PACKED
@@ -1270,24 +1283,19 @@ __device__ __forceinline__ u32 packed_eq(u32 w, u32 t2) {
 template <int TAG, bool UNORD, bool TIES, int NV>
 __device__ __forceinline__ u32 fast_mask(const uint4 (&cur)[NV], const Bound& bd, u32 tile0, bool& tie) {
     constexpr int VEC = Elem<TAG>::VEC;
-    if (TAG != 32 && !TIES && (TAG == 16 ? FS_PACKED_BF16 : FS_PACKED)) {
-        // Word w of group j holds elements j * VEC + 2w (low half) and + 2w + 1
-        // (high half); their results land at bits j * VEC + 2w and 16 + j * VEC
-        // + 2w, and one fold at the end interleaves the two halves.
-        u32 acc = 0, eq = 0;
+    if constexpr (TAG != 32 && !TIES && (TAG == 16 ? FS_PACKED_BF16 : FS_PACKED)) {
+        u32 acc = 0, eq = 0;  // see pair_bits
 #pragma unroll
         for (int j = 0; j < NV; ++j) {
 #pragma unroll
             for (int w = 0; w < 4; ++w) {
                 const u32 x = word(cur[j], w);
-                const u32 sel = (1u << (j * VEC + 2 * w)) | (1u << (16 + j * VEC + 2 * w));
-                acc |= packed_gt<TAG, UNORD>(x, bd.t2) & sel;
+                acc |= packed_gt<TAG, UNORD>(x, bd.t2) & pair_bits(j, w);
                 eq |= packed_eq<TAG>(x, bd.t2);
             }
         }
         tie |= eq != 0;
-        static_assert(TAG == 32 || NV * VEC <= 8, "one fold covers 8 elements per thread");
-        return (acc & 0x55u) | ((acc >> 15) & 0xaau);
+        return fold_pairs<NV>(acc);
     }
     const int otie = TIES ? tie_offset(bd.tie_col, tile0 + threadIdx.x * VEC) : 0;
     u32 pass = 0;
@@ -1314,18 +1322,14 @@ __device__ __forceinline__ u32 fast_mask(const uint4 (&cur)[NV], const Bound& bd
 template <int TAG, bool UNORD, int NV>
 __device__ __forceinline__ u32 ge_mask(const uint4 (&cur)[NV], const Bound& bd) {
     constexpr int VEC = Elem<TAG>::VEC;
-    if (TAG != 32 && (TAG == 16 ? FS_PACKED_BF16 : FS_PACKED)) {
-        u32 acc = 0;  // bit layout and fold as in fast_mask
+    if constexpr (TAG != 32 && (TAG == 16 ? FS_PACKED_BF16 : FS_PACKED)) {
+        u32 acc = 0;  // see pair_bits
 #pragma unroll
         for (int j = 0; j < NV; ++j) {
 #pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                const u32 sel = (1u << (j * VEC + 2 * w)) | (1u << (16 + j * VEC + 2 * w));
-                acc |= packed_ge<TAG, UNORD>(word(cur[j], w), bd.t2) & sel;
-            }
+            for (int w = 0; w < 4; ++w) acc |= packed_ge<TAG, UNORD>(word(cur[j], w), bd.t2) & pair_bits(j, w);
         }
-        static_assert(TAG == 32 || NV * VEC <= 8, "one fold covers 8 elements per thread");
-        return (acc & 0x55u) | ((acc >> 15) & 0xaau);
+        return fold_pairs<NV>(acc);
     }
     u32 pass = 0;
 #pragma unroll
@@ -1461,7 +1465,10 @@ struct Stage {
 #endif
     }
     // next() where the row is aligned and both tiles are whole (base +
-    // DEPTH * TILE <= end): no tests per group (sm_80+).
+    // DEPTH * TILE <= end): no tests per group (sm_80+). next_at's body with
+    // the slot a variable; kept apart because sharing it (or only the
+    // `ahead` pointer) changed the code generated across the kernel, which
+    // could not be measured after the ninth session's last device run.
     __device__ __forceinline__ void next_whole(uint4 (&cur)[NV], const void* row, u32 base) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
         const char* g = (const char*)row +
