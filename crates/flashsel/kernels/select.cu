@@ -168,6 +168,9 @@ typedef unsigned long long u64;
 #ifndef FS_PUSH_WORD
 #define FS_PUSH_WORD 1  // 16-bit pushes store the whole 32-bit word; to_keys takes the half (0: the half)
 #endif
+#ifndef FS_SAMPLE_RATE
+#define FS_SAMPLE_RATE 1  // a sampled range's first segment is sized for the sample's expected pushes (0: a tile's worth)
+#endif
 #ifndef FS_RUN_UNROLL
 #define FS_RUN_UNROLL 1  // the fast run takes DEPTH tiles a round, ring slots as constants
 #endif
@@ -1123,7 +1126,7 @@ __device__ __forceinline__ void restart(Shared& sh, int slot) {
 // filled from the registers: the buffer is not touched. Out of line: it runs
 // once per range and would otherwise crowd the streaming loop's registers.
 template <int TAG, int ST>
-__device__ __noinline__ void sample_lb(Shared& sh, const void* row_scores, long long start, long long end, bool aligned,
+__device__ __noinline__ u32 sample_lb(Shared& sh, const void* row_scores, long long start, long long end, bool aligned,
                                        int k, int nan_largest) {
     typedef Elem<TAG> E;
     constexpr int VEC = E::VEC;
@@ -1190,6 +1193,9 @@ __device__ __noinline__ void sample_lb(Shared& sh, const void* row_scores, long 
         sh.lb = ((lb >> 32) << 32) | low;
         sh.count = 0;
     }
+    // The pushes per tile the bound is expected to let through: j per S
+    // sampled elements, a tile being S / ST of them.
+    return (j + ST - 1) / ST;
 }
 
 // tie_col as an offset from column c0, clamped to [-1, 2^31): an element at
@@ -1545,7 +1551,7 @@ __device__ __forceinline__ void fast_run(Stage<TAG>& ring, u64* buf, Shared& sh,
 // only at checkpoints (between them it is stale-low: admits more, never fewer).
 template <int TAG, bool STAGED>
 __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_scores, u32 start,
-                                          u32 end, bool aligned, int cap, int k, int nan_largest) {
+                                          u32 end, bool aligned, int cap, int k, int nan_largest, u32 rate0) {
     typedef Elem<TAG> E;
     constexpr int NV = E::ITEMS / E::VEC;
     constexpr int TILE = FS_BLOCK * E::ITEMS;
@@ -1561,7 +1567,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
     else load_tile<TAG>(nxt, row_scores, base, end, aligned);
     u32 left = 0;  // tiles before the next checkpoint (uniform)
     u32 seg_base = start;
-    u32 seg_n = 0, rate = TILE;
+    u32 seg_n = 0, rate = rate0;  // pushes per tile: expected (a sampled bound) or TILE
     // Entries below `keyed` hold composites, those from it on raw ones (see
     // push_tile); set at the first checkpoint, before any push.
     u32 keyed = ~0u;
@@ -1672,14 +1678,14 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
 // 131,072).
 template <int TAG, bool RING>
 __device__ __forceinline__ void stream(u64* buf, Shared& sh, const void* row_scores, u32 start, u32 end,
-                                       bool aligned, const ScanParams& P) {
+                                       bool aligned, const ScanParams& P, u32 rate0) {
     if constexpr (RING && FS_STAGE && !FS_GLOBAL_BUF && Stage<TAG>::DEPTH >= 2) {
         if (P.stage) {  // uniform
-            stream_range<TAG, true>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
+            stream_range<TAG, true>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest, rate0);
             return;
         }
     }
-    stream_range<TAG, false>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest);
+    stream_range<TAG, false>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest, rate0);
 }
 
 // ---------------------------------------------------------------------------
@@ -1764,7 +1770,7 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
         // exactly, from lb = 0 (slow; needs a sample unrepresentative by over
         // FS_SAMPLE_SD standard deviations: flashsel check builds such data).
         restart(sh, 7);
-        stream<TAG, false>(buf, sh, row_scores, 0u, (u32)len, aligned, P);
+        stream<TAG, false>(buf, sh, row_scores, 0u, (u32)len, aligned, P, (u32)(FS_BLOCK * Elem<TAG>::ITEMS));
     }
     finish_row<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, P.out_idx, P.out_val, row_scores, row);
     if (tid == 0) PROF_ADD(9, PROF_CLOCK() - t_m);
@@ -1815,16 +1821,18 @@ __device__ void scan_impl(const ScanParams& P) {
             __syncthreads();
         }
         const bool eligible = !split && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
+        u32 rate0 = TILE;  // the first segment's pushes per tile, before any is measured
         if (eligible) {
-            sample_lb<TAG, 1>(sh, row_scores, start, end, aligned, P.k, P.nan_largest);
+            const u32 expected = sample_lb<TAG, 1>(sh, row_scores, start, end, aligned, P.k, P.nan_largest);
+            if (FS_SAMPLE_RATE) rate0 = expected;
             __syncthreads();
         }
-        stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P);
+        stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P, rate0);
         __syncthreads();
         const long long want = range < P.k ? range : P.k;
         if (eligible && (long long)sh.count < want) {
             restart(sh, 6);
-            stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P);
+            stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P, (u32)TILE);
         }
         const long long t_fin = PROF_CLOCK();
         if (split) {
