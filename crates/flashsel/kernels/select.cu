@@ -188,6 +188,9 @@ typedef unsigned long long u64;
 #ifndef FS_MERGE_COPY
 #define FS_MERGE_COPY 1  // split rows' last CTA: copy the candidates when they all fit (0: filter them)
 #endif
+#ifndef FS_RESCUE_SD
+#define FS_RESCUE_SD 8  // a failed sampled bound: the range again from a bound this many deviations wide (0: from lb = 0)
+#endif
 #ifndef FS_PREP_SAMPLE
 #define FS_PREP_SAMPLE 1  // split rows: tiles in fs_prep_*'s row-wide sample (2: +0.8 us on 64 x 131,072)
 #endif
@@ -1183,7 +1186,7 @@ __device__ __forceinline__ void restart(Shared& sh, int slot) {
 // once per range and would otherwise crowd the streaming loop's registers.
 template <int TAG, int ST>
 __device__ __noinline__ u32 sample_lb(Shared& sh, const void* row_scores, long long start, long long end, bool aligned,
-                                       int k, int nan_largest) {
+                                       int k, int nan_largest, float sd = (float)FS_SAMPLE_SD) {
     typedef Elem<TAG> E;
     constexpr int VEC = E::VEC;
     static_assert(ST >= 1 && ST <= 16, "eligible ranges (>= 16 tiles) hold 16 sample blocks of ST / 16 tiles");
@@ -1211,7 +1214,7 @@ __device__ __noinline__ u32 sample_lb(Shared& sh, const void* row_scores, long l
     if ((threadIdx.x & 31) == 0) atomicAdd(&sh.count, valid);
     __syncthreads();
     const float expect = (float)k * (float)S / (float)range;
-    const u32 j = (u32)(expect + (float)FS_SAMPLE_SD * sqrtf(expect) + 4.0f);
+    const u32 j = (u32)(expect + sd * sqrtf(expect) + 4.0f);
     const u32 n = sh.count;
     // The bound: the prefix a compaction of the sample to j .. j + j/4 would
     // keep (the same descent, its histograms filled from the registers).
@@ -1745,6 +1748,35 @@ __device__ __forceinline__ void stream(u64* buf, Shared& sh, const void* row_sco
     stream_range<TAG, false>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest, rate0);
 }
 
+// A sampled bound let fewer than `want` elements of [start, end) through, so
+// it may have dropped some of the top k: the buffer is emptied and the range
+// selected again, first from a fresh sample's bound with a margin of
+// FS_RESCUE_SD deviations (about twice the survivors; a cache checked the
+// same way), and from lb = 0 only if that one fails too. The cost of a
+// failure is then about one more sampled stream, not an exact stream from
+// lb = 0 that pushes and compacts most of the range. fs_prof[slot] counts
+// rescues, fs_prof[30] the ones that fell through to lb = 0. (The row path
+// does the same in scan_impl's attempt loop.)
+template <int TAG>
+__device__ __noinline__ void rescue(u64* buf, Shared& sh, const void* row_scores, long long start, long long end,
+                                    bool aligned, int cap, int k, int nan_largest, long long want, int slot) {
+    // Scalars, not the ScanParams reference: a reference passed to an
+    // out-of-line function makes the kernel copy its parameters to the stack
+    // at entry (128 bytes per thread, paid on every launch).
+    constexpr int TILE = FS_BLOCK * Elem<TAG>::ITEMS;
+    const long long range = end - start;
+    restart(sh, slot);
+    if (FS_RESCUE_SD > 0 && range >= 16LL * TILE && 8LL * k <= range) {  // uniform
+        const u32 rate = sample_lb<TAG, 1>(sh, row_scores, start, end, aligned, k, nan_largest, (float)FS_RESCUE_SD);
+        __syncthreads();
+        stream_range<TAG, false>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest, rate);
+        __syncthreads();
+        if ((long long)sh.count >= want) return;  // uniform
+        restart(sh, 30);
+    }
+    stream_range<TAG, false>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest, (u32)TILE);
+}
+
 // ---------------------------------------------------------------------------
 // Split rows, the last CTA's merge. Every CTA of a split row appends its exact
 // top-min(k, n) to the row's candidate slots (at most chunks x k: no overflow)
@@ -1822,12 +1854,11 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
     __syncthreads();
     const int len = row_length(P.lengths, row, P.cols);
     if (P.row_lb[row] != 0ull && (int)sh.count < (len < P.k ? len : P.k)) {
-        // The row's sampled bound admitted fewer than min(k, len) elements: it
-        // may have dropped some of the top k, so this CTA selects the row again,
-        // exactly, from lb = 0 (slow; needs a sample unrepresentative by over
-        // FS_SAMPLE_SD standard deviations: flashsel check builds such data).
-        restart(sh, 7);
-        stream<TAG, false>(buf, sh, row_scores, 0u, (u32)len, aligned, P, (u32)(FS_BLOCK * Elem<TAG>::ITEMS));
+        // The row's sampled bound admitted fewer than min(k, len) elements (a
+        // sample unrepresentative by over FS_SAMPLE_SD standard deviations:
+        // ~1.6e-4 of random rows; flashsel check builds such data): this CTA
+        // selects the whole row again (rescue).
+        rescue<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest, len < P.k ? len : P.k, 7);
     }
     finish_row<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, P.out_idx, P.out_val, row_scores, row);
     if (tid == 0) PROF_ADD(9, PROF_CLOCK() - t_m);
@@ -1862,8 +1893,9 @@ __device__ void scan_impl(const ScanParams& P) {
         // (fs_prep_*). A long range of a one-CTA row takes its own sample: lb
         // starts at the bound, the stream keeps about k (1 + margin) survivors
         // and rarely compacts; if fewer than min(k, range) elements pass, the
-        // range is streamed again from lb = 0 (exact either way; fs_prof[6]
-        // counts restarts).
+        // range is streamed again from a wider sampled bound, then from lb = 0
+        // (exact either way; fs_prof[6] counts restarts, fs_prof[30] those
+        // that fell through to lb = 0).
         const long long range = end - start;
         if (split) {
             if (PDL_ON) {
@@ -1877,19 +1909,27 @@ __device__ void scan_impl(const ScanParams& P) {
             if (tid == 0) sh.lb = P.row_lb[row];
             __syncthreads();
         }
-        const bool eligible = !split && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
-        u32 rate0 = TILE;  // the first segment's pushes per tile, before any is measured
-        if (eligible) {
-            const u32 expected = sample_lb<TAG, FS_ROW_SAMPLE>(sh, row_scores, start, end, aligned, P.k, P.nan_largest);
-            if (FS_SAMPLE_RATE) rate0 = expected;
-            __syncthreads();
-        }
-        stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P, rate0);
-        __syncthreads();
+        bool sampled = !split && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
         const long long want = range < P.k ? range : P.k;
-        if (eligible && (long long)sh.count < want) {
-            restart(sh, 6);
-            stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P, (u32)TILE);
+        // Attempts (one call site each for the sample and the stream: the
+        // kernel is at its register limit): the sampled bound; if it lets
+        // fewer than `want` through, a fresh sample's bound FS_RESCUE_SD
+        // deviations wide (about twice the survivors); then lb = 0.
+        float sd = (float)FS_SAMPLE_SD;
+        for (int attempt = 0;; ++attempt) {  // uniform
+            u32 rate0 = TILE;  // the first segment's pushes per tile, before any is measured
+            if (sampled) {
+                const u32 expected =
+                    sample_lb<TAG, FS_ROW_SAMPLE>(sh, row_scores, start, end, aligned, P.k, P.nan_largest, sd);
+                if (FS_SAMPLE_RATE) rate0 = expected;
+                __syncthreads();
+            }
+            stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P, rate0);
+            __syncthreads();
+            if (!sampled || (long long)sh.count >= want) break;
+            restart(sh, attempt == 0 ? 6 : 30);
+            sampled = FS_RESCUE_SD > 0 && attempt == 0;
+            sd = (float)FS_RESCUE_SD;
         }
         const long long t_fin = PROF_CLOCK();
         if (split) {

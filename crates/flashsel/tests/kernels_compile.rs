@@ -65,6 +65,7 @@ fn each_ab_switch_compiles_without_spills() {
         "FS_PUSH_WORD=0",
         "FS_SAMPLE_RATE=0",
         "FS_BUCKET_SCALE=0",
+        "FS_RESCUE_SD=0",
         "FS_GRID_KEY32=0",
         "FS_GRID_POLL=0",
         "FS_GRID_SPARSE_GATHER=0",
