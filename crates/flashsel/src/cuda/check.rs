@@ -32,6 +32,14 @@ pub enum Data {
     SampleTrap {
         period: usize,
     },
+    /// Normal, but 0.25 higher on the first 256 elements of every `period`
+    /// (again where the samplers look): a 131,072-column row's 3-sigma
+    /// bound for k 2048 then admits ~1,620 elements (too few), the rescue's
+    /// 8-sigma bound ~2,400 (enough, most rows): the rescue path that
+    /// succeeds, where SampleTrap defeats it too.
+    SampleHot {
+        period: usize,
+    },
 }
 
 pub const ALL_DATA: [Data; 9] = [
@@ -103,6 +111,7 @@ pub fn generate(d: Data, n: usize, rng: &mut Rng) -> Vec<f32> {
                     rng.normal() - 10.0
                 }
             }
+            Data::SampleHot { period } => rng.normal() + if i % period < 256 { 0.25 } else { 0.0 },
         })
         .collect()
 }
@@ -348,6 +357,11 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         cases.push(base(1, 262_144, 8192, dtype, Data::SampleTrap { period: 16_384 }));
         cases.push(base(2, 1_048_576, 2048, dtype, Data::FewValues));
     }
+    // Data whose 3-sigma sampled bound fails and whose rescue bound (8
+    // sigma) mostly holds: the row path's second attempt and the split
+    // row's rescue, without the fall to lb = 0.
+    cases.push(base(300, 131_072, 2048, DType::F32, Data::SampleHot { period: 8192 }));
+    cases.push(base(64, 131_072, 2048, DType::BF16, Data::SampleHot { period: 8192 }));
     // Large k: the global-memory buffer.
     for &data in &[Data::Normal, Data::Relu, Data::Ascending] {
         cases.push(base(2, 200_000, 20_000, DType::F32, data));
@@ -492,4 +506,42 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
         ok: true,
         detail: String::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The samplers' geometry for one 131,072-column f32 row (select.cu's
+    /// sample_lb with one tile of 512 x 8 elements): 16 blocks of 256
+    /// elements, one every 8,192 columns; the bound is sample rank
+    /// j = e + sd sqrt(e) + 4 with e = k * 4096 / cols.
+    fn row_count_above_sample_rank(row: &[f32], k: usize, sd: f64) -> usize {
+        let mut sample: Vec<f32> = (0..16).flat_map(|b| row[b * 8192..b * 8192 + 256].iter().copied()).collect();
+        sample.sort_by(|a, b| b.total_cmp(a));
+        let e = (k * sample.len()) as f64 / row.len() as f64;
+        let j = (e + sd * e.sqrt() + 4.0) as usize;
+        let bound = sample[j - 1];
+        row.iter().filter(|&&x| x >= bound).count()
+    }
+
+    /// SampleHot does what its doc says: the 3-sigma sampled bound admits
+    /// fewer than k elements of most rows, the rescue's 8-sigma bound at
+    /// least k of most (so `flashsel check` takes the rescue that succeeds).
+    #[test]
+    fn sample_hot_defeats_the_first_bound_not_the_rescue() {
+        let (rows, cols, k) = (40, 131_072, 2048);
+        let data = generate(Data::SampleHot { period: 8192 }, rows * cols, &mut Rng::new(11));
+        let (mut first_fails, mut rescue_holds) = (0, 0);
+        for row in data.chunks(cols) {
+            first_fails += (row_count_above_sample_rank(row, k, 3.0) < k) as usize;
+            rescue_holds += (row_count_above_sample_rank(row, k, 8.0) >= k) as usize;
+        }
+        assert!(first_fails >= 36, "3-sigma bound failed on {first_fails} of {rows} rows");
+        assert!(rescue_holds >= 32, "8-sigma bound held on {rescue_holds} of {rows} rows");
+        // Plain normal rows: the 3-sigma bound holds.
+        let normal = generate(Data::Normal, rows * cols, &mut Rng::new(12));
+        let held = normal.chunks(cols).filter(|r| row_count_above_sample_rank(r, k, 3.0) >= k).count();
+        assert_eq!(held, rows);
+    }
 }
