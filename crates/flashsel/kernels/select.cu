@@ -19,7 +19,8 @@
 //   Long ranges start from a sampled bound: a sample rank chosen so that clearly
 //   more than k elements are expected above it (its column scaled from the
 //   sample to the range, for plateaus of ties); if fewer pass, the range (or
-//   row) is selected again from lb = 0.
+//   row) is selected again from a wider sampled bound (FS_RESCUE_SD), and
+//   from lb = 0 if that fails too.
 //   The finish selects and sorts the top min(k, n) in one bucket-rank pass
 //   (bucket_rank; radix select + bitonic sort when the candidates do not
 //   spread out), then writes indices and values (values rebuilt from keys).
@@ -44,9 +45,9 @@
 //   - The buffer is a cache, never a decision: a compaction only raises lb to
 //     a prefix that at least k buffered composites reach, so it never rejects an
 //     element of the true top k, and it drops only elements with >= k better
-//     ones. A sampled seed is the one bound not proven by the buffer: the range
-//     (or row) is selected again from lb = 0 unless min(k, len) elements
-//     passed it.
+//     ones. A sampled seed is the one bound not proven by the buffer: unless
+//     min(k, len) elements passed it, the range (or row) is selected again
+//     (a wider sampled bound, checked the same way, then lb = 0).
 //   - capacity C >= 2k + TILE, so after a compaction (count <= (C - TILE + k)
 //     / 2) at least one tile fits: (C - count) / TILE tiles is a safe segment.
 //     Longer (optimistic) segments store nothing past C and are redone when
@@ -109,6 +110,9 @@
 //   FS_ROW_SAMPLE   tiles in a one-CTA row's sample (1; 2 measured slower)
 //   FS_BUCKET_SCALE 1: bucket-rank buckets scaled over all NB buckets (0:
 //                   power-of-two shifts; Buckets)
+//   FS_RESCUE_SD    a sampled bound that let too few through: the range
+//                   again from a fresh sample's bound this many deviations
+//                   wide (8), then from lb = 0 (0: from lb = 0 at once)
 //   FS_PREP_SAMPLE  split rows: tiles in fs_prep_*'s row-wide sample (1)
 //   FS_MERGE_COPY   split rows' last CTA copies the candidates when they fit (1)
 //   FS_NB_BITS, FS_RANK_MAX  the bucket-rank finish's bucket bits (11) and
