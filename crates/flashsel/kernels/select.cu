@@ -1172,6 +1172,15 @@ __device__ __forceinline__ void reset(Shared& sh) {
     __syncthreads();
 }
 
+// Whether a range of `range` elements is long enough for a sampled bound
+// (sample_lb's 16 blocks fit, and k is a small share of it). The one test
+// for the row path, fs_prep_*, and the rescue (plan::plan_with's `sampled`
+// is the same on the buffer width).
+template <int TAG>
+__device__ __forceinline__ bool sampling_applies(long long range, int k) {
+    return FS_SAMPLE && range >= 16LL * FS_BLOCK * Elem<TAG>::ITEMS && 8LL * k <= range;
+}
+
 // A sampled bound let fewer than min(k, len) elements through: empty the
 // buffer and drop the bound, so the caller streams its range again exactly
 // (fs_prof[slot] counts it).
@@ -1770,10 +1779,11 @@ __device__ __noinline__ void rescue(u64* buf, Shared& sh, const void* row_scores
     constexpr int TILE = FS_BLOCK * Elem<TAG>::ITEMS;
     const long long range = end - start;
     restart(sh, slot);
-    if (FS_RESCUE_SD > 0 && range >= 16LL * TILE && 8LL * k <= range) {  // uniform
+    if (FS_RESCUE_SD > 0 && sampling_applies<TAG>(range, k)) {  // uniform
         const u32 rate = sample_lb<TAG, 1>(sh, row_scores, start, end, aligned, k, nan_largest, (float)FS_RESCUE_SD);
         __syncthreads();
-        stream_range<TAG, false>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest, rate);
+        stream_range<TAG, false>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest,
+                                 FS_SAMPLE_RATE ? rate : (u32)TILE);
         __syncthreads();
         if ((long long)sh.count >= want) return;  // uniform
         restart(sh, 30);
@@ -1913,7 +1923,7 @@ __device__ void scan_impl(const ScanParams& P) {
             if (tid == 0) sh.lb = P.row_lb[row];
             __syncthreads();
         }
-        bool sampled = !split && FS_SAMPLE && range >= 16LL * TILE && 8LL * P.k <= range;
+        bool sampled = !split && sampling_applies<TAG>(range, P.k);
         const long long want = range < P.k ? range : P.k;
         // Attempts (one call site each for the sample and the stream: the
         // kernel is at its register limit): the sampled bound; if it lets
@@ -1959,8 +1969,6 @@ __device__ void scan_impl(const ScanParams& P) {
 
 template <int TAG>
 __device__ void prep_impl(const ScanParams& P) {
-    typedef Elem<TAG> E;
-    constexpr int TILE = FS_BLOCK * E::ITEMS;
     __shared__ Shared sh;
     // fs_split_* may launch now; it waits for this grid before reading.
     PDL_TRIGGER();
@@ -1969,7 +1977,7 @@ __device__ void prep_impl(const ScanParams& P) {
         const int len = row_length(P.lengths, row, P.cols);
         const void* row_scores = row_start<TAG>(P, row);
         const bool aligned = aligned16(row_scores);
-        const bool eligible = FS_SAMPLE && len >= 16LL * TILE && 8LL * P.k <= len;
+        const bool eligible = sampling_applies<TAG>(len, P.k);
         if (eligible) {
             sample_lb<TAG, FS_PREP_SAMPLE>(sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
             __syncthreads();
