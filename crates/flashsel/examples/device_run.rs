@@ -41,7 +41,7 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
         let e = CudaEngine::new(0).unwrap().with_tuning(defs, cap);
         let plan = e.plan(&spec, false).unwrap();
         let (got, mut t) = e.time_select(&view, &spec, None, 10).unwrap();
-        let prof = if defs.contains("PROFILE") { e.take_profile().unwrap() } else { vec![0; 32] };
+        let prof = if defs.contains("PROFILE") { e.take_profile().unwrap() } else { vec![0; 40] };
         t.sort_by(f64::total_cmp);
         let med = t[t.len() / 2];
         let per = |tot: u64, n: u64| if n == 0 { 0.0 } else { tot as f64 / n as f64 };
@@ -80,13 +80,16 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
         }
         if prof[20] > 0 {
             println!(
-                "GRID {rows}x{cols} k{k} {data:?} [{var}] per row (CTA 0, ns): passes {:.2} | {} ({:.0} MHz)",
+                "GRID {rows}x{cols} k{k} {data:?} [{var}] per row (CTA 0, ns): passes {:.2} (sampled: resolved {} fell back {}) | {} ({:.0} MHz)",
                 prof[21] as f64 / prof[20] as f64,
+                prof[33],
+                prof[34],
                 averages(
                     &prof,
                     20,
                     &[
                         ("load", 22),
+                        ("sample", 32),
                         ("passes: work", 23),
                         // FS_GRID_POLL (default): no pass barrier; the
                         // wait is in the histogram reads before a decision.
@@ -154,6 +157,30 @@ fn tune(bw: f64) {
             got.indices == want.indices,
             prof[6],
             prof[7],
+            e.plan(&spec, false).unwrap().path
+        );
+    }
+    // The grid path's sampled pass must fall back on its trap data
+    // (fs_prof[34]) and resolve on normal rows (fs_prof[33]).
+    for &(cols, k, trap) in &[(1usize << 20, 4096usize, 0), (1 << 20, 2048, 1), (262_144, 512, 1), (1 << 20, 2048, 2)] {
+        let data = match trap {
+            0 => check::generate(Data::GridSampleHigh { len: cols }, cols, &mut rng),
+            1 => check::generate(Data::GridSampleLow { len: cols }, cols, &mut rng),
+            _ => check::generate(Data::Normal, cols, &mut rng),
+        };
+        let view = ScoresView::new(&data, 1, cols).unwrap();
+        let spec = SelectSpec::new(1, cols, k, flashsel::DType::F32);
+        let e = CudaEngine::new(0).unwrap().with_tuning("FS_PROFILE=1", None);
+        let got = e.select_host(&view, &spec, None).unwrap();
+        let prof = e.take_profile().unwrap();
+        let want = flashsel::cpu::select(&view, &spec, None).unwrap();
+        println!(
+            "GRIDTRAP 1x{cols} k{k} data {}: ok={} sampled pass resolved {} fell back {} passes {} plan {:?}",
+            ["GridSampleHigh", "GridSampleLow", "Normal"][trap],
+            got.indices == want.indices,
+            prof[33],
+            prof[34],
+            prof[21],
             e.plan(&spec, false).unwrap().path
         );
     }

@@ -247,8 +247,10 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // 23 pass work, 24 pass barrier waits (FS_GRID_POLL=0), 25 pass decisions
 // (with FS_GRID_POLL, the histogram reads that wait for the row's CTAs),
 // 26 gather, 27 gather barrier wait, 30 staging and T, 18 placement's counts,
-// 28 its writes, 29 whole CTA; 19 whole CTA in cycles.
-__device__ unsigned long long fs_prof[32];
+// 28 its writes, 29 whole CTA; 19 whole CTA in cycles; 32 the row sample's
+// load and bound (FS_GRID_SAMPLE), 33 rows whose sampled pass resolved, 34
+// rows that fell back from it to the exact passes.
+__device__ unsigned long long fs_prof[40];
 #define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
 #define PROF_CLOCK() clock64()
 #define PROF_NS() global_ns()
@@ -2067,6 +2069,12 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_SPARSE_GATHER
 #define FS_GRID_SPARSE_GATHER 1  // the gather's warps vote only on items some lane selected (0: on all 16)
 #endif
+#ifndef FS_GRID_SAMPLE
+#define FS_GRID_SAMPLE 1  // a first pass over the keys at or above a bound from a row-wide sample (0: top digit of all)
+#endif
+#ifndef FS_GRID_SAMPLE_SD
+#define FS_GRID_SAMPLE_SD 4  // FS_GRID_SAMPLE: standard deviations of margin in the sample's rank
+#endif
 #ifndef FS_GRID_STOP
 #define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
 #endif
@@ -2088,9 +2096,11 @@ __device__ void prep_impl(const ScanParams& P) {
 #define GRID_ITEMS 16   // elements per thread in registers
 #define GRID_BINS 2048  // 11-bit digits
 #define GRID_PASSES 6   // ceil(32 / 11) key passes + ceil(31 / 11) column passes
+#define GRID_SLOTS (1 + GRID_PASSES)
+#define GRID_SAMPLE_TOPS 4  // FS_GRID_SAMPLE: at most this many sample keys a warp (else no sample)  // slot 0: the sampled pass; slot 1 + i: pass i
 // Per row: barrier counter, list counter, padding, then one histogram per pass.
 #define GRID_HDR 32
-#define GRID_STATE_WORDS (GRID_HDR + GRID_PASSES * GRID_BINS)
+#define GRID_STATE_WORDS (GRID_HDR + GRID_SLOTS * GRID_BINS)
 static_assert(FS_BLOCK == 512, "grid_crossing: one 16-byte histogram load per thread, 16 warps");
 static_assert(FS_GRID_SMALL >= 0 && FS_GRID_SMALL <= FS_HOST_GRID_SMALL, "the host sizes each row's list for k + FS_HOST_GRID_SMALL");
 static_assert(GRID_STATE_WORDS == FS_HOST_GRID_STATE_WORDS, "the host's state layout differs");
@@ -2125,7 +2135,10 @@ struct GridShared {
     u32 hist[GRID_BINS];
     u32 part[FS_WARPS];
     u32 bin, above, cnt, base, nsmall;
+    u32 scand[GRID_SAMPLE_TOPS * FS_WARPS];  // FS_GRID_SAMPLE: each warp's largest sample keys
+    u32 admitted;                             // FS_GRID_SAMPLE: the CTA's keys in the sampled pass
     u64 T;
+    u64 tally;  // FS_GRID_SAMPLE: the row's tally word as last read
     u64 small[FS_GRID_SMALL > 0 ? FS_GRID_SMALL : 1];
 };
 
@@ -2154,33 +2167,59 @@ __device__ __forceinline__ u32 ld_relaxed_u32(const u32* p) {
     asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+__device__ __forceinline__ u64 ld_relaxed_u64(const u64* p) {
+    u64 v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
 
-// The crossing bin of a global histogram of nbins (<= GRID_BINS) bins, from
-// the top: the bin b with above < r <= above + cnt, above = the count in bins
-// above b. Every thread returns the same (b, above, cnt).
-// expected == 0: the histogram is complete (a grid barrier came first).
+// The sampled pass's tally word: each CTA adds GRID_TALLY_ONE plus the keys
+// it counted, so the word says how many CTAs have added and what they
+// counted in all.
+#define GRID_TALLY_ONE (1ull << 40)
+#define GRID_NO_BIN 0xffffffffu
+
+// The crossing bin of a histogram of nbins (<= GRID_BINS) bins, from the
+// top: the bin b with above < r <= above + cnt, above = the count in bins
+// above b. Every thread returns the same (b, above, cnt); b = GRID_NO_BIN
+// where the histogram holds fewer than r.
+// SH: `hist` is the CTA's shared histogram (complete: a CTA barrier came
+// first). Else it is the row's global histogram of a pass:
+// expected == 0 and no tally: complete (a grid barrier came first).
 // expected > 0 (FS_GRID_POLL): the row's CTAs may still be adding to it; it
 // is read again until its counts add up to `expected`, the composites the
 // pass counts. Counts only grow, so a read whose total is `expected` saw
 // every bin's final count: the reads replace the pass's grid barrier.
-__device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, u32 nbins, u32 r, u32& b, u32& above,
-                                              u32& cnt, u32 expected) {
+// tally (the sampled pass, whose total no CTA knows in advance): as
+// expected > 0, with `expected` the total the tally word gives once all
+// `chunks` CTAs have added to it.
+template <bool SH>
+__device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* hist, u32 nbins, u32 r, u32& b, u32& above,
+                                              u32& cnt, u32 expected, const u64* tally = nullptr, u32 chunks = 0) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const unsigned long long t0 = expected && tid == 0 ? global_ns() : 0ull;
+    const bool poll = !SH && (expected || tally);  // uniform
+    const unsigned long long t0 = poll && tid == 0 ? global_ns() : 0ull;
+    if (tid == 0) gs.bin = GRID_NO_BIN;  // read after the loop's CTA barriers
     // Thread t holds bins nbins-1-4t .. nbins-4-4t (c[0] the highest).
     u32 c[4], s, before;
     for (;;) {  // uniform
         c[0] = c[1] = c[2] = c[3] = 0u;
+        if (!SH && tally && tid == 0) gs.tally = ld_relaxed_u64(tally);
         if (nbins >= 4) {
             if ((u32)(4 * tid) < nbins) {
-                const u32* at = ghist + nbins - 4 * (tid + 1);
-                const uint4 w = expected ? ld_relaxed_v4(at) : __ldcg((const uint4*)at);
-                c[0] = w.w, c[1] = w.z, c[2] = w.y, c[3] = w.x;
+                const u32* at = hist + nbins - 4 * (tid + 1);
+                if (SH) {
+                    c[0] = at[3], c[1] = at[2], c[2] = at[1], c[3] = at[0];
+                } else {
+                    const uint4 w = poll ? ld_relaxed_v4(at) : __ldcg((const uint4*)at);
+                    c[0] = w.w, c[1] = w.z, c[2] = w.y, c[3] = w.x;
+                }
             }
         } else if (tid == 0) {
 #pragma unroll
             for (u32 q = 0; q < 4; ++q)
-                if (q < nbins) c[q] = expected ? ld_relaxed_u32(ghist + nbins - 1 - q) : __ldcg(ghist + nbins - 1 - q);
+                if (q < nbins)
+                    c[q] = SH ? hist[nbins - 1 - q] : poll ? ld_relaxed_u32(hist + nbins - 1 - q) : __ldcg(hist + nbins - 1 - q);
         }
         s = c[0] + c[1] + c[2] + c[3];
         u32 incl = s;
@@ -2193,7 +2232,13 @@ __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, 
         __syncthreads();
         const u32 part = lane < FS_WARPS ? gs.part[lane] : 0u;
         before = __reduce_add_sync(FULL_MASK, lane < warp ? part : 0u) + incl - s;
-        if (!expected || __reduce_add_sync(FULL_MASK, part) == expected) break;
+        if (!poll) break;
+        u32 want = expected;
+        if (tally) {
+            const u64 t = gs.tally;
+            want = (u32)(t / GRID_TALLY_ONE) == chunks ? (u32)(t % GRID_TALLY_ONE) : 0xffffffffu;
+        }
+        if (__reduce_add_sync(FULL_MASK, part) == want) break;
         // The same co-residency guard as grid_barrier's.
         if (tid == 0 && global_ns() - t0 > 4000000000ull) __trap();
         if (FS_GRID_POLL_NS) __nanosleep(FS_GRID_POLL_NS);
@@ -2243,6 +2288,23 @@ __device__ void grid_impl(const ScanParams& P) {
     // The planner keeps every chunk within the registers; never drop elements.
     if (end - start > (u32)(FS_BLOCK * GRID_ITEMS)) __trap();
 
+    // The row-wide sample (FS_GRID_SAMPLE): every CTA of the row reads the
+    // same VEC elements per thread, groups spread evenly over the row, with
+    // its chunk. Rows too short for a sample of distinct groups go without.
+    // rs: the sample keys expected at or above the row's k-th, plus
+    // FS_GRID_SAMPLE_SD deviations and one; `tops` per warp cover it.
+    constexpr u32 SAMPLE = FS_BLOCK * VEC;
+    const float s_ex = (float)SAMPLE * (float)m / (float)(len > 0 ? len : 1);
+    const u32 rs = (u32)(s_ex + (float)FS_GRID_SAMPLE_SD * sqrtf(s_ex)) + 1u;
+    const u32 tops = (rs + FS_WARPS - 1) / FS_WARPS;
+    const bool sampled =
+        FS_GRID_SAMPLE && m > 0 && m < (u32)len && (u32)len >= 4u * SAMPLE && tops <= GRID_SAMPLE_TOPS;  // uniform
+    uint4 sample_vec = make_uint4(0u, 0u, 0u, 0u);
+    if (sampled) {
+        const u32 e0 = (u32)((u64)tid * (u32)len / FS_BLOCK) & ~(u32)(VEC - 1);
+        sample_vec = load_vec<TAG>(row_scores, e0, (u32)len, aligned);
+    }
+
     // Load: element i = j * VEC + q of this thread sits at
     // start + (j * FS_BLOCK + tid) * VEC + q.
     u32 key[GRID_ITEMS];
@@ -2254,7 +2316,69 @@ __device__ void grid_impl(const ScanParams& P) {
         for (int q = 0; q < VEC; ++q) key[j * VEC + q] = order_key<TAG>(unpack<TAG>(w, q), P.nan_largest);
     }
     for (u32 b = tid; b < GRID_BINS; b += FS_BLOCK) gs.hist[b] = 0u;
-    if (tid == 0) gs.nsmall = 0;
+    if (tid == 0) {
+        gs.nsmall = 0;
+        gs.admitted = 0;
+    }
+    // The sample's bound: keys >= s_lo are counted by the sampled pass, in
+    // bins of 2^s_shift keys (the last bin: everything above). s_lo is the
+    // lower edge of the top-11-bit bin holding the sample's rs-th largest
+    // key, rs the count of sample keys expected at or above the row's k-th
+    // plus FS_GRID_SAMPLE_SD deviations; s_shift puts the sample's largest
+    // key in the lower half of the bins. Every CTA computes the same pair
+    // from the same elements. Where the bound fails (the pass counts fewer
+    // than m, or the k-th falls in the last bin) the exact passes run as
+    // without a sample: the bound saves time, it never decides the result.
+    u32 s_lo = 0, s_shift = 0;
+    if (sampled) {  // uniform
+        GRID_STAMP(22);
+        // Each warp's `tops` largest sample keys (a round: the warp's
+        // largest, struck from the lane that holds it) into gs.scand; the
+        // bound is the rs-th largest of those nc = tops * FS_WARPS keys, so
+        // at least rs sample keys are at or above it, and smax the largest.
+        u32 sk[VEC];
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) sk[q] = order_key<TAG>(unpack<TAG>(sample_vec, q), P.nan_largest);
+        for (u32 t = 0; t < tops; ++t) {  // uniform
+            u32 lm = 0;
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) lm = sk[q] > lm ? sk[q] : lm;
+            const u32 wm = __reduce_max_sync(FULL_MASK, lm);
+            if (lane == __ffs(__ballot_sync(FULL_MASK, lm == wm)) - 1) {
+                bool struck = false;
+#pragma unroll
+                for (int q = 0; q < VEC; ++q) {
+                    const bool hit = !struck && sk[q] == wm;
+                    sk[q] = hit ? 0u : sk[q];  // a struck key counts as 0: it can only lower the bound
+                    struck |= hit;
+                }
+            }
+            if (lane == 0) gs.scand[t * FS_WARPS + warp] = wm;
+        }
+        __syncthreads();
+        // Rank of candidate i: those above it, and those equal before it
+        // (unique ranks): one lane holds the candidate of rank rs - 1.
+        const u32 nc = tops * FS_WARPS;
+        u32 found = 0, bound = 0;
+#pragma unroll
+        for (u32 h = 0; h < (GRID_SAMPLE_TOPS * FS_WARPS + 31) / 32; ++h) {
+            const u32 i = lane + 32u * h;
+            if (i < nc) {
+                const u32 x = gs.scand[i];
+                u32 rank = 0;
+                for (u32 j = 0; j < nc; ++j) {
+                    const u32 y = gs.scand[j];
+                    rank += (u32)(y > x) | ((u32)(y == x) & (u32)(j < i));
+                }
+                if (rank == rs - 1) found = 1, bound = x;
+            }
+        }
+        bound = __shfl_sync(FULL_MASK, bound, __ffs(__ballot_sync(FULL_MASK, found)) - 1);
+        const u32 smax = __reduce_max_sync(FULL_MASK, lane < FS_WARPS ? gs.scand[lane] : 0u);
+        const int span_bits = bit_len(smax - bound);
+        s_shift = span_bits > 10 ? (u32)(span_bits - 10) : 0u;
+        s_lo = bound & ~((1u << s_shift) - 1u);
+    }
     const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;
     const u32 mine = end > start ? end - start : 0u;  // elements of this CTA
     // Element i's offset in the chunk and grid composite.
@@ -2266,10 +2390,11 @@ __device__ void grid_impl(const ScanParams& P) {
     u32* state = P.row_count + (long long)row * GRID_STATE_WORDS;
     u32* bar = state;
     u32* list_count = state + 1;
+    u64* tally = (u64*)(state + 2);  // the sampled pass's (state is 8-byte aligned)
     u64* list = P.cand + (long long)row * (P.k + FS_HOST_GRID_SMALL);
     u32 barriers = 0;
     __syncthreads();
-    GRID_STAMP(22);
+    GRID_STAMP(sampled ? 32 : 22);  // sampled: the wait for fs_grid_init_all's zeroes counts as the sample's
     if (FS_GRID_STOP == 1) return;
 
     // SELECT: the crossing bin's lower edge `edge`, how many of it are wanted
@@ -2282,7 +2407,54 @@ __device__ void grid_impl(const ScanParams& P) {
         int hi = 32 + KW;                     // bits >= hi are decided
         u32 matching = (u32)len;              // composites the next pass counts (in the row)
         r = m;
-        for (int pass = 0;; ++pass) {
+        bool passes = true;
+        if (sampled) {  // uniform
+            // The sampled pass: this CTA's keys >= s_lo into the bins of
+            // slot 0, its count into the tally; the crossing bin once every
+            // CTA has added. A bin other than the last is a key prefix
+            // (s_lo is a multiple of 2^s_shift), so the exact passes go on
+            // below it as from any pass's crossing bin.
+            u32 counted = 0;
+#pragma unroll
+            for (int i = 0; i < GRID_ITEMS; ++i) {
+                if (GRID_OFF(i) < mine && key[i] >= s_lo) {
+                    const u32 d = (key[i] - s_lo) >> s_shift;
+                    atomicAdd(&gs.hist[d < GRID_BINS - 1u ? d : GRID_BINS - 1u], 1u);
+                    ++counted;
+                }
+            }
+            counted = __reduce_add_sync(FULL_MASK, counted);
+            if (lane == 0 && counted) atomicAdd(&gs.admitted, counted);
+            __syncthreads();
+            u32* ghist = state + GRID_HDR;
+            for (u32 b = tid; b < GRID_BINS; b += FS_BLOCK) {
+                const u32 v = gs.hist[b];
+                if (v) {
+                    atomicAdd(&ghist[b], v);
+                    gs.hist[b] = 0u;
+                }
+            }
+            // Relaxed: a reader trusts the bins only once they add up to the
+            // tally's total, so the tally needs no ordering after them.
+            if (tid == 0) atomicAdd(tally, GRID_TALLY_ONE + gs.admitted);
+            GRID_STAMP(23);
+            u32 b, above;
+            grid_crossing<false>(gs, ghist, GRID_BINS, r, b, above, cnt, 0u, tally, (u32)chunks);
+            if (b != GRID_NO_BIN && b != GRID_BINS - 1u) {  // uniform
+                r -= above;
+                matching = cnt;
+                edge = (u64)(((s_lo >> s_shift) + b) << s_shift) << 32;
+                lo_last = 32 + (int)s_shift;
+                hi = s_shift == 0 ? lbits : 32 + (int)s_shift;
+                passes = cnt != r && cnt > FS_GRID_SMALL;
+                if (prof) PROF_ADD(33, 1);
+            } else if (prof) {
+                PROF_ADD(34, 1);
+            }
+            if (prof) PROF_ADD(21, 1);
+            GRID_STAMP(25);
+        }
+        for (int pass = 0; passes; ++pass) {
             const int floor_bit = hi > 32 ? 32 : 0;
             const int lo = hi - 11 > floor_bit ? hi - 11 : floor_bit;
             const u32 nbins = 1u << (hi - lo);
@@ -2305,7 +2477,7 @@ __device__ void grid_impl(const ScanParams& P) {
                 }
             }
             __syncthreads();
-            u32* ghist = state + GRID_HDR + pass * GRID_BINS;
+            u32* ghist = state + GRID_HDR + (1 + pass) * GRID_BINS;
             for (u32 b = tid; b < nbins; b += FS_BLOCK) {
                 const u32 v = gs.hist[b];
                 if (v) {
@@ -2321,7 +2493,7 @@ __device__ void grid_impl(const ScanParams& P) {
             GRID_STAMP(24);
             if (prof) PROF_ADD(21, 1);
             u32 b, above;
-            grid_crossing(gs, ghist, nbins, r, b, above, cnt, FS_GRID_POLL ? matching : 0u);
+            grid_crossing<false>(gs, ghist, nbins, r, b, above, cnt, FS_GRID_POLL ? matching : 0u);
             matching = cnt;
             r -= above;
             edge |= (u64)b << lo;

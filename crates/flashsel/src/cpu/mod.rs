@@ -69,7 +69,7 @@
 //! few KiB of stack per tile.
 
 mod filter;
-mod key;
+pub(crate) mod key;
 mod order;
 mod stream;
 

@@ -40,6 +40,33 @@ pub enum Data {
     SampleHot {
         period: usize,
     },
+    /// Rows of `len`: 1.0 on two elements of each group the grid path's row
+    /// sample reads (the first two of `(t * len / 512)` rounded down to 4
+    /// and to 8 elements, t < 512), `x - 10` elsewhere: at most 2,048
+    /// elements reach the sample's bound, so for k 4096 the sampled pass
+    /// counts fewer than k and the exact passes must run.
+    GridSampleHigh {
+        len: usize,
+    },
+    /// Rows of `len`: normal, except that one element in 16 off the sample
+    /// groups is `1e6 + x`: the k-th falls in the sampled pass's last bin
+    /// (above the sample's range) and the exact passes must run.
+    GridSampleLow {
+        len: usize,
+    },
+}
+
+/// Whether column `pos` of a row of `len` is one of the first `first`
+/// elements of a group the grid path's row sample reads (groups of 4 or 8
+/// elements, thread t's at `t * len / 512` rounded down to the group).
+pub fn in_grid_sample(pos: usize, len: usize, first: usize) -> bool {
+    let t0 = pos * 512 / len.max(1);
+    (t0.saturating_sub(1)..=t0 + 1).filter(|&t| t < 512).any(|t| {
+        [4usize, 8].iter().any(|&v| {
+            let e0 = (t * len / 512) & !(v - 1);
+            pos >= e0 && pos < e0 + first.min(v)
+        })
+    })
 }
 
 pub const ALL_DATA: [Data; 9] = [
@@ -112,6 +139,21 @@ pub fn generate(d: Data, n: usize, rng: &mut Rng) -> Vec<f32> {
                 }
             }
             Data::SampleHot { period } => rng.normal() + if i % period < 256 { 0.25 } else { 0.0 },
+            Data::GridSampleHigh { len } => {
+                if in_grid_sample(i % len, len, 2) {
+                    1.0
+                } else {
+                    rng.normal() - 10.0
+                }
+            }
+            Data::GridSampleLow { len } => {
+                let x = rng.normal();
+                if i % 16 == 5 && !in_grid_sample(i % len, len, 8) {
+                    1e6 + x
+                } else {
+                    x
+                }
+            }
         })
         .collect()
 }
@@ -362,6 +404,15 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
     // row's rescue, without the fall to lb = 0.
     cases.push(base(300, 131_072, 2048, DType::F32, Data::SampleHot { period: 8192 }));
     cases.push(base(64, 131_072, 2048, DType::BF16, Data::SampleHot { period: 8192 }));
+    // Grid rows whose row sample misleads the sampled pass: too few keys at
+    // its bound (k 4096), or the k-th above the sample's range; the exact
+    // passes run after it. Two rows: each row's CTAs on their own tally.
+    for &dtype in &[DType::F32, DType::BF16] {
+        cases.push(base(1, 1 << 20, 4096, dtype, Data::GridSampleHigh { len: 1 << 20 }));
+        cases.push(base(2, 262_144, 2048, dtype, Data::GridSampleHigh { len: 262_144 }));
+        cases.push(base(1, 1 << 20, 2048, dtype, Data::GridSampleLow { len: 1 << 20 }));
+        cases.push(base(2, 262_144, 512, dtype, Data::GridSampleLow { len: 262_144 }));
+    }
     // Large k: the global-memory buffer.
     for &data in &[Data::Normal, Data::Relu, Data::Ascending] {
         cases.push(base(2, 200_000, 20_000, DType::F32, data));
@@ -523,6 +574,83 @@ mod tests {
         let j = (e + sd * e.sqrt() + 4.0) as usize;
         let bound = sample[j - 1];
         row.iter().filter(|&&x| x >= bound).count()
+    }
+
+    /// What the grid kernel's sampled pass (select.cu, FS_GRID_SAMPLE) does
+    /// with one f32 row, emulated: `Some(crossing bin count)` where it
+    /// resolves, `None` where it falls back to the exact passes.
+    fn grid_sampled_pass(row: &[f32], k: usize) -> Option<u32> {
+        use crate::cpu::key::{key_of_bits, nan_key};
+        let key = |x: f32| key_of_bits(x.to_bits(), DType::F32, nan_key(DType::F32, NanPolicy::Lowest));
+        let len = row.len();
+        let (block, vec, bins) = (512usize, 4usize, 2048usize);
+        let ex = (block * vec) as f32 * k as f32 / len as f32;
+        let rs = (ex + 4.0 * ex.sqrt()) as usize + 1;
+        let (warps, tops) = (block / 32, rs.div_ceil(block / 32));
+        assert!(tops <= 4, "the kernel takes no sample here");
+        // Each warp's `tops` largest sample keys (the kernel strikes them
+        // one at a time; the multiset is the same), then the rs-th largest.
+        let mut cand: Vec<u32> = (0..warps)
+            .flat_map(|w| {
+                let mut keys: Vec<u32> = (32 * w..32 * w + 32)
+                    .flat_map(|t| (0..vec).map(move |q| ((t * len / block) & !(vec - 1)) + q))
+                    .map(|i| key(row[i]))
+                    .collect();
+                keys.sort_unstable_by(|a, b| b.cmp(a));
+                keys.truncate(tops);
+                keys
+            })
+            .collect();
+        cand.sort_unstable_by(|a, b| b.cmp(a));
+        let (bound, smax) = (cand[rs - 1], cand[0]);
+        let crossing = |hist: &[u32], r: u32| {
+            let mut above = 0;
+            for b in (0..hist.len()).rev() {
+                if above < r && r <= above + hist[b] {
+                    return Some((b as u32, above, hist[b]));
+                }
+                above += hist[b];
+            }
+            None
+        };
+        let span_bits: u32 = 32 - (smax - bound).leading_zeros();
+        let shift = span_bits.saturating_sub(10);
+        let s_lo = bound & !((1u32 << shift) - 1);
+        let mut pass = vec![0u32; bins];
+        for &x in row {
+            let kx = key(x);
+            if kx >= s_lo {
+                pass[(((kx - s_lo) >> shift) as usize).min(bins - 1)] += 1;
+            }
+        }
+        match crossing(&pass, k as u32) {
+            Some((b, _, cnt)) if b != bins as u32 - 1 => Some(cnt),
+            _ => None,
+        }
+    }
+
+    /// The grid sampled pass resolves normal rows to a crossing bin of at
+    /// most GRID_SMALL keys (so the row needs no further pass), and the two
+    /// trap families make it fall back (so `flashsel check` runs the exact
+    /// passes after it).
+    #[test]
+    fn grid_sample_resolves_normal_rows_and_the_traps_fall_back() {
+        let mut rng = Rng::new(21);
+        for (len, k) in [(1usize << 20, 2048usize), (262_144, 512)] {
+            for _ in 0..4 {
+                let row = generate(Data::Normal, len, &mut rng);
+                let cnt = grid_sampled_pass(&row, k);
+                assert!(cnt.is_some_and(|c| c as u64 <= crate::plan::GRID_SMALL), "{len} k{k}: {cnt:?}");
+            }
+        }
+        let high = generate(Data::GridSampleHigh { len: 1 << 20 }, 1 << 20, &mut rng);
+        assert_eq!(grid_sampled_pass(&high, 4096), None);
+        let high = generate(Data::GridSampleHigh { len: 262_144 }, 262_144, &mut rng);
+        assert_eq!(grid_sampled_pass(&high, 2048), None);
+        for (len, k) in [(1usize << 20, 2048usize), (262_144, 512)] {
+            let low = generate(Data::GridSampleLow { len }, len, &mut rng);
+            assert_eq!(grid_sampled_pass(&low, k), None, "GridSampleLow {len} k{k}");
+        }
     }
 
     /// SampleHot does what its doc says: the 3-sigma sampled bound admits
