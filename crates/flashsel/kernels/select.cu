@@ -2289,8 +2289,11 @@ __device__ void grid_impl(const ScanParams& P) {
     if (end - start > (u32)(FS_BLOCK * GRID_ITEMS)) __trap();
 
     // The row-wide sample (FS_GRID_SAMPLE): every CTA of the row reads the
-    // same VEC elements per thread, groups spread evenly over the row, with
-    // its chunk. Rows too short for a sample of distinct groups go without.
+    // same VEC elements per thread with its chunk: 64 runs of 8 threads'
+    // elements (128 bytes each, aligned in the row), spread evenly over the
+    // row (few lines, each read by every CTA of the row). Rows too short
+    // for 64 distinct runs, or whose k needs more than GRID_SAMPLE_TOPS
+    // sample keys a warp, go without.
     // rs: the sample keys expected at or above the row's k-th, plus
     // FS_GRID_SAMPLE_SD deviations and one; `tops` per warp cover it.
     constexpr u32 SAMPLE = FS_BLOCK * VEC;
@@ -2301,8 +2304,9 @@ __device__ void grid_impl(const ScanParams& P) {
         FS_GRID_SAMPLE && m > 0 && m < (u32)len && (u32)len >= 4u * SAMPLE && tops <= GRID_SAMPLE_TOPS;  // uniform
     uint4 sample_vec = make_uint4(0u, 0u, 0u, 0u);
     if (sampled) {
-        const u32 e0 = (u32)((u64)tid * (u32)len / FS_BLOCK) & ~(u32)(VEC - 1);
-        sample_vec = load_vec<TAG>(row_scores, e0, (u32)len, aligned);
+        constexpr u32 RUNS = FS_BLOCK / 8, RUN = 8 * VEC;  // 128-byte runs
+        const u32 run0 = (u32)((u64)(tid / 8) * (u32)len / RUNS) & ~(RUN - 1u);
+        sample_vec = load_vec<TAG>(row_scores, run0 + (u32)(tid % 8) * VEC, (u32)len, aligned);
     }
 
     // Load: element i = j * VEC + q of this thread sits at
@@ -2359,7 +2363,7 @@ __device__ void grid_impl(const ScanParams& P) {
         // Rank of candidate i: those above it, and those equal before it
         // (unique ranks): one lane holds the candidate of rank rs - 1.
         const u32 nc = tops * FS_WARPS;
-        u32 found = 0, bound = 0;
+        u32 found = 0, bound = 0, next_found = 0, next = 0;
 #pragma unroll
         for (u32 h = 0; h < (GRID_SAMPLE_TOPS * FS_WARPS + 31) / 32; ++h) {
             const u32 i = lane + 32u * h;
@@ -2371,12 +2375,18 @@ __device__ void grid_impl(const ScanParams& P) {
                     rank += (u32)(y > x) | ((u32)(y == x) & (u32)(j < i));
                 }
                 if (rank == rs - 1) found = 1, bound = x;
+                if (rank == rs) next_found = 1, next = x;
             }
         }
         bound = __shfl_sync(FULL_MASK, bound, __ffs(__ballot_sync(FULL_MASK, found)) - 1);
+        const u32 next_lanes = __ballot_sync(FULL_MASK, next_found);  // none where nc == rs
+        next = next_lanes ? __shfl_sync(FULL_MASK, next, __ffs(next_lanes) - 1) : ~bound;
         const u32 smax = __reduce_max_sync(FULL_MASK, lane < FS_WARPS ? gs.scand[lane] : 0u);
+        // A plateau at the bound (the next candidate equal to it: ReLU zeros,
+        // equal rows, coarse bf16 steps) likely holds the k-th: one key a
+        // bin, so the plateau's key is decided by this pass.
         const int span_bits = bit_len(smax - bound);
-        s_shift = span_bits > 10 ? (u32)(span_bits - 10) : 0u;
+        s_shift = span_bits > 10 && next != bound ? (u32)(span_bits - 10) : 0u;
         s_lo = bound & ~((1u << s_shift) - 1u);
     }
     const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;

@@ -40,11 +40,11 @@ pub enum Data {
     SampleHot {
         period: usize,
     },
-    /// Rows of `len`: 1.0 on two elements of each group the grid path's row
-    /// sample reads (the first two of `(t * len / 512)` rounded down to 4
-    /// and to 8 elements, t < 512), `x - 10` elsewhere: at most 2,048
-    /// elements reach the sample's bound, so for k 4096 the sampled pass
-    /// counts fewer than k and the exact passes must run.
+    /// Rows of `len`: 1.0 on the first 16 elements of each run the grid
+    /// path's row sample reads (see [`in_grid_sample`]), `x - 10` elsewhere:
+    /// at most 2,048 elements reach the sample's bound, so for k 4096 (or
+    /// k 2048 where the f32 and bf16 runs coincide) the sampled pass counts
+    /// fewer than k and the exact passes must run.
     GridSampleHigh {
         len: usize,
     },
@@ -57,14 +57,15 @@ pub enum Data {
 }
 
 /// Whether column `pos` of a row of `len` is one of the first `first`
-/// elements of a group the grid path's row sample reads (groups of 4 or 8
-/// elements, thread t's at `t * len / 512` rounded down to the group).
+/// elements of a run the grid path's row sample reads (select.cu,
+/// FS_GRID_SAMPLE): 64 runs of 128 bytes (32 f32 or 64 16-bit elements),
+/// run g at `g * len / 64` rounded down to the run; both widths count.
 pub fn in_grid_sample(pos: usize, len: usize, first: usize) -> bool {
-    let t0 = pos * 512 / len.max(1);
-    (t0.saturating_sub(1)..=t0 + 1).filter(|&t| t < 512).any(|t| {
-        [4usize, 8].iter().any(|&v| {
-            let e0 = (t * len / 512) & !(v - 1);
-            pos >= e0 && pos < e0 + first.min(v)
+    let g0 = pos * 64 / len.max(1);
+    (g0.saturating_sub(1)..=g0 + 1).filter(|&g| g < 64).any(|g| {
+        [32usize, 64].iter().any(|&run| {
+            let e0 = (g * len / 64) & !(run - 1);
+            pos >= e0 && pos < e0 + first.min(run)
         })
     })
 }
@@ -140,7 +141,7 @@ pub fn generate(d: Data, n: usize, rng: &mut Rng) -> Vec<f32> {
             }
             Data::SampleHot { period } => rng.normal() + if i % period < 256 { 0.25 } else { 0.0 },
             Data::GridSampleHigh { len } => {
-                if in_grid_sample(i % len, len, 2) {
+                if in_grid_sample(i % len, len, 16) {
                     1.0
                 } else {
                     rng.normal() - 10.0
@@ -148,7 +149,7 @@ pub fn generate(d: Data, n: usize, rng: &mut Rng) -> Vec<f32> {
             }
             Data::GridSampleLow { len } => {
                 let x = rng.normal();
-                if i % 16 == 5 && !in_grid_sample(i % len, len, 8) {
+                if i % 16 == 5 && !in_grid_sample(i % len, len, 64) {
                     1e6 + x
                 } else {
                     x
@@ -577,9 +578,10 @@ mod tests {
     }
 
     /// What the grid kernel's sampled pass (select.cu, FS_GRID_SAMPLE) does
-    /// with one f32 row, emulated: `Some(crossing bin count)` where it
-    /// resolves, `None` where it falls back to the exact passes.
-    fn grid_sampled_pass(row: &[f32], k: usize) -> Option<u32> {
+    /// with one f32 row, emulated: `Some((crossing bin count, bin width in
+    /// bits))` where it resolves, `None` where it falls back to the exact
+    /// passes.
+    fn grid_sampled_pass(row: &[f32], k: usize) -> Option<(u32, u32)> {
         use crate::cpu::key::{key_of_bits, nan_key};
         let key = |x: f32| key_of_bits(x.to_bits(), DType::F32, nan_key(DType::F32, NanPolicy::Lowest));
         let len = row.len();
@@ -593,7 +595,7 @@ mod tests {
         let mut cand: Vec<u32> = (0..warps)
             .flat_map(|w| {
                 let mut keys: Vec<u32> = (32 * w..32 * w + 32)
-                    .flat_map(|t| (0..vec).map(move |q| ((t * len / block) & !(vec - 1)) + q))
+                    .flat_map(|t| (0..vec).map(move |q| ((t / 8 * len / (block / 8)) & !(8 * vec - 1)) + t % 8 * vec + q))
                     .map(|i| key(row[i]))
                     .collect();
                 keys.sort_unstable_by(|a, b| b.cmp(a));
@@ -603,6 +605,7 @@ mod tests {
             .collect();
         cand.sort_unstable_by(|a, b| b.cmp(a));
         let (bound, smax) = (cand[rs - 1], cand[0]);
+        let tied = cand.get(rs) == Some(&bound);
         let crossing = |hist: &[u32], r: u32| {
             let mut above = 0;
             for b in (0..hist.len()).rev() {
@@ -614,7 +617,7 @@ mod tests {
             None
         };
         let span_bits: u32 = 32 - (smax - bound).leading_zeros();
-        let shift = span_bits.saturating_sub(10);
+        let shift = if tied { 0 } else { span_bits.saturating_sub(10) };
         let s_lo = bound & !((1u32 << shift) - 1);
         let mut pass = vec![0u32; bins];
         for &x in row {
@@ -624,15 +627,16 @@ mod tests {
             }
         }
         match crossing(&pass, k as u32) {
-            Some((b, _, cnt)) if b != bins as u32 - 1 => Some(cnt),
+            Some((b, _, cnt)) if b != bins as u32 - 1 => Some((cnt, shift)),
             _ => None,
         }
     }
 
     /// The grid sampled pass resolves normal rows to a crossing bin of at
-    /// most GRID_SMALL keys (so the row needs no further pass), and the two
-    /// trap families make it fall back (so `flashsel check` runs the exact
-    /// passes after it).
+    /// most GRID_SMALL keys (so the row needs no further pass), decides the
+    /// key of a plateau's k-th (one key a bin: only column passes follow),
+    /// and the two trap families make it fall back (so `flashsel check`
+    /// runs the exact passes after it).
     #[test]
     fn grid_sample_resolves_normal_rows_and_the_traps_fall_back() {
         let mut rng = Rng::new(21);
@@ -640,8 +644,13 @@ mod tests {
             for _ in 0..4 {
                 let row = generate(Data::Normal, len, &mut rng);
                 let cnt = grid_sampled_pass(&row, k);
-                assert!(cnt.is_some_and(|c| c as u64 <= crate::plan::GRID_SMALL), "{len} k{k}: {cnt:?}");
+                assert!(cnt.is_some_and(|(c, _)| c as u64 <= crate::plan::GRID_SMALL), "{len} k{k}: {cnt:?}");
             }
+            let few = generate(Data::ReluFew, len, &mut rng);
+            let zeros = few.iter().filter(|&&x| x == 0.0).count() as u32;
+            assert_eq!(grid_sampled_pass(&few, k), Some((zeros, 0)), "ReluFew {len} k{k}");
+            let equal = generate(Data::AllEqual, len, &mut rng);
+            assert_eq!(grid_sampled_pass(&equal, k), Some((len as u32, 0)), "AllEqual {len} k{k}");
         }
         let high = generate(Data::GridSampleHigh { len: 1 << 20 }, 1 << 20, &mut rng);
         assert_eq!(grid_sampled_pass(&high, 4096), None);
