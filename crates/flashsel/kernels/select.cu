@@ -2075,6 +2075,12 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_SAMPLE_SD
 #define FS_GRID_SAMPLE_SD 4  // FS_GRID_SAMPLE: standard deviations of margin in the sample's rank
 #endif
+#ifndef FS_GRID_SAMPLE_RUNS
+#define FS_GRID_SAMPLE_RUNS 1  // FS_GRID_SAMPLE: 128-byte runs of 8 threads (0: one VEC group a thread, each spread)
+#endif
+#ifndef FS_GRID_PLATEAU
+#define FS_GRID_PLATEAU 1  // FS_GRID_SAMPLE: a bound tied in the sample takes one key a bin (0: as any other)
+#endif
 #ifndef FS_GRID_STOP
 #define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
 #endif
@@ -2099,7 +2105,7 @@ __device__ void prep_impl(const ScanParams& P) {
 #define GRID_SLOTS (1 + GRID_PASSES)
 #define GRID_SAMPLE_TOPS 4  // FS_GRID_SAMPLE: at most this many sample keys a warp (else no sample)  // slot 0: the sampled pass; slot 1 + i: pass i
 // Per row: barrier counter, list counter, padding, then one histogram per pass.
-#define GRID_HDR 32
+#define GRID_HDR 64  // two 128-byte lines: barrier and list counters; the sampled pass's tally
 #define GRID_STATE_WORDS (GRID_HDR + GRID_SLOTS * GRID_BINS)
 static_assert(FS_BLOCK == 512, "grid_crossing: one 16-byte histogram load per thread, 16 warps");
 static_assert(FS_GRID_SMALL >= 0 && FS_GRID_SMALL <= FS_HOST_GRID_SMALL, "the host sizes each row's list for k + FS_HOST_GRID_SMALL");
@@ -2304,9 +2310,10 @@ __device__ void grid_impl(const ScanParams& P) {
         FS_GRID_SAMPLE && m > 0 && m < (u32)len && (u32)len >= 4u * SAMPLE && tops <= GRID_SAMPLE_TOPS;  // uniform
     uint4 sample_vec = make_uint4(0u, 0u, 0u, 0u);
     if (sampled) {
-        constexpr u32 RUNS = FS_BLOCK / 8, RUN = 8 * VEC;  // 128-byte runs
-        const u32 run0 = (u32)((u64)(tid / 8) * (u32)len / RUNS) & ~(RUN - 1u);
-        sample_vec = load_vec<TAG>(row_scores, run0 + (u32)(tid % 8) * VEC, (u32)len, aligned);
+        constexpr u32 PER = FS_GRID_SAMPLE_RUNS ? 8 : 1;  // threads a run
+        constexpr u32 RUNS = FS_BLOCK / PER, RUN = PER * VEC;
+        const u32 run0 = (u32)((u64)(tid / PER) * (u32)len / RUNS) & ~(RUN - 1u);
+        sample_vec = load_vec<TAG>(row_scores, run0 + (u32)(tid % PER) * VEC, (u32)len, aligned);
     }
 
     // Load: element i = j * VEC + q of this thread sits at
@@ -2386,7 +2393,7 @@ __device__ void grid_impl(const ScanParams& P) {
         // equal rows, coarse bf16 steps) likely holds the k-th: one key a
         // bin, so the plateau's key is decided by this pass.
         const int span_bits = bit_len(smax - bound);
-        s_shift = span_bits > 10 && next != bound ? (u32)(span_bits - 10) : 0u;
+        s_shift = span_bits > 10 && (!FS_GRID_PLATEAU || next != bound) ? (u32)(span_bits - 10) : 0u;
         s_lo = bound & ~((1u << s_shift) - 1u);
     }
     const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;
@@ -2400,7 +2407,9 @@ __device__ void grid_impl(const ScanParams& P) {
     u32* state = P.row_count + (long long)row * GRID_STATE_WORDS;
     u32* bar = state;
     u32* list_count = state + 1;
-    u64* tally = (u64*)(state + 2);  // the sampled pass's (state is 8-byte aligned)
+    // The sampled pass's tally, on a line of its own: the CTAs poll it while
+    // others add to the list counter (state is 8-byte aligned).
+    u64* tally = (u64*)(state + 32);
     u64* list = P.cand + (long long)row * (P.k + FS_HOST_GRID_SMALL);
     u32 barriers = 0;
     __syncthreads();

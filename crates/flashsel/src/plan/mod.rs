@@ -84,10 +84,11 @@ pub const GRID_SMALL: u64 = 256;
 /// Grid path: the most `k^2 / ctas_per_row` (compares per CTA placing the
 /// selection) it takes.
 pub const GRID_PLACE_MAX: u64 = 1 << 17;
-/// Grid path: `u32` words of state per row (barrier, list and sampled-pass
-/// counters, a 2048-bin histogram for the sampled pass and one for each of
-/// the 6 radix passes); `GRID_STATE_WORDS` in select.cu.
-pub const GRID_STATE_WORDS: u64 = 32 + 7 * 2048;
+/// Grid path: `u32` words of state per row (barrier and list counters on
+/// one 128-byte line, the sampled pass's tally on the next, a 2048-bin
+/// histogram for the sampled pass and one for each of the 6 radix passes);
+/// `GRID_STATE_WORDS` in select.cu.
+pub const GRID_STATE_WORDS: u64 = 64 + 7 * 2048;
 /// Grid `y` limit of the CUDA launch.
 pub const MAX_GRID_Y: u32 = 65_535;
 
