@@ -582,6 +582,15 @@ mod tests {
     /// bits))` where it resolves, `None` where it falls back to the exact
     /// passes.
     fn grid_sampled_pass(row: &[f32], k: usize) -> Option<(u32, u32)> {
+        grid_sampled_pass_per(row, k, 1)
+    }
+
+    pub(super) fn grid_sampled_pass_per_pub(row: &[f32], k: usize, per: usize) -> Option<(u32, u32)> {
+        grid_sampled_pass_per(row, k, per)
+    }
+
+    /// As [`grid_sampled_pass`], with `per` threads a run (FS_GRID_SAMPLE_RUNS: 8, else 1).
+    fn grid_sampled_pass_per(row: &[f32], k: usize, per: usize) -> Option<(u32, u32)> {
         use crate::cpu::key::{key_of_bits, nan_key};
         let key = |x: f32| key_of_bits(x.to_bits(), DType::F32, nan_key(DType::F32, NanPolicy::Lowest));
         let len = row.len();
@@ -595,7 +604,7 @@ mod tests {
         let mut cand: Vec<u32> = (0..warps)
             .flat_map(|w| {
                 let mut keys: Vec<u32> = (32 * w..32 * w + 32)
-                    .flat_map(|t| (0..vec).map(move |q| ((t / 8 * len / (block / 8)) & !(8 * vec - 1)) + t % 8 * vec + q))
+                    .flat_map(|t| (0..vec).map(move |q| ((t / per * len / (block / per)) & !(per * vec - 1)) + t % per * vec + q))
                     .map(|i| key(row[i]))
                     .collect();
                 keys.sort_unstable_by(|a, b| b.cmp(a));
@@ -680,5 +689,38 @@ mod tests {
         let normal = generate(Data::Normal, rows * cols, &mut Rng::new(12));
         let held = normal.chunks(cols).filter(|r| row_count_above_sample_rank(r, k, 3.0) >= k).count();
         assert_eq!(held, rows);
+    }
+}
+#[cfg(test)]
+mod study {
+    #[test]
+    #[ignore]
+    fn study_grid_sample_geometry() {
+        use super::*;
+        let mut r5 = Rng::new(5);
+        let seed = r5.next_u64();
+        let row: Vec<f32> = {
+            let mut r = Rng::new(seed ^ 0u64.wrapping_mul(0x9e37));
+            generate(Data::Normal, 262_144, &mut r)
+        };
+        for per in [1usize, 8] {
+            eprintln!("device_run shape 0, per {per}: {:?}", tests::grid_sampled_pass_per_pub(&row, 512, per));
+        }
+        let mut rng = Rng::new(77);
+        for (len, k, n) in [(262_144usize, 512usize, 300), (1 << 20, 2048, 100)] {
+            for per in [1usize, 8] {
+                let mut cnts = Vec::new();
+                let mut fails = 0;
+                for _ in 0..n {
+                    let row = generate(Data::Normal, len, &mut rng);
+                    match tests::grid_sampled_pass_per_pub(&row, k, per) {
+                        Some((c, _)) => cnts.push(c),
+                        None => fails += 1,
+                    }
+                }
+                cnts.sort();
+                eprintln!("len {len} k {k} per {per}: fails {fails} crossing cnt p50 {} p90 {} p99 {} max {}", cnts[cnts.len()/2], cnts[cnts.len()*9/10], cnts[cnts.len()*99/100], cnts[cnts.len()-1]);
+            }
+        }
     }
 }
