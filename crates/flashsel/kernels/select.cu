@@ -2111,7 +2111,8 @@ __device__ void prep_impl(const ScanParams& P) {
 #define GRID_BINS 2048  // 11-bit digits
 #define GRID_PASSES 6   // ceil(32 / 11) key passes + ceil(31 / 11) column passes
 #define GRID_SLOTS (1 + GRID_PASSES)
-#define GRID_SAMPLE_TOPS 4  // FS_GRID_SAMPLE: at most this many sample keys a warp (else no sample)  // slot 0: the sampled pass; slot 1 + i: pass i
+#define GRID_SAMPLE_TOPS 4  // FS_GRID_SAMPLE: at most this many sample keys a warp (else no sample)
+#define GRID_SPEC_MAX_ADMITTED 4096  // FS_GRID_SPEC_LIST: the most keys a row's spec list is expected to hold  // slot 0: the sampled pass; slot 1 + i: pass i
 // Per row: barrier counter, list counter, padding, then one histogram per pass.
 #define GRID_HDR 64  // two 128-byte lines: barrier and list counters; the sampled pass's tally
 #define GRID_STATE_WORDS (GRID_HDR + GRID_SLOTS * GRID_BINS)
@@ -2358,6 +2359,7 @@ __device__ void grid_impl(const ScanParams& P) {
     // than m, or the k-th falls in the last bin) the exact passes run as
     // without a sample: the bound saves time, it never decides the result.
     u32 s_lo = 0, s_shift = 0;
+    bool spec_on = false;  // uniform: the sampled pass lists its keys (FS_GRID_SPEC_LIST)
     if (sampled) {  // uniform
         GRID_STAMP(22);
         // Each warp's `tops` largest sample keys (a round: the warp's
@@ -2410,7 +2412,14 @@ __device__ void grid_impl(const ScanParams& P) {
         // equal rows, coarse bf16 steps) likely holds the k-th: one key a
         // bin, so the plateau's key is decided by this pass.
         const int span_bits = bit_len(smax - bound);
-        s_shift = span_bits > 10 && (!FS_GRID_PLATEAU || next != bound) ? (u32)(span_bits - 10) : 0u;
+        const bool tied = FS_GRID_PLATEAU && next == bound;
+        s_shift = span_bits > 10 && !tied ? (u32)(span_bits - 10) : 0u;
+        // The spec list pays where every CTA reading all of it costs less
+        // than a gather and its barrier: the keys the bound is expected to
+        // admit (about twice rs / SAMPLE of the row: the warps' tops are
+        // looser than the sample's rs-th) at most GRID_SPEC_MAX_ADMITTED.
+        // A plateau admits it whole: no list.
+        spec_on = FS_GRID_SPEC_LIST && !tied && (u64)len * rs * 2u <= (u64)GRID_SPEC_MAX_ADMITTED * SAMPLE;
         s_lo = bound & ~((1u << s_shift) - 1u);
     }
     const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;
@@ -2460,24 +2469,21 @@ __device__ void grid_impl(const ScanParams& P) {
             // below it as from any pass's crossing bin.
             u32 adm_mask = 0;
 #pragma unroll
-            for (int i = 0; i < GRID_ITEMS; ++i) adm_mask |= (u32)(GRID_OFF(i) < mine && key[i] >= s_lo) << i;
+            for (int i = 0; i < GRID_ITEMS; ++i) {
+                if (GRID_OFF(i) < mine && key[i] >= s_lo) {
+                    const u32 d = (key[i] - s_lo) >> s_shift;
+                    atomicAdd(&gs.hist[d < GRID_BINS - 1u ? d : GRID_BINS - 1u], 1u);
+                    adm_mask |= 1u << i;
+                }
+            }
             const u32 counted = __reduce_add_sync(FULL_MASK, (u32)__popc(adm_mask));
             u32 wpos = 0;
             if (lane == 0 && counted) wpos = atomicAdd(&gs.admitted, counted);
             __syncthreads();
             // The CTA's place in the spec list: the atomic's round trip
-            // runs under the histogram and its flush (the result is stored
-            // only after them).
+            // runs under the flush (the result is stored after it).
             u32 spec_at = 0;
-            if (FS_GRID_SPEC_LIST && tid == 0) spec_at = atomicAdd(spec_count, gs.admitted);
-#pragma unroll
-            for (int i = 0; i < GRID_ITEMS; ++i) {
-                if ((adm_mask >> i) & 1u) {
-                    const u32 d = (key[i] - s_lo) >> s_shift;
-                    atomicAdd(&gs.hist[d < GRID_BINS - 1u ? d : GRID_BINS - 1u], 1u);
-                }
-            }
-            __syncthreads();
+            if (spec_on && tid == 0) spec_at = atomicAdd(spec_count, gs.admitted);
             u32* ghist = state + GRID_HDR;
             for (u32 b = tid; b < GRID_BINS; b += FS_BLOCK) {
                 const u32 v = gs.hist[b];
@@ -2486,7 +2492,7 @@ __device__ void grid_impl(const ScanParams& P) {
                     gs.hist[b] = 0u;
                 }
             }
-            if (FS_GRID_SPEC_LIST) {
+            if (spec_on) {  // uniform
                 // This CTA's counted composites into the spec list, warp by
                 // warp (entries past spec_cap are dropped: then the row
                 // gathers, the tally's total says so to every CTA).
@@ -2524,7 +2530,7 @@ __device__ void grid_impl(const ScanParams& P) {
                 hi = s_shift == 0 ? lbits : 32 + (int)s_shift;
                 passes = cnt != r && cnt > FS_GRID_SMALL;
                 spec_total = (u32)(gs.tally % GRID_TALLY_ONE);  // gs.tally: grid_crossing's last read, the final one
-                spec_stage = FS_GRID_SPEC_LIST && !passes && spec_total <= spec_cap;
+                spec_stage = spec_on && !passes && spec_total <= spec_cap;
                 if (prof) PROF_ADD(33, 1);
                 if (prof && spec_stage) PROF_ADD(35, 1);
             } else if (prof) {
