@@ -80,11 +80,10 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
         }
         if prof[20] > 0 {
             println!(
-                "GRID {rows}x{cols} k{k} {data:?} [{var}] per row (CTA 0, ns): passes {:.2} (sampled: resolved {} fell back {} spec-staged {}) | {} ({:.0} MHz)",
+                "GRID {rows}x{cols} k{k} {data:?} [{var}] per row (CTA 0, ns): passes {:.2} (sampled: resolved {} fell back {}) | {} ({:.0} MHz)",
                 prof[21] as f64 / prof[20] as f64,
                 prof[33],
                 prof[34],
-                prof[35],
                 averages(
                     &prof,
                     20,
@@ -176,12 +175,11 @@ fn tune(bw: f64) {
         let prof = e.take_profile().unwrap();
         let want = flashsel::cpu::select(&view, &spec, None).unwrap();
         println!(
-            "GRIDTRAP 1x{cols} k{k} data {}: ok={} sampled pass resolved {} fell back {} spec-staged {} passes {} plan {:?}",
+            "GRIDTRAP 1x{cols} k{k} data {}: ok={} sampled pass resolved {} fell back {} passes {} plan {:?}",
             ["GridSampleHigh", "GridSampleLow", "Normal"][trap],
             got.indices == want.indices,
             prof[33],
             prof[34],
-            prof[35],
             prof[21],
             e.plan(&spec, false).unwrap().path
         );
@@ -255,6 +253,8 @@ fn main() {
         cases.push(extra(1, 40_000, 512, Data::Normal));
         cases.push(extra(1, 70_000, 512, Data::Relu));
         cases.push(extra(1, 140_000, 512, Data::ReluFew));
+        // A grid row whose sampled pass falls back to the exact passes.
+        cases.push(extra(1, 140_000, 512, Data::GridSampleLow { len: 140_000 }));
         cases.push(extra(2, 40_000, 20_000, Data::Normal));
         // k past the grid path's: split rows, shared buffer (sampled or not).
         cases.push(extra(1, 40_000, 5000, Data::Normal));

@@ -249,8 +249,7 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // 26 gather, 27 gather barrier wait, 30 staging and T, 18 placement's counts,
 // 28 its writes, 29 whole CTA; 19 whole CTA in cycles; 32 the row sample's
 // load and bound (FS_GRID_SAMPLE), 33 rows whose sampled pass resolved, 34
-// rows that fell back from it to the exact passes, 35 rows staged from the
-// spec list (FS_GRID_SPEC_LIST).
+// rows that fell back from it to the exact passes.
 __device__ unsigned long long fs_prof[40];
 #define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
 #define PROF_CLOCK() clock64()
@@ -2082,20 +2081,13 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_PLATEAU
 #define FS_GRID_PLATEAU 1  // FS_GRID_SAMPLE: a bound tied in the sample takes one key a bin (0: as any other)
 #endif
-#ifndef FS_GRID_SPEC_LIST
-#define FS_GRID_SPEC_LIST 1  // FS_GRID_SAMPLE: the sampled pass's keys listed as it counts them; a resolving pass stages from that list, no gather (0: gather)
-#endif
-#ifndef FS_GRID_SPEC_CAP_MAX
-#define FS_GRID_SPEC_CAP_MAX 0  // tests only: the spec list holds at most this many (0: the host's size), to force its overflow
-#endif
 #ifndef FS_GRID_STOP
 #define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
 #endif
 // The host's grid layout (compile.rs passes plan::GRID_MAX_K, GRID_SMALL and
 // GRID_STATE_WORDS): the most k, the list's room past k, the state per row.
-#if !defined(FS_HOST_GRID_MAX_K) || !defined(FS_HOST_GRID_SMALL) || !defined(FS_HOST_GRID_STATE_WORDS) || \
-    !defined(FS_HOST_GRID_SPEC_MULT) || !defined(FS_HOST_GRID_SPEC_ADD)
-#error "the host passes FS_HOST_GRID_MAX_K, FS_HOST_GRID_SMALL, FS_HOST_GRID_STATE_WORDS and FS_HOST_GRID_SPEC_*"
+#if !defined(FS_HOST_GRID_MAX_K) || !defined(FS_HOST_GRID_SMALL) || !defined(FS_HOST_GRID_STATE_WORDS)
+#error "the host passes FS_HOST_GRID_MAX_K, FS_HOST_GRID_SMALL and FS_HOST_GRID_STATE_WORDS"
 #endif
 // The placement reads the staged list GRID_STEP entries a round (8 per
 // lane); the stage is padded to a multiple of it.
@@ -2111,8 +2103,7 @@ __device__ void prep_impl(const ScanParams& P) {
 #define GRID_BINS 2048  // 11-bit digits
 #define GRID_PASSES 6   // ceil(32 / 11) key passes + ceil(31 / 11) column passes
 #define GRID_SLOTS (1 + GRID_PASSES)
-#define GRID_SAMPLE_TOPS 4  // FS_GRID_SAMPLE: at most this many sample keys a warp (else no sample)
-#define GRID_SPEC_MAX_ADMITTED 4096  // FS_GRID_SPEC_LIST: the most keys a row's spec list is expected to hold  // slot 0: the sampled pass; slot 1 + i: pass i
+#define GRID_SAMPLE_TOPS 4  // FS_GRID_SAMPLE: at most this many sample keys a warp (else no sample)  // slot 0: the sampled pass; slot 1 + i: pass i
 // Per row: barrier counter, list counter, padding, then one histogram per pass.
 #define GRID_HDR 64  // two 128-byte lines: barrier and list counters; the sampled pass's tally
 #define GRID_STATE_WORDS (GRID_HDR + GRID_SLOTS * GRID_BINS)
@@ -2152,7 +2143,6 @@ struct GridShared {
     u32 bin, above, cnt, base, nsmall;
     u32 scand[GRID_SAMPLE_TOPS * FS_WARPS];  // FS_GRID_SAMPLE: each warp's largest sample keys
     u32 admitted;                             // FS_GRID_SAMPLE: the CTA's keys in the sampled pass
-    u32 spec_base;                            // FS_GRID_SPEC_LIST: the CTA's first entry in the row's spec list
     u64 T;
     u64 tally;  // FS_GRID_SAMPLE: the row's tally word as last read
     u64 small[FS_GRID_SMALL > 0 ? FS_GRID_SMALL : 1];
@@ -2177,14 +2167,6 @@ __device__ __forceinline__ uint4 ld_relaxed_v4(const u32* p) {
                  : "l"(p)
                  : "memory");
     return v;
-}
-__device__ __forceinline__ u64 ld_acquire_u64(const u64* p) {
-    u64 v;
-    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void red_release_add_u64(u64* p, u64 v) {
-    asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 __device__ __forceinline__ u32 ld_relaxed_u32(const u32* p) {
     u32 v;
@@ -2359,7 +2341,6 @@ __device__ void grid_impl(const ScanParams& P) {
     // than m, or the k-th falls in the last bin) the exact passes run as
     // without a sample: the bound saves time, it never decides the result.
     u32 s_lo = 0, s_shift = 0;
-    bool spec_on = false;  // uniform: the sampled pass lists its keys (FS_GRID_SPEC_LIST)
     if (sampled) {  // uniform
         GRID_STAMP(22);
         // Each warp's `tops` largest sample keys (a round: the warp's
@@ -2412,14 +2393,7 @@ __device__ void grid_impl(const ScanParams& P) {
         // equal rows, coarse bf16 steps) likely holds the k-th: one key a
         // bin, so the plateau's key is decided by this pass.
         const int span_bits = bit_len(smax - bound);
-        const bool tied = FS_GRID_PLATEAU && next == bound;
-        s_shift = span_bits > 10 && !tied ? (u32)(span_bits - 10) : 0u;
-        // The spec list pays where every CTA reading all of it costs less
-        // than a gather and its barrier: the keys the bound is expected to
-        // admit (about twice rs / SAMPLE of the row: the warps' tops are
-        // looser than the sample's rs-th) at most GRID_SPEC_MAX_ADMITTED.
-        // A plateau admits it whole: no list.
-        spec_on = FS_GRID_SPEC_LIST && !tied && (u64)len * rs * 2u <= (u64)GRID_SPEC_MAX_ADMITTED * SAMPLE;
+        s_shift = span_bits > 10 && (!FS_GRID_PLATEAU || next != bound) ? (u32)(span_bits - 10) : 0u;
         s_lo = bound & ~((1u << s_shift) - 1u);
     }
     const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;
@@ -2436,15 +2410,7 @@ __device__ void grid_impl(const ScanParams& P) {
     // The sampled pass's tally, on a line of its own: the CTAs poll it while
     // others add to the list counter (state is 8-byte aligned).
     u64* tally = (u64*)(state + 32);
-    u32* spec_count = state + 34;
-    // The row's list (k + GRID_SMALL), then its spec list (spec_cap): the
-    // sampled pass's keys, in the order the CTAs appended them.
-    const u32 spec_room = (u32)P.k * FS_HOST_GRID_SPEC_MULT + FS_HOST_GRID_SPEC_ADD;
-    const u32 spec_cap = FS_GRID_SPEC_CAP_MAX > 0 && FS_GRID_SPEC_CAP_MAX < spec_room ? FS_GRID_SPEC_CAP_MAX : spec_room;
-    u64* list = P.cand + (long long)row * (P.k + FS_HOST_GRID_SMALL + spec_room);
-    u64* spec = list + P.k + FS_HOST_GRID_SMALL;
-    bool spec_stage = false;  // uniform: stage from the spec list, no gather
-    u32 spec_total = 0;
+    u64* list = P.cand + (long long)row * (P.k + FS_HOST_GRID_SMALL);
     u32 barriers = 0;
     __syncthreads();
     GRID_STAMP(sampled ? 32 : 22);  // sampled: the wait for fs_grid_init_all's zeroes counts as the sample's
@@ -2467,23 +2433,18 @@ __device__ void grid_impl(const ScanParams& P) {
             // CTA has added. A bin other than the last is a key prefix
             // (s_lo is a multiple of 2^s_shift), so the exact passes go on
             // below it as from any pass's crossing bin.
-            u32 adm_mask = 0;
+            u32 counted = 0;
 #pragma unroll
             for (int i = 0; i < GRID_ITEMS; ++i) {
                 if (GRID_OFF(i) < mine && key[i] >= s_lo) {
                     const u32 d = (key[i] - s_lo) >> s_shift;
                     atomicAdd(&gs.hist[d < GRID_BINS - 1u ? d : GRID_BINS - 1u], 1u);
-                    adm_mask |= 1u << i;
+                    ++counted;
                 }
             }
-            const u32 counted = __reduce_add_sync(FULL_MASK, (u32)__popc(adm_mask));
-            u32 wpos = 0;
-            if (lane == 0 && counted) wpos = atomicAdd(&gs.admitted, counted);
+            counted = __reduce_add_sync(FULL_MASK, counted);
+            if (lane == 0 && counted) atomicAdd(&gs.admitted, counted);
             __syncthreads();
-            // The CTA's place in the spec list: the atomic's round trip
-            // runs under the flush (the result is stored after it).
-            u32 spec_at = 0;
-            if (spec_on && tid == 0) spec_at = atomicAdd(spec_count, gs.admitted);
             u32* ghist = state + GRID_HDR;
             for (u32 b = tid; b < GRID_BINS; b += FS_BLOCK) {
                 const u32 v = gs.hist[b];
@@ -2492,33 +2453,9 @@ __device__ void grid_impl(const ScanParams& P) {
                     gs.hist[b] = 0u;
                 }
             }
-            if (spec_on) {  // uniform
-                // This CTA's counted composites into the spec list, warp by
-                // warp (entries past spec_cap are dropped: then the row
-                // gathers, the tally's total says so to every CTA).
-                if (tid == 0) gs.spec_base = spec_at;
-                __syncthreads();  // gs.spec_base
-                wpos = __shfl_sync(FULL_MASK, wpos, 0) + gs.spec_base;
-                const u32 warp_adm = __reduce_or_sync(FULL_MASK, adm_mask);
-#pragma unroll
-                for (int i = 0; i < GRID_ITEMS; ++i) {
-                    if ((warp_adm >> i) & 1u) {  // uniform over the warp
-                        const bool a = (adm_mask >> i) & 1u;
-                        const u32 mask = __ballot_sync(FULL_MASK, a);
-                        const u32 at = wpos + __popc(mask & ((1u << lane) - 1u));
-                        if (a && at < spec_cap) spec[at] = GRID_G(i);
-                        wpos += __popc(mask);
-                    }
-                }
-                // Release: a CTA that stages from the spec list reads it
-                // after an acquire of the tally's final value.
-                __syncthreads();
-                if (tid == 0) red_release_add_u64(tally, GRID_TALLY_ONE + gs.admitted);
-            } else if (tid == 0) {
-                // Relaxed: a reader trusts the bins only once they add up to
-                // the tally's total, so the tally needs no ordering after them.
-                atomicAdd(tally, GRID_TALLY_ONE + gs.admitted);
-            }
+            // Relaxed: a reader trusts the bins only once they add up to the
+            // tally's total, so the tally needs no ordering after them.
+            if (tid == 0) atomicAdd(tally, GRID_TALLY_ONE + gs.admitted);
             GRID_STAMP(23);
             u32 b, above;
             grid_crossing<false>(gs, ghist, GRID_BINS, r, b, above, cnt, 0u, tally, (u32)chunks);
@@ -2529,10 +2466,7 @@ __device__ void grid_impl(const ScanParams& P) {
                 lo_last = 32 + (int)s_shift;
                 hi = s_shift == 0 ? lbits : 32 + (int)s_shift;
                 passes = cnt != r && cnt > FS_GRID_SMALL;
-                spec_total = (u32)(gs.tally % GRID_TALLY_ONE);  // gs.tally: grid_crossing's last read, the final one
-                spec_stage = spec_on && !passes && spec_total <= spec_cap;
                 if (prof) PROF_ADD(33, 1);
-                if (prof && spec_stage) PROF_ADD(35, 1);
             } else if (prof) {
                 PROF_ADD(34, 1);
             }
@@ -2592,7 +2526,6 @@ __device__ void grid_impl(const ScanParams& P) {
     }
 
     if (FS_GRID_STOP == 2) return;
-    if (!spec_stage) {  // uniform
     // GATHER: this CTA's composites >= edge into the row's list: one global
     // atomic per CTA, warp offsets from a shared counter. A warp votes only
     // on the items some lane of it selected (few: about k / chunks per CTA).
@@ -2623,13 +2556,12 @@ __device__ void grid_impl(const ScanParams& P) {
             wbase += __popc(mask);
         }
     }
+#undef GRID_G
+#undef GRID_OFF
     barriers += (u32)chunks;
     GRID_STAMP(26);
     grid_barrier(bar, barriers);
     GRID_STAMP(27);
-    }
-#undef GRID_G
-#undef GRID_OFF
     if (FS_GRID_STOP == 3) return;
 
     // STAGE the list (the bins above, then the crossing bin), then T: the
@@ -2639,51 +2571,7 @@ __device__ void grid_impl(const ScanParams& P) {
     // the placement's step. All loads first, then the stores: a guarded loop
     // would wait out one L2 round trip per iteration.
     const u32 n_pad = (n + GRID_STEP - 1) / GRID_STEP * GRID_STEP;
-    if (spec_stage) {
-        // From the spec list: its entries >= edge (exactly the n wanted), in
-        // the same order in every CTA of the row: batches of SPEC_BATCH per
-        // thread (entry j0 + u * FS_BLOCK + tid), each thread's selected
-        // entries together, threads in order.
-        constexpr int SPEC_BATCH = 8;
-        if (tid == 0) (void)ld_acquire_u64(tally);  // every CTA's spec entries, through their release adds
-        __syncthreads();
-        u32 out = 0;  // uniform
-        for (u32 j0 = 0; j0 < spec_total; j0 += FS_BLOCK * SPEC_BATCH) {
-            u64 v[SPEC_BATCH];
-            u32 sel = 0;
-#pragma unroll
-            for (int u = 0; u < SPEC_BATCH; ++u) {
-                const u32 j = j0 + (u32)(u * FS_BLOCK + tid);
-                v[u] = j < spec_total ? __ldcg(spec + j) : 0ull;
-            }
-#pragma unroll
-            for (int u = 0; u < SPEC_BATCH; ++u) {
-                const u32 j = j0 + (u32)(u * FS_BLOCK + tid);
-                sel += (u32)(j < spec_total && v[u] >= edge);
-            }
-            u32 incl = sel;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const u32 t = __shfl_up_sync(FULL_MASK, incl, o);
-                if (lane >= o) incl += t;
-            }
-            if (lane == 31) gs.part[warp] = incl;
-            __syncthreads();
-            const u32 part = lane < FS_WARPS ? gs.part[lane] : 0u;
-            u32 at = out + __reduce_add_sync(FULL_MASK, lane < warp ? part : 0u) + incl - sel;
-            out += __reduce_add_sync(FULL_MASK, part);
-#pragma unroll
-            for (int u = 0; u < SPEC_BATCH; ++u) {
-                const u32 j = j0 + (u32)(u * FS_BLOCK + tid);
-                if (j < spec_total && v[u] >= edge && at < n_pad) stage[at++] = v[u];
-            }
-            __syncthreads();  // gs.part is rewritten by the next batch
-        }
-        // The spec list holds every composite >= s_lo <= edge: exactly n
-        // of them are >= edge. Anything else is a broken invariant.
-        if (out != n) __trap();
-        for (u32 j = n + tid; j < n_pad; j += FS_BLOCK) stage[j] = 0ull;
-    } else {
+    {
         u64 v[GRID_STAGE_ROUNDS];
 #pragma unroll
         for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {

@@ -40,11 +40,11 @@ pub enum Data {
     SampleHot {
         period: usize,
     },
-    /// Rows of `len`: 1.0 on the first 16 elements of each run the grid
+    /// Rows of `len`: 1.0 on the first two elements of each group the grid
     /// path's row sample reads (see [`in_grid_sample`]), `x - 10` elsewhere:
-    /// at most 2,048 elements reach the sample's bound, so for k 4096 (or
-    /// k 2048 where the f32 and bf16 runs coincide) the sampled pass counts
-    /// fewer than k and the exact passes must run.
+    /// at most 2,048 elements reach the sample's bound (1,024 where the f32
+    /// and bf16 groups start together), so for k 4096 (k 2048 there) the
+    /// sampled pass counts fewer than k and the exact passes must run.
     GridSampleHigh {
         len: usize,
     },
@@ -57,15 +57,15 @@ pub enum Data {
 }
 
 /// Whether column `pos` of a row of `len` is one of the first `first`
-/// elements of a run the grid path's row sample reads (select.cu,
-/// FS_GRID_SAMPLE): 64 runs of 128 bytes (32 f32 or 64 16-bit elements),
-/// run g at `g * len / 64` rounded down to the run; both widths count.
+/// elements of a group the grid path's row sample reads (select.cu,
+/// FS_GRID_SAMPLE): thread t < 512 reads the 4 (f32) or 8 (16-bit)
+/// elements at `t * len / 512` rounded down to the group; both widths count.
 pub fn in_grid_sample(pos: usize, len: usize, first: usize) -> bool {
-    let g0 = pos * 64 / len.max(1);
-    (g0.saturating_sub(1)..=g0 + 1).filter(|&g| g < 64).any(|g| {
-        [32usize, 64].iter().any(|&run| {
-            let e0 = (g * len / 64) & !(run - 1);
-            pos >= e0 && pos < e0 + first.min(run)
+    let t0 = pos * 512 / len.max(1);
+    (t0.saturating_sub(1)..=t0 + 1).filter(|&t| t < 512).any(|t| {
+        [4usize, 8].iter().any(|&v| {
+            let e0 = (t * len / 512) & !(v - 1);
+            pos >= e0 && pos < e0 + first.min(v)
         })
     })
 }
@@ -141,7 +141,7 @@ pub fn generate(d: Data, n: usize, rng: &mut Rng) -> Vec<f32> {
             }
             Data::SampleHot { period } => rng.normal() + if i % period < 256 { 0.25 } else { 0.0 },
             Data::GridSampleHigh { len } => {
-                if in_grid_sample(i % len, len, 16) {
+                if in_grid_sample(i % len, len, 2) {
                     1.0
                 } else {
                     rng.normal() - 10.0
@@ -149,7 +149,7 @@ pub fn generate(d: Data, n: usize, rng: &mut Rng) -> Vec<f32> {
             }
             Data::GridSampleLow { len } => {
                 let x = rng.normal();
-                if i % 16 == 5 && !in_grid_sample(i % len, len, 64) {
+                if i % 16 == 5 && !in_grid_sample(i % len, len, 8) {
                     1e6 + x
                 } else {
                     x
@@ -582,15 +582,6 @@ mod tests {
     /// bits))` where it resolves, `None` where it falls back to the exact
     /// passes.
     fn grid_sampled_pass(row: &[f32], k: usize) -> Option<(u32, u32)> {
-        grid_sampled_pass_per(row, k, 1)
-    }
-
-    pub(super) fn grid_sampled_pass_per_pub(row: &[f32], k: usize, per: usize) -> Option<(u32, u32)> {
-        grid_sampled_pass_per(row, k, per)
-    }
-
-    /// As [`grid_sampled_pass`], with `per` threads a run (FS_GRID_SAMPLE_RUNS: 8, else 1).
-    fn grid_sampled_pass_per(row: &[f32], k: usize, per: usize) -> Option<(u32, u32)> {
         use crate::cpu::key::{key_of_bits, nan_key};
         let key = |x: f32| key_of_bits(x.to_bits(), DType::F32, nan_key(DType::F32, NanPolicy::Lowest));
         let len = row.len();
@@ -604,7 +595,7 @@ mod tests {
         let mut cand: Vec<u32> = (0..warps)
             .flat_map(|w| {
                 let mut keys: Vec<u32> = (32 * w..32 * w + 32)
-                    .flat_map(|t| (0..vec).map(move |q| ((t / per * len / (block / per)) & !(per * vec - 1)) + t % per * vec + q))
+                    .flat_map(|t| (0..vec).map(move |q| ((t * len / block) & !(vec - 1)) + q))
                     .map(|i| key(row[i]))
                     .collect();
                 keys.sort_unstable_by(|a, b| b.cmp(a));
@@ -689,38 +680,5 @@ mod tests {
         let normal = generate(Data::Normal, rows * cols, &mut Rng::new(12));
         let held = normal.chunks(cols).filter(|r| row_count_above_sample_rank(r, k, 3.0) >= k).count();
         assert_eq!(held, rows);
-    }
-}
-#[cfg(test)]
-mod study {
-    #[test]
-    #[ignore]
-    fn study_grid_sample_geometry() {
-        use super::*;
-        let mut r5 = Rng::new(5);
-        let seed = r5.next_u64();
-        let row: Vec<f32> = {
-            let mut r = Rng::new(seed ^ 0u64.wrapping_mul(0x9e37));
-            generate(Data::Normal, 262_144, &mut r)
-        };
-        for per in [1usize, 8] {
-            eprintln!("device_run shape 0, per {per}: {:?}", tests::grid_sampled_pass_per_pub(&row, 512, per));
-        }
-        let mut rng = Rng::new(77);
-        for (len, k, n) in [(262_144usize, 512usize, 300), (1 << 20, 2048, 100)] {
-            for per in [1usize, 8] {
-                let mut cnts = Vec::new();
-                let mut fails = 0;
-                for _ in 0..n {
-                    let row = generate(Data::Normal, len, &mut rng);
-                    match tests::grid_sampled_pass_per_pub(&row, k, per) {
-                        Some((c, _)) => cnts.push(c),
-                        None => fails += 1,
-                    }
-                }
-                cnts.sort();
-                eprintln!("len {len} k {k} per {per}: fails {fails} crossing cnt p50 {} p90 {} p99 {} max {}", cnts[cnts.len()/2], cnts[cnts.len()*9/10], cnts[cnts.len()*99/100], cnts[cnts.len()-1]);
-            }
-        }
     }
 }

@@ -101,8 +101,6 @@ impl Variant {
             format!("-DFS_HOST_GRID_MAX_K={}", crate::plan::GRID_MAX_K),
             format!("-DFS_HOST_GRID_SMALL={}", crate::plan::GRID_SMALL),
             format!("-DFS_HOST_GRID_STATE_WORDS={}", crate::plan::GRID_STATE_WORDS),
-            format!("-DFS_HOST_GRID_SPEC_MULT={}", crate::plan::GRID_SPEC_MULT),
-            format!("-DFS_HOST_GRID_SPEC_ADD={}", crate::plan::GRID_SPEC_ADD),
             format!("-DFS_HOST_STAGE_BYTES={}", crate::plan::STAGE_BYTES),
         ];
         o.extend(extra);

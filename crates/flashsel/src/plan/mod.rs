@@ -89,18 +89,6 @@ pub const GRID_PLACE_MAX: u64 = 1 << 17;
 /// histogram for the sampled pass and one for each of the 6 radix passes);
 /// `GRID_STATE_WORDS` in select.cu.
 pub const GRID_STATE_WORDS: u64 = 64 + 7 * 2048;
-/// Grid path: each row's spec list (the sampled pass's keys, staged from
-/// where that pass resolves the row) holds `GRID_SPEC_MULT * k +
-/// GRID_SPEC_ADD` composites; a row that counts more gathers instead.
-/// `FS_HOST_GRID_SPEC_*` in select.cu.
-pub const GRID_SPEC_MULT: u64 = 8;
-/// See [`GRID_SPEC_MULT`].
-pub const GRID_SPEC_ADD: u64 = 8192;
-/// Composites of one grid row's lists: the list (`k + GRID_SMALL`), then
-/// the spec list.
-pub fn grid_list_entries(k: u64) -> u64 {
-    k + GRID_SMALL + GRID_SPEC_MULT * k + GRID_SPEC_ADD
-}
 /// Grid `y` limit of the CUDA launch.
 pub const MAX_GRID_Y: u32 = 65_535;
 
@@ -190,9 +178,8 @@ pub struct Layout {
 /// The per-row regions of a grid plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GridLayout {
-    /// `rows x grid_list_entries(k)` composites (`u64`): per row, the list
-    /// (`k + GRID_SMALL`: the bins above the crossing bin and the crossing
-    /// bin), then the spec list.
+    /// `rows x (k + GRID_SMALL)` composites (`u64`): the bins above the
+    /// crossing bin and the crossing bin.
     pub list: u64,
     /// `rows x GRID_STATE_WORDS` `u32` words, zeroed by each run.
     pub state: u64,
@@ -404,7 +391,7 @@ pub fn grid_smem_bytes(k: u64) -> u32 {
 
 fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {
     let list = 0;
-    let state = align(rows * grid_list_entries(k) * 8);
+    let state = align(rows * (k + GRID_SMALL) * 8);
     let state_bytes = rows * GRID_STATE_WORDS * 4;
     Plan {
         path: Path::Grid,

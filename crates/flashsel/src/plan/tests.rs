@@ -79,7 +79,7 @@ fn grid_path_boundaries() {
         let g = pl.layout.grid.unwrap();
         assert_eq!(g.list % 256, 0);
         assert_eq!(g.state % 256, 0);
-        assert!(g.state >= rows as u64 * super::grid_list_entries(256) * 8);
+        assert!(g.state >= rows as u64 * (256 + GRID_SMALL) * 8);
         assert_eq!(g.state_bytes, rows as u64 * GRID_STATE_WORDS * 4);
         assert!(pl.workspace_bytes >= g.state + g.state_bytes);
         assert_eq!(pl.smem_bytes, (256 + GRID_SMALL as u32) * 8);
