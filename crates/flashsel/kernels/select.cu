@@ -36,8 +36,10 @@
 //                 fit its buffer, else the same filter) and writes the row.
 //     fs_grid_init_all, fs_grid_*   few rows whose chunks fit the registers:
 //                 the row's CTAs (one cooperative launch) radix-select the
-//                 row together over a global histogram per pass, then place
-//                 the selection by counting (its own header, below).
+//                 row together over a global histogram per pass (the first
+//                 over the keys above a bound all of them take from the same
+//                 row-wide sample), then place the selection by counting
+//                 (its own header, below).
 //
 // INVARIANTS
 //   - Composites are unique within a row (the column is in the low word), so the
@@ -141,6 +143,15 @@
 //                   add up (1), instead of a grid barrier and one read (0)
 //   FS_GRID_SPARSE_GATHER  grid rows: the gather's warps vote only on the
 //                   items some lane selected (1; 0: on every item)
+//   FS_GRID_SAMPLE  grid rows: a first pass over the keys at or above a
+//                   bound from a row-wide sample, in bins fitted to the
+//                   sample's range (1; 0: the passes from the top digit)
+//   FS_GRID_SAMPLE_SD  its margin in deviations of the sample count (4)
+//   FS_GRID_SAMPLE_RUNS  its sample: one VEC group a thread spread over the
+//                   row (0), or 128-byte runs of 8 threads (1: measured slower)
+//   FS_GRID_PLATEAU 1: a bound tied in the sample takes one key a bin, so
+//                   a plateau's key is decided by the sampled pass (0: bins
+//                   fitted to the range as always)
 //   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
 
 typedef unsigned int u32;
@@ -2000,7 +2011,10 @@ __device__ void prep_impl(const ScanParams& P) {
 // registers (<= FS_BLOCK * GRID_ITEMS elements).
 //
 // ALGORITHM
-//   Every CTA loads its chunk once, into registers, as order keys. The row's
+//   Every CTA loads its chunk once, into registers, as order keys, and with
+//   it the row-wide sample: the same VEC elements per thread in every CTA of
+//   the row (FS_GRID_SAMPLE; rows of at least 4 x 512 x VEC elements whose
+//   k needs at most GRID_SAMPLE_TOPS sample keys a warp). The row's
 //   CTAs then run an exact MSD radix select together on the grid composite
 //       g = key << 32 | (len - 1 - column)
 //   (the contract's order: larger key, then lower column; the low word needs
@@ -2017,6 +2031,21 @@ __device__ void prep_impl(const ScanParams& P) {
 //   when that bin is wanted whole or holds at most GRID_SMALL composites
 //   (random f32 rows: 2 passes; the last possible pass has one-composite
 //   bins, so the loop ends: at most 6).
+//   The sampled pass, where a row has its sample, comes first: each CTA
+//   takes its warps' largest sample keys (a warp's top `tops`), and the
+//   rs-th largest of those, rs = the sample keys expected at or above the
+//   k-th plus FS_GRID_SAMPLE_SD deviations, is the bound s_lo: at least rs
+//   sample keys reach it. Bins of 2^s_shift keys from s_lo (s_lo a multiple
+//   of it; the sample's largest key in the lower half of the 2048 bins; the
+//   last bin takes everything above) count the keys >= s_lo, and a tally
+//   word (CTAs added, keys counted) tells the readers the total to wait
+//   for. A crossing bin other than the last is a key prefix, so the passes
+//   go on below it as below any pass's crossing bin (random f32 rows: none
+//   needed, the bin holds ~3-30 keys). Fewer than m counted, or the k-th
+//   in the last bin: the bound missed, and the passes run from the top as
+//   without a sample (the histograms have a slot each). A bound tied in the
+//   sample (a plateau: ReLU zeros, equal rows) takes one key a bin, so the
+//   plateau's key is decided by this pass and only column passes follow.
 //   Gather: each CTA appends its composites at or above the crossing bin's
 //   lower edge to the row's list (<= k - 1 + GRID_SMALL entries: the bins
 //   above, then the crossing bin), one global atomic per CTA; one more
@@ -2038,8 +2067,14 @@ __device__ void prep_impl(const ScanParams& P) {
 //     histogram (read only once complete: its total is the count of
 //     composites the pass counts, and no bin exceeds its final count);
 //     barrier and loop bounds are uniform over the row's CTAs.
-//   - Global state (barrier and list counters, one histogram per pass) is
-//     zeroed by fs_grid_init_all before each run, never assumed; a barrier
+//   - The sample's bound decides nothing: every CTA computes the same s_lo
+//     and s_shift from the same elements, and the crossing bin it yields
+//     is the exact one whenever the pass counts at least m keys and the
+//     k-th is not in the last bin; otherwise the exact passes run from the
+//     top. The tally is read with the histogram: once every CTA has added,
+//     the bins are trusted only when they add up to its total.
+//   - Global state (barrier and list counters, the tally, one histogram per
+//     pass) is zeroed by fs_grid_init_all before each run, never assumed; a barrier
 //     or histogram read that waits over 4 s traps rather than hangs
 //     (co-residency broken).
 //   - The shared histogram is all zero at the start of every pass: the CTA
@@ -2047,7 +2082,10 @@ __device__ void prep_impl(const ScanParams& P) {
 //     them to the global histogram.
 //
 // COST
-//   Reads: each score once (+ one read per selected zero or NaN value). Per pass: a
+//   Reads: each score once (+ one read per selected zero or NaN value), and
+//   the sample (512 x 16 bytes) by every CTA of the row. The sampled pass:
+//   a warp max and one CTA barrier for the bound, then a histogram of the
+//   keys >= s_lo (about 1% of the row). Per pass: a
 //   shared histogram over the CTA's matching composites, <= 2048 global
 //   atomics per CTA, reads of the global histogram (one 16-byte load per
 //   thread each) until it is complete. Then one atomic and one
