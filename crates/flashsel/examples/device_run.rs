@@ -89,13 +89,16 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
                     20,
                     &[
                         ("load", 22),
-                        ("sample", 32),
+                        ("sample loads", 36),
+                        ("bound", 37),
+                        ("PDL wait", 32),
                         ("passes: work", 23),
                         // FS_GRID_POLL (default): no pass barrier; the
                         // wait is in the histogram reads before a decision.
                         ("barrier", 24),
                         ("reads + decide", 25),
-                        ("gather", 26),
+                        ("gather: count + atomic", 38),
+                        ("gather: writes", 26),
                         ("barrier", 27),
                         ("stage", 30),
                         ("place: count", 18),

@@ -260,7 +260,9 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // 26 gather, 27 gather barrier wait, 30 staging and T, 18 placement's counts,
 // 28 its writes, 29 whole CTA; 19 whole CTA in cycles; 32 the row sample's
 // load and bound (FS_GRID_SAMPLE), 33 rows whose sampled pass resolved, 34
-// rows that fell back from it to the exact passes.
+// rows that fell back from it to the exact passes; 36 the sample's loads
+// (thread 0's), 37 its bound, then 32 holds the PDL wait only; 38 the
+// gather's list atomic (26 then holds its writes).
 __device__ unsigned long long fs_prof[40];
 #define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
 #define PROF_CLOCK() clock64()
@@ -2388,6 +2390,8 @@ __device__ void grid_impl(const ScanParams& P) {
         u32 sk[VEC];
 #pragma unroll
         for (int q = 0; q < VEC; ++q) sk[q] = order_key<TAG>(unpack<TAG>(sample_vec, q), P.nan_largest);
+        if (prof && sk[0] == 0x5eed5eedu) PROF_ADD(39, 1);  // FS_PROFILE: the stamp waits for the sample's loads
+        GRID_STAMP(36);
         for (u32 t = 0; t < tops; ++t) {  // uniform
             u32 lm = 0;
 #pragma unroll
@@ -2433,6 +2437,7 @@ __device__ void grid_impl(const ScanParams& P) {
         const int span_bits = bit_len(smax - bound);
         s_shift = span_bits > 10 && (!FS_GRID_PLATEAU || next != bound) ? (u32)(span_bits - 10) : 0u;
         s_lo = bound & ~((1u << s_shift) - 1u);
+        GRID_STAMP(37);
     }
     const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;
     const u32 mine = end > start ? end - start : 0u;  // elements of this CTA
@@ -2584,6 +2589,7 @@ __device__ void grid_impl(const ScanParams& P) {
     __syncthreads();
     if (tid == 0 && gs.nsmall) gs.base = atomicAdd(list_count, gs.nsmall);
     __syncthreads();
+    GRID_STAMP(38);
     wbase = __shfl_sync(FULL_MASK, wbase, 0) + gs.base;
 #pragma unroll
     for (int i = 0; i < GRID_ITEMS; ++i) {
