@@ -2142,9 +2142,10 @@ __device__ void prep_impl(const ScanParams& P) {
 #define GRID_ITEMS 16   // elements per thread in registers
 #define GRID_BINS 2048  // 11-bit digits
 #define GRID_PASSES 6   // ceil(32 / 11) key passes + ceil(31 / 11) column passes
-#define GRID_SLOTS (1 + GRID_PASSES)
-#define GRID_SAMPLE_TOPS 4  // FS_GRID_SAMPLE: at most this many sample keys a warp (else no sample)  // slot 0: the sampled pass; slot 1 + i: pass i
-// Per row: barrier counter, list counter, padding, then one histogram per pass.
+#define GRID_SLOTS (1 + GRID_PASSES)  // histograms: slot 0 the sampled pass's, slot 1 + i pass i's
+#define GRID_SAMPLE_TOPS 4  // FS_GRID_SAMPLE: at most this many sample keys a warp (else no sample)
+// Per row: barrier and list counters (line 0), the sampled pass's tally
+// (line 1), then GRID_SLOTS histograms.
 #define GRID_HDR 64  // two 128-byte lines: barrier and list counters; the sampled pass's tally
 #define GRID_STATE_WORDS (GRID_HDR + GRID_SLOTS * GRID_BINS)
 static_assert(FS_BLOCK == 512, "grid_crossing: one 16-byte histogram load per thread, 16 warps");
@@ -2335,11 +2336,11 @@ __device__ void grid_impl(const ScanParams& P) {
     if (end - start > (u32)(FS_BLOCK * GRID_ITEMS)) __trap();
 
     // The row-wide sample (FS_GRID_SAMPLE): every CTA of the row reads the
-    // same VEC elements per thread with its chunk: 64 runs of 8 threads'
-    // elements (128 bytes each, aligned in the row), spread evenly over the
-    // row (few lines, each read by every CTA of the row). Rows too short
-    // for 64 distinct runs, or whose k needs more than GRID_SAMPLE_TOPS
-    // sample keys a warp, go without.
+    // same VEC elements per thread with its chunk, thread t's at t * len /
+    // FS_BLOCK rounded down to VEC (FS_GRID_SAMPLE_RUNS=1: 128-byte runs of
+    // 8 threads instead, measured slower). Rows too short for distinct
+    // groups, or whose k needs more than GRID_SAMPLE_TOPS sample keys a
+    // warp, go without.
     // rs: the sample keys expected at or above the row's k-th, plus
     // FS_GRID_SAMPLE_SD deviations and one; `tops` per warp cover it.
     constexpr u32 SAMPLE = FS_BLOCK * VEC;
@@ -2372,14 +2373,13 @@ __device__ void grid_impl(const ScanParams& P) {
         gs.admitted = 0;
     }
     // The sample's bound: keys >= s_lo are counted by the sampled pass, in
-    // bins of 2^s_shift keys (the last bin: everything above). s_lo is the
-    // lower edge of the top-11-bit bin holding the sample's rs-th largest
-    // key, rs the count of sample keys expected at or above the row's k-th
-    // plus FS_GRID_SAMPLE_SD deviations; s_shift puts the sample's largest
-    // key in the lower half of the bins. Every CTA computes the same pair
-    // from the same elements. Where the bound fails (the pass counts fewer
-    // than m, or the k-th falls in the last bin) the exact passes run as
-    // without a sample: the bound saves time, it never decides the result.
+    // bins of 2^s_shift keys (the last bin: everything above). s_lo is a
+    // key that at least rs sample keys reach (below), rounded down to a
+    // multiple of 2^s_shift; s_shift puts the sample's largest key in the
+    // lower half of the bins (0 at a plateau). Every CTA computes the same
+    // pair from the same elements. Where the bound fails (the pass counts
+    // fewer than m, or the k-th falls in the last bin) the exact passes run
+    // as without a sample: the bound saves time, it never decides the result.
     u32 s_lo = 0, s_shift = 0;
     if (sampled) {  // uniform
         GRID_STAMP(22);
@@ -2456,7 +2456,7 @@ __device__ void grid_impl(const ScanParams& P) {
     u64* list = P.cand + (long long)row * (P.k + FS_HOST_GRID_SMALL);
     u32 barriers = 0;
     __syncthreads();
-    GRID_STAMP(sampled ? 32 : 22);  // sampled: the wait for fs_grid_init_all's zeroes counts as the sample's
+    GRID_STAMP(sampled ? 32 : 22);  // sampled: 32 holds the wait for fs_grid_init_all's zeroes
     if (FS_GRID_STOP == 1) return;
 
     // SELECT: the crossing bin's lower edge `edge`, how many of it are wanted
