@@ -578,14 +578,21 @@ mod tests {
     }
 
     /// What the grid kernel's sampled pass (select.cu, FS_GRID_SAMPLE) does
-    /// with one f32 row, emulated: `Some((crossing bin count, bin width in
+    /// with one row of `dtype`, emulated: `Some((crossing bin count, bin width in
     /// bits))` where it resolves, `None` where it falls back to the exact
     /// passes.
-    fn grid_sampled_pass(row: &[f32], k: usize) -> Option<(u32, u32)> {
+    fn grid_sampled_pass(row: &[f32], k: usize, dtype: DType) -> Option<(u32, u32)> {
         use crate::cpu::key::{key_of_bits, nan_key};
-        let key = |x: f32| key_of_bits(x.to_bits(), DType::F32, nan_key(DType::F32, NanPolicy::Lowest));
+        let bits = |x: f32| match dtype {
+            DType::F32 => x.to_bits(),
+            DType::BF16 => bf16::from_f32(x).to_bits() as u32,
+            DType::F16 => f16::from_f32(x).to_bits() as u32,
+        };
+        let key = |x: f32| key_of_bits(bits(x), dtype, nan_key(dtype, NanPolicy::Lowest));
         let len = row.len();
-        let (block, vec, bins) = (512usize, 4usize, 2048usize);
+        // Elements a thread's 16-byte sample load holds.
+        let vec = if dtype == DType::F32 { 4usize } else { 8 };
+        let (block, bins) = (512usize, 2048usize);
         let ex = (block * vec) as f32 * k as f32 / len as f32;
         let rs = (ex + 4.0 * ex.sqrt()) as usize + 1;
         let (warps, tops) = (block / 32, rs.div_ceil(block / 32));
@@ -640,25 +647,31 @@ mod tests {
     #[test]
     fn grid_sample_resolves_normal_rows_and_the_traps_fall_back() {
         let mut rng = Rng::new(21);
-        for (len, k) in [(1usize << 20, 2048usize), (262_144, 512)] {
-            for _ in 0..4 {
-                let row = generate(Data::Normal, len, &mut rng);
-                let cnt = grid_sampled_pass(&row, k);
-                assert!(cnt.is_some_and(|(c, _)| c as u64 <= crate::plan::GRID_SMALL), "{len} k{k}: {cnt:?}");
+        for dtype in [DType::F32, DType::BF16] {
+            for (len, k) in [(1usize << 20, 2048usize), (262_144, 512)] {
+                for _ in 0..4 {
+                    let row = generate(Data::Normal, len, &mut rng);
+                    let cnt = grid_sampled_pass(&row, k, dtype);
+                    assert!(
+                        cnt.is_some_and(|(c, _)| c as u64 <= crate::plan::GRID_SMALL),
+                        "{dtype:?} {len} k{k}: {cnt:?}"
+                    );
+                }
+                let few = generate(Data::ReluFew, len, &mut rng);
+                let zeros = few.iter().filter(|&&x| x == 0.0).count() as u32;
+                assert_eq!(grid_sampled_pass(&few, k, dtype), Some((zeros, 0)), "ReluFew {dtype:?} {len} k{k}");
+                let equal = generate(Data::AllEqual, len, &mut rng);
+                assert_eq!(grid_sampled_pass(&equal, k, dtype), Some((len as u32, 0)), "AllEqual {dtype:?} {len} k{k}");
             }
-            let few = generate(Data::ReluFew, len, &mut rng);
-            let zeros = few.iter().filter(|&&x| x == 0.0).count() as u32;
-            assert_eq!(grid_sampled_pass(&few, k), Some((zeros, 0)), "ReluFew {len} k{k}");
-            let equal = generate(Data::AllEqual, len, &mut rng);
-            assert_eq!(grid_sampled_pass(&equal, k), Some((len as u32, 0)), "AllEqual {len} k{k}");
-        }
-        let high = generate(Data::GridSampleHigh { len: 1 << 20 }, 1 << 20, &mut rng);
-        assert_eq!(grid_sampled_pass(&high, 4096), None);
-        let high = generate(Data::GridSampleHigh { len: 262_144 }, 262_144, &mut rng);
-        assert_eq!(grid_sampled_pass(&high, 2048), None);
-        for (len, k) in [(1usize << 20, 2048usize), (262_144, 512)] {
-            let low = generate(Data::GridSampleLow { len }, len, &mut rng);
-            assert_eq!(grid_sampled_pass(&low, k), None, "GridSampleLow {len} k{k}");
+            // The check suite's trap cases.
+            let high = generate(Data::GridSampleHigh { len: 1 << 20 }, 1 << 20, &mut rng);
+            assert_eq!(grid_sampled_pass(&high, 4096, dtype), None, "{dtype:?}");
+            let high = generate(Data::GridSampleHigh { len: 262_144 }, 262_144, &mut rng);
+            assert_eq!(grid_sampled_pass(&high, 2048, dtype), None, "{dtype:?}");
+            for (len, k) in [(1usize << 20, 2048usize), (262_144, 512)] {
+                let low = generate(Data::GridSampleLow { len }, len, &mut rng);
+                assert_eq!(grid_sampled_pass(&low, k, dtype), None, "GridSampleLow {dtype:?} {len} k{k}");
+            }
         }
     }
 
