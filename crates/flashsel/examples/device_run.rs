@@ -145,46 +145,35 @@ fn tune(bw: f64) {
     if !on(7) {
         return;
     }
-    // The samplers' fallbacks must run on trap data (fs_prof[6]: row-path
-    // restarts, [7]: split-row exact fallbacks).
-    for &(rows, cols, k, period) in &[(300usize, 65_536usize, 5000usize, 4096usize), (1, 262_144, 8192, 16_384)] {
-        let data = check::generate(Data::SampleTrap { period }, rows * cols, &mut rng);
-        let view = ScoresView::new(&data, rows, cols).unwrap();
+    // One f32 selection in a FS_PROFILE build: (exact?, fs_prof, path).
+    let profiled = |data: &[f32], rows: usize, cols: usize, k: usize| {
+        let view = ScoresView::new(data, rows, cols).unwrap();
         let spec = SelectSpec::new(rows, cols, k, flashsel::DType::F32);
         let e = CudaEngine::new(0).unwrap().with_tuning("FS_PROFILE=1", None);
         let got = e.select_host(&view, &spec, None).unwrap();
         let prof = e.take_profile().unwrap();
         let want = flashsel::cpu::select(&view, &spec, None).unwrap();
-        println!(
-            "TRAP {rows}x{cols} k{k}: ok={} row restarts {} split fallbacks {} plan {:?}",
-            got.indices == want.indices,
-            prof[6],
-            prof[7],
-            e.plan(&spec, false).unwrap().path
-        );
+        (got.indices == want.indices, prof, e.plan(&spec, false).unwrap().path)
+    };
+    // The samplers' fallbacks must run on trap data (fs_prof[6]: row-path
+    // restarts, [7]: split-row exact fallbacks).
+    for &(rows, cols, k, period) in &[(300usize, 65_536usize, 5000usize, 4096usize), (1, 262_144, 8192, 16_384)] {
+        let data = check::generate(Data::SampleTrap { period }, rows * cols, &mut rng);
+        let (ok, prof, path) = profiled(&data, rows, cols, k);
+        println!("TRAP {rows}x{cols} k{k}: ok={ok} row restarts {} split fallbacks {} plan {path:?}", prof[6], prof[7]);
     }
     // The grid path's sampled pass must fall back on its trap data
     // (fs_prof[34]) and resolve on normal rows (fs_prof[33]).
-    for &(cols, k, trap) in &[(1usize << 20, 4096usize, 0), (1 << 20, 2048, 1), (262_144, 512, 1), (1 << 20, 2048, 2)] {
-        let data = match trap {
-            0 => check::generate(Data::GridSampleHigh { len: cols }, cols, &mut rng),
-            1 => check::generate(Data::GridSampleLow { len: cols }, cols, &mut rng),
-            _ => check::generate(Data::Normal, cols, &mut rng),
-        };
-        let view = ScoresView::new(&data, 1, cols).unwrap();
-        let spec = SelectSpec::new(1, cols, k, flashsel::DType::F32);
-        let e = CudaEngine::new(0).unwrap().with_tuning("FS_PROFILE=1", None);
-        let got = e.select_host(&view, &spec, None).unwrap();
-        let prof = e.take_profile().unwrap();
-        let want = flashsel::cpu::select(&view, &spec, None).unwrap();
+    for &(cols, k, data) in &[
+        (1usize << 20, 4096usize, Data::GridSampleHigh { len: 1 << 20 }),
+        (1 << 20, 2048, Data::GridSampleLow { len: 1 << 20 }),
+        (262_144, 512, Data::GridSampleLow { len: 262_144 }),
+        (1 << 20, 2048, Data::Normal),
+    ] {
+        let (ok, prof, path) = profiled(&check::generate(data, cols, &mut rng), 1, cols, k);
         println!(
-            "GRIDTRAP 1x{cols} k{k} data {}: ok={} sampled pass resolved {} fell back {} passes {} plan {:?}",
-            ["GridSampleHigh", "GridSampleLow", "Normal"][trap],
-            got.indices == want.indices,
-            prof[33],
-            prof[34],
-            prof[21],
-            e.plan(&spec, false).unwrap().path
+            "GRIDTRAP 1x{cols} k{k} data {data:?}: ok={ok} sampled pass resolved {} fell back {} passes {} plan {path:?}",
+            prof[33], prof[34], prof[21]
         );
     }
     let _ = bw;

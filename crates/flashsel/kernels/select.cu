@@ -2226,12 +2226,10 @@ __device__ __forceinline__ u64 ld_relaxed_u64(const u64* p) {
 #define GRID_TALLY_ONE (1ull << 40)
 #define GRID_NO_BIN 0xffffffffu
 
-// The crossing bin of a histogram of nbins (<= GRID_BINS) bins, from the
-// top: the bin b with above < r <= above + cnt, above = the count in bins
-// above b. Every thread returns the same (b, above, cnt); b = GRID_NO_BIN
-// where the histogram holds fewer than r.
-// SH: `hist` is the CTA's shared histogram (complete: a CTA barrier came
-// first). Else it is the row's global histogram of a pass:
+// The crossing bin of a row's global histogram of nbins (<= GRID_BINS)
+// bins, from the top: the bin b with above < r <= above + cnt, above = the
+// count in bins above b. Every thread returns the same (b, above, cnt);
+// b = GRID_NO_BIN where the histogram holds fewer than r.
 // expected == 0 and no tally: complete (a grid barrier came first).
 // expected > 0 (FS_GRID_POLL): the row's CTAs may still be adding to it; it
 // is read again until its counts add up to `expected`, the composites the
@@ -2240,33 +2238,39 @@ __device__ __forceinline__ u64 ld_relaxed_u64(const u64* p) {
 // tally (the sampled pass, whose total no CTA knows in advance): as
 // expected > 0, with `expected` the total the tally word gives once all
 // `chunks` CTAs have added to it.
-template <bool SH>
-__device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* hist, u32 nbins, u32 r, u32& b, u32& above,
+// Adds the CTA's non-zero shared bins (of nbins) to the row's histogram
+// ghist and clears them, so the shared histogram is zero for the next pass.
+__device__ __forceinline__ void grid_flush(GridShared& gs, u32* ghist, u32 nbins) {
+    for (u32 b = threadIdx.x; b < nbins; b += FS_BLOCK) {
+        const u32 v = gs.hist[b];
+        if (v) {
+            atomicAdd(&ghist[b], v);
+            gs.hist[b] = 0u;
+        }
+    }
+}
+
+__device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, u32 nbins, u32 r, u32& b, u32& above,
                                               u32& cnt, u32 expected, const u64* tally = nullptr, u32 chunks = 0) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const bool poll = !SH && (expected || tally);  // uniform
+    const bool poll = expected || tally;  // uniform
     const unsigned long long t0 = poll && tid == 0 ? global_ns() : 0ull;
     if (tid == 0) gs.bin = GRID_NO_BIN;  // read after the loop's CTA barriers
     // Thread t holds bins nbins-1-4t .. nbins-4-4t (c[0] the highest).
     u32 c[4], s, before;
     for (;;) {  // uniform
         c[0] = c[1] = c[2] = c[3] = 0u;
-        if (!SH && tally && tid == 0) gs.tally = ld_relaxed_u64(tally);
+        if (tally && tid == 0) gs.tally = ld_relaxed_u64(tally);
         if (nbins >= 4) {
             if ((u32)(4 * tid) < nbins) {
-                const u32* at = hist + nbins - 4 * (tid + 1);
-                if (SH) {
-                    c[0] = at[3], c[1] = at[2], c[2] = at[1], c[3] = at[0];
-                } else {
-                    const uint4 w = poll ? ld_relaxed_v4(at) : __ldcg((const uint4*)at);
-                    c[0] = w.w, c[1] = w.z, c[2] = w.y, c[3] = w.x;
-                }
+                const u32* at = ghist + nbins - 4 * (tid + 1);
+                const uint4 w = poll ? ld_relaxed_v4(at) : __ldcg((const uint4*)at);
+                c[0] = w.w, c[1] = w.z, c[2] = w.y, c[3] = w.x;
             }
         } else if (tid == 0) {
 #pragma unroll
             for (u32 q = 0; q < 4; ++q)
-                if (q < nbins)
-                    c[q] = SH ? hist[nbins - 1 - q] : poll ? ld_relaxed_u32(hist + nbins - 1 - q) : __ldcg(hist + nbins - 1 - q);
+                if (q < nbins) c[q] = poll ? ld_relaxed_u32(ghist + nbins - 1 - q) : __ldcg(ghist + nbins - 1 - q);
         }
         s = c[0] + c[1] + c[2] + c[3];
         u32 incl = s;
@@ -2489,19 +2493,13 @@ __device__ void grid_impl(const ScanParams& P) {
             if (lane == 0 && counted) atomicAdd(&gs.admitted, counted);
             __syncthreads();
             u32* ghist = state + GRID_HDR;
-            for (u32 b = tid; b < GRID_BINS; b += FS_BLOCK) {
-                const u32 v = gs.hist[b];
-                if (v) {
-                    atomicAdd(&ghist[b], v);
-                    gs.hist[b] = 0u;
-                }
-            }
+            grid_flush(gs, ghist, GRID_BINS);
             // Relaxed: a reader trusts the bins only once they add up to the
             // tally's total, so the tally needs no ordering after them.
             if (tid == 0) atomicAdd(tally, GRID_TALLY_ONE + gs.admitted);
             GRID_STAMP(23);
             u32 b, above;
-            grid_crossing<false>(gs, ghist, GRID_BINS, r, b, above, cnt, 0u, tally, (u32)chunks);
+            grid_crossing(gs, ghist, GRID_BINS, r, b, above, cnt, 0u, tally, (u32)chunks);
             if (b != GRID_NO_BIN && b != GRID_BINS - 1u) {  // uniform
                 r -= above;
                 matching = cnt;
@@ -2540,13 +2538,7 @@ __device__ void grid_impl(const ScanParams& P) {
             }
             __syncthreads();
             u32* ghist = state + GRID_HDR + (1 + pass) * GRID_BINS;
-            for (u32 b = tid; b < nbins; b += FS_BLOCK) {
-                const u32 v = gs.hist[b];
-                if (v) {
-                    atomicAdd(&ghist[b], v);
-                    gs.hist[b] = 0u;
-                }
-            }
+            grid_flush(gs, ghist, nbins);
             GRID_STAMP(23);
             if (!FS_GRID_POLL) {
                 barriers += (u32)chunks;
@@ -2555,7 +2547,7 @@ __device__ void grid_impl(const ScanParams& P) {
             GRID_STAMP(24);
             if (prof) PROF_ADD(21, 1);
             u32 b, above;
-            grid_crossing<false>(gs, ghist, nbins, r, b, above, cnt, FS_GRID_POLL ? matching : 0u);
+            grid_crossing(gs, ghist, nbins, r, b, above, cnt, FS_GRID_POLL ? matching : 0u);
             matching = cnt;
             r -= above;
             edge |= (u64)b << lo;
