@@ -110,6 +110,10 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
             "  buffer          {:?}, {} composites ({} B shared: {buffer_note}{ring})",
             p.buffer, p.cap, p.smem_bytes
         );
+        if let Some(g) = p.layout.grid {
+            let name = if g.items == plan::GRID_ITEMS { "fs_grid_*" } else { "fs_grid8_*" };
+            println!("  grid kernel     {name} ({} elements a thread)", g.items);
+        }
         println!("  fit             {} columns", p.fit);
         println!("  row_slots       {}", p.row_slots);
         println!("  workspace_bytes {}", p.workspace_bytes);
@@ -185,14 +189,21 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     e.warm_up().map_err(|e| e.to_string())?;
     let rep = check::run_suite(&e, args.quick, args.seed, |i, n, o| {
         if o.ok {
-            eprintln!("[{i}/{n}] ok   {} ({:?}, {} CTAs/row)", o.case, o.path, o.ctas_per_row);
+            let items = if o.grid_items > 0 { format!(", {} elements a thread", o.grid_items) } else { String::new() };
+            eprintln!("[{i}/{n}] ok   {} ({:?}, {} CTAs/row{items})", o.case, o.path, o.ctas_per_row);
         } else {
             eprintln!("[{i}/{n}] FAIL {} ({:?}): {}", o.case, o.path, o.detail);
         }
     })
     .map_err(|e| e.to_string())?;
     let paths: Vec<String> = rep.by_path.iter().map(|(p, n)| format!("{p:?} {n}")).collect();
-    println!("cases run: {}, failed: {} (by path: {})", rep.run, rep.failed, paths.join(", "));
+    println!(
+        "cases run: {}, failed: {} (by path: {}; grid cases on the 8-element kernels: {})",
+        rep.run,
+        rep.failed,
+        paths.join(", "),
+        rep.grid8
+    );
     if rep.failed > 0 {
         for f in &rep.failures {
             println!("FAILED {}: {}", f.case, f.detail);

@@ -90,7 +90,8 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
                     &[
                         ("load", 22),
                         ("sample loads", 36),
-                        ("bound", 37),
+                        ("bound: top keys + barrier", 40),
+                        ("bound: rank", 37),
                         ("PDL wait", 32),
                         ("passes: work", 23),
                         // FS_GRID_POLL (default): no pass barrier; the

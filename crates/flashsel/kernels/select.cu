@@ -34,7 +34,8 @@
 //                 bound and appends its top min(k, n) to the row's slots; the
 //                 CTA that finishes last merges the slots (a copy when they
 //                 fit its buffer, else the same filter) and writes the row.
-//     fs_grid_init_all, fs_grid_*   few rows whose chunks fit the registers:
+//     fs_grid_init_all, fs_grid_*, fs_grid8_*   few rows whose chunks fit
+//                 the registers (16 or 8 elements a thread):
 //                 the row's CTAs (one cooperative launch) radix-select the
 //                 row together over a global histogram per pass (the first
 //                 over the keys above a bound all of them take from the same
@@ -152,6 +153,13 @@
 //   FS_GRID_PLATEAU 1: a bound tied in the sample takes one key a bin, so
 //                   a plateau's key is decided by the sampled pass (0: bins
 //                   fitted to the range as always)
+//   FS_GRID_BIN_LIST  grid rows whose sampled pass decides the crossing
+//                   bin: the list is laid out by bin, each CTA's place in a
+//                   bin from its flush's atomics, so the gather needs no
+//                   list counter (1; 0: one list atomic a CTA)
+//   FS_GRID_TALLY_SPIN  the sampled pass's readers: one thread polls the
+//                   tally word until every CTA has added, then the CTA reads
+//                   the histogram (1; 0: the histogram read on every poll)
 //   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
 
 typedef unsigned int u32;
@@ -261,9 +269,10 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // 28 its writes, 29 whole CTA; 19 whole CTA in cycles; 32 the row sample's
 // load and bound (FS_GRID_SAMPLE), 33 rows whose sampled pass resolved, 34
 // rows that fell back from it to the exact passes; 36 the sample's loads
-// (thread 0's), 37 its bound, then 32 holds the PDL wait only; 38 the
+// (thread 0's), 40 the warps' top sample keys and the CTA barrier after
+// them, 37 the bound's rank, then 32 holds the PDL wait only; 38 the
 // gather's list atomic (26 then holds its writes).
-__device__ unsigned long long fs_prof[40];
+__device__ unsigned long long fs_prof[48];
 #define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
 #define PROF_CLOCK() clock64()
 #define PROF_NS() global_ns()
@@ -2051,7 +2060,10 @@ __device__ void prep_impl(const ScanParams& P) {
 //   Gather: each CTA appends its composites at or above the crossing bin's
 //   lower edge to the row's list (<= k - 1 + GRID_SMALL entries: the bins
 //   above, then the crossing bin), one global atomic per CTA; one more
-//   barrier. Every CTA copies the list to shared memory. If the crossing bin
+//   barrier. Where the sampled pass decided the crossing bin (random rows),
+//   the list is laid out by its bins instead, with no counter
+//   (FS_GRID_BIN_LIST): bin d starts at the count of the bins above it,
+//   each CTA's keys of d at the place its flush's atomic on d returned. Every CTA copies the list to shared memory. If the crossing bin
 //   is not wanted whole, its r-th largest T is found there by counting
 //   (<= GRID_SMALL^2 compares); the selection is exactly { g >= T }.
 //   Place: each CTA places its share of the list: an entry's output position
@@ -2090,9 +2102,13 @@ __device__ void prep_impl(const ScanParams& P) {
 //   keys >= s_lo (about 1% of the row). Per pass: a
 //   shared histogram over the CTA's matching composites, <= 2048 global
 //   atomics per CTA, reads of the global histogram (one 16-byte load per
-//   thread each) until it is complete. Then one atomic and one
-//   barrier for the list, and the placement: about (k + GRID_SMALL)^2 /
-//   chunks compares per CTA (the planner bounds it).
+//   thread each) until it is complete (the sampled pass: one thread polls
+//   the tally word until every CTA has added, FS_GRID_TALLY_SPIN). Then one
+//   atomic (none with the bin layout) and one barrier for the list, and the
+//   placement: about (k + GRID_SMALL)^2 / chunks compares per CTA (the
+//   planner bounds it). The work per element is unrolled over a thread's
+//   elements: fs_grid8_* (8 a thread) for chunks of at most FS_BLOCK x 8
+//   issue about half the instructions of fs_grid_*'s 16 in those phases.
 
 #ifndef FS_GRID_SLEEP
 #define FS_GRID_SLEEP 0  // ns between barrier polls (0: spin; 32 was 2% slower on 1 x 262,144)
@@ -2117,6 +2133,12 @@ __device__ void prep_impl(const ScanParams& P) {
 #endif
 #ifndef FS_GRID_SAMPLE_RUNS
 #define FS_GRID_SAMPLE_RUNS 0  // FS_GRID_SAMPLE: one VEC group a thread, spread over the row (1: 128-byte runs of 8 threads)
+#endif
+#ifndef FS_GRID_BIN_LIST
+#define FS_GRID_BIN_LIST 1  // FS_GRID_SAMPLE: a list laid out by bin where the sampled pass decides (0: list counter)
+#endif
+#ifndef FS_GRID_TALLY_SPIN
+#define FS_GRID_TALLY_SPIN 1  // FS_GRID_SAMPLE: poll the tally word alone until all CTAs added (0: every poll reads the bins)
 #endif
 #ifndef FS_GRID_PLATEAU
 #define FS_GRID_PLATEAU 1  // FS_GRID_SAMPLE: a bound tied in the sample takes one key a bin (0: as any other)
@@ -2187,6 +2209,9 @@ struct GridShared {
     u64 T;
     u64 tally;  // FS_GRID_SAMPLE: the row's tally word as last read
     u64 small[FS_GRID_SMALL > 0 ? FS_GRID_SMALL : 1];
+    // FS_GRID_BIN_LIST: bin b's first list entry for this CTA (the keys of
+    // the row in bins above b, then the other CTAs' keys in b before it).
+    u32 binpos[FS_GRID_BIN_LIST ? GRID_BINS : 1];
 };
 
 struct GridInitParams {
@@ -2240,22 +2265,43 @@ __device__ __forceinline__ u64 ld_relaxed_u64(const u64* p) {
 // `chunks` CTAs have added to it.
 // Adds the CTA's non-zero shared bins (of nbins) to the row's histogram
 // ghist and clears them, so the shared histogram is zero for the next pass.
-__device__ __forceinline__ void grid_flush(GridShared& gs, u32* ghist, u32 nbins) {
-    for (u32 b = threadIdx.x; b < nbins; b += FS_BLOCK) {
-        const u32 v = gs.hist[b];
-        if (v) {
-            atomicAdd(&ghist[b], v);
-            gs.hist[b] = 0u;
+// place[j]: bin threadIdx.x + j * FS_BLOCK's count before this CTA's add,
+// i.e. the CTA's place among the row's keys of that bin (0 where the CTA
+// has none). A caller that ignores it gets reductions, not returning atomics.
+#define GRID_FLUSH_J (GRID_BINS / FS_BLOCK)
+__device__ __forceinline__ void grid_flush(GridShared& gs, u32* ghist, u32 nbins, u32 (&place)[GRID_FLUSH_J]) {
+#pragma unroll
+    for (int j = 0; j < GRID_FLUSH_J; ++j) {
+        const u32 b = threadIdx.x + (u32)j * FS_BLOCK;
+        place[j] = 0u;
+        if (b < nbins) {
+            const u32 v = gs.hist[b];
+            if (v) {
+                place[j] = atomicAdd(&ghist[b], v);
+                gs.hist[b] = 0u;
+            }
         }
     }
 }
 
 __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, u32 nbins, u32 r, u32& b, u32& above,
-                                              u32& cnt, u32 expected, const u64* tally = nullptr, u32 chunks = 0) {
+                                              u32& cnt, u32 expected, const u64* tally = nullptr, u32 chunks = 0,
+                                              u32* above_out = nullptr) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const bool poll = expected || tally;  // uniform
     const unsigned long long t0 = poll && tid == 0 ? global_ns() : 0ull;
     if (tid == 0) gs.bin = GRID_NO_BIN;  // read after the loop's CTA barriers
+    // FS_GRID_TALLY_SPIN: until every CTA has added to the tally, one thread
+    // reads its word alone; the histogram reads below then start from a
+    // total that is final (the bins themselves may still lag behind it).
+    if (FS_GRID_TALLY_SPIN && tally) {
+        if (tid == 0) {
+            while ((u32)(ld_relaxed_u64(tally) / GRID_TALLY_ONE) < chunks) {
+                if (global_ns() - t0 > 4000000000ull) __trap();
+            }
+        }
+        __syncthreads();
+    }
     // Thread t holds bins nbins-1-4t .. nbins-4-4t (c[0] the highest).
     u32 c[4], s, before;
     for (;;) {  // uniform
@@ -2295,6 +2341,14 @@ __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, 
         if (FS_GRID_POLL_NS) __nanosleep(FS_GRID_POLL_NS);
         __syncthreads();  // gs.part is rewritten by the next read
     }
+    if (above_out) {  // each bin's count of the bins above it
+        u32 acc = before;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            if ((u32)(4 * tid + q) < nbins) above_out[nbins - 1 - (4 * tid + q)] = acc;
+            acc += c[q];
+        }
+    }
     if (before < r && r <= before + s) {  // exactly one thread
         u32 acc = before;
 #pragma unroll
@@ -2312,11 +2366,15 @@ __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, 
     __syncthreads();  // gs is rewritten by the next call
 }
 
-template <int TAG>
+// ITEMS: elements a thread holds (fs_grid_*: GRID_ITEMS, fs_grid8_*: 8 for
+// chunks of at most FS_BLOCK x 8, whose per-item phases then issue half the
+// instructions).
+template <int TAG, int ITEMS>
 __device__ void grid_impl(const ScanParams& P) {
     typedef Elem<TAG> E;
     constexpr int VEC = E::VEC;
-    constexpr int NV = GRID_ITEMS / VEC;
+    constexpr int NV = ITEMS / VEC;
+    static_assert(ITEMS % VEC == 0 && ITEMS <= GRID_ITEMS, "whole VEC groups, a bit each in the selection mask");
     constexpr int KW = TAG == 32 ? 32 : 16;  // key width
     __shared__ GridShared gs;
     u64* stage = dyn_smem;  // the row's list, k + GRID_SMALL composites
@@ -2337,7 +2395,7 @@ __device__ void grid_impl(const ScanParams& P) {
     const void* row_scores = row_start<TAG>(P, row);
     const bool aligned = aligned16(row_scores);
     // The planner keeps every chunk within the registers; never drop elements.
-    if (end - start > (u32)(FS_BLOCK * GRID_ITEMS)) __trap();
+    if (end - start > (u32)(FS_BLOCK * ITEMS)) __trap();
 
     // The row-wide sample (FS_GRID_SAMPLE): every CTA of the row reads the
     // same VEC elements per thread with its chunk, thread t's at t * len /
@@ -2363,7 +2421,7 @@ __device__ void grid_impl(const ScanParams& P) {
 
     // Load: element i = j * VEC + q of this thread sits at
     // start + (j * FS_BLOCK + tid) * VEC + q.
-    u32 key[GRID_ITEMS];
+    u32 key[ITEMS];
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
         const u32 e0 = start + (u32)(j * FS_BLOCK + tid) * VEC;
@@ -2413,6 +2471,7 @@ __device__ void grid_impl(const ScanParams& P) {
             if (lane == 0) gs.scand[t * FS_WARPS + warp] = wm;
         }
         __syncthreads();
+        GRID_STAMP(40);
         // Rank of candidate i: those above it, and those equal before it
         // (unique ranks): one lane holds the candidate of rank rs - 1.
         const u32 nc = tops * FS_WARPS;
@@ -2423,9 +2482,16 @@ __device__ void grid_impl(const ScanParams& P) {
             if (i < nc) {
                 const u32 x = gs.scand[i];
                 u32 rank = 0;
-                for (u32 j = 0; j < nc; ++j) {
-                    const u32 y = gs.scand[j];
-                    rank += (u32)(y > x) | ((u32)(y == x) & (u32)(j < i));
+                // nc is a multiple of FS_WARPS: the reads of a round issue
+                // back to back (a run-time loop over single reads measured
+                // ~0.6 us).
+                for (u32 j0 = 0; j0 < nc; j0 += FS_WARPS) {
+                    u32 y[FS_WARPS];
+#pragma unroll
+                    for (int jj = 0; jj < FS_WARPS; ++jj) y[jj] = gs.scand[j0 + jj];
+#pragma unroll
+                    for (int jj = 0; jj < FS_WARPS; ++jj)
+                        rank += (u32)(y[jj] > x) | ((u32)(y[jj] == x) & (u32)(j0 + jj < i));
                 }
                 if (rank == rs - 1) found = 1, bound = x;
                 if (rank == rs) next_found = 1, next = x;
@@ -2468,6 +2534,9 @@ __device__ void grid_impl(const ScanParams& P) {
     u64 edge = 0;
     u32 r = 0, cnt = 0;
     int lo_last = 0;  // the crossing bin is [edge, edge + 2^lo_last)
+    // FS_GRID_BIN_LIST: the sampled pass decided the crossing bin, and the
+    // list is laid out by its bins (gs.binpos). Uniform over the row.
+    bool bin_list = false;
     if (m > 0 && m < (u32)len) {
         const int lbits = 32 - __clz(lenm1);  // bits of the low word in use
         int hi = 32 + KW;                     // bits >= hi are decided
@@ -2482,8 +2551,8 @@ __device__ void grid_impl(const ScanParams& P) {
             // below it as from any pass's crossing bin.
             u32 counted = 0;
 #pragma unroll
-            for (int i = 0; i < GRID_ITEMS; ++i) {
-                if (GRID_OFF(i) < mine && key[i] >= s_lo) {
+            for (int i = 0; i < ITEMS; ++i) {
+                if ((GRID_OFF(i) < mine) & (key[i] >= s_lo)) {
                     const u32 d = (key[i] - s_lo) >> s_shift;
                     atomicAdd(&gs.hist[d < GRID_BINS - 1u ? d : GRID_BINS - 1u], 1u);
                     ++counted;
@@ -2493,13 +2562,15 @@ __device__ void grid_impl(const ScanParams& P) {
             if (lane == 0 && counted) atomicAdd(&gs.admitted, counted);
             __syncthreads();
             u32* ghist = state + GRID_HDR;
-            grid_flush(gs, ghist, GRID_BINS);
+            u32 place[GRID_FLUSH_J];
+            grid_flush(gs, ghist, GRID_BINS, place);
             // Relaxed: a reader trusts the bins only once they add up to the
             // tally's total, so the tally needs no ordering after them.
             if (tid == 0) atomicAdd(tally, GRID_TALLY_ONE + gs.admitted);
             GRID_STAMP(23);
             u32 b, above;
-            grid_crossing(gs, ghist, GRID_BINS, r, b, above, cnt, 0u, tally, (u32)chunks);
+            grid_crossing(gs, ghist, GRID_BINS, r, b, above, cnt, 0u, tally, (u32)chunks,
+                          FS_GRID_BIN_LIST ? gs.binpos : nullptr);
             if (b != GRID_NO_BIN && b != GRID_BINS - 1u) {  // uniform
                 r -= above;
                 matching = cnt;
@@ -2510,6 +2581,17 @@ __device__ void grid_impl(const ScanParams& P) {
                 if (prof) PROF_ADD(33, 1);
             } else if (prof) {
                 PROF_ADD(34, 1);
+            }
+            // The list by bin, where no pass follows: bin d's keys at
+            // binpos[d] (the row's keys in bins above d) plus this CTA's
+            // place in d (its flush's atomic) plus their order within the
+            // CTA (the gather's shared counter). The selected bins (>= b)
+            // thus fill the list's first above + cnt = n entries exactly.
+            bin_list = FS_GRID_BIN_LIST && b != GRID_NO_BIN && b != GRID_BINS - 1u && !passes;
+            if (bin_list) {
+#pragma unroll
+                for (int j = 0; j < GRID_FLUSH_J; ++j) gs.binpos[tid + j * FS_BLOCK] += place[j];
+                __syncthreads();
             }
             if (prof) PROF_ADD(21, 1);
             GRID_STAMP(25);
@@ -2523,13 +2605,13 @@ __device__ void grid_impl(const ScanParams& P) {
                 const int khi = hi - 32, klo = lo - 32;
                 const u32 kpre = (u32)pre;  // edge >> hi < 2^(64 - hi)
 #pragma unroll
-                for (int i = 0; i < GRID_ITEMS; ++i) {
-                    if (GRID_OFF(i) < mine && (khi >= 32 || key[i] >> khi == kpre))
+                for (int i = 0; i < ITEMS; ++i) {
+                    if ((GRID_OFF(i) < mine) & (khi >= 32 || key[i] >> khi == kpre))
                         atomicAdd(&gs.hist[(key[i] >> klo) & (nbins - 1u)], 1u);
                 }
             } else {
 #pragma unroll
-                for (int i = 0; i < GRID_ITEMS; ++i) {
+                for (int i = 0; i < ITEMS; ++i) {
                     if (GRID_OFF(i) < mine) {
                         const u64 g = GRID_G(i);
                         if ((hi >= 64 ? 0ull : g >> hi) == pre) atomicAdd(&gs.hist[(u32)(g >> lo) & (nbins - 1u)], 1u);
@@ -2538,7 +2620,8 @@ __device__ void grid_impl(const ScanParams& P) {
             }
             __syncthreads();
             u32* ghist = state + GRID_HDR + (1 + pass) * GRID_BINS;
-            grid_flush(gs, ghist, nbins);
+            u32 unused[GRID_FLUSH_J];
+            grid_flush(gs, ghist, nbins, unused);
             GRID_STAMP(23);
             if (!FS_GRID_POLL) {
                 barriers += (u32)chunks;
@@ -2569,27 +2652,45 @@ __device__ void grid_impl(const ScanParams& P) {
     // word is zero and the test is one 32-bit compare of the key.
     const bool key_edge = FS_GRID_KEY32 && lo_last >= 32;  // uniform
     const u32 edge_key = (u32)(edge >> 32);
+    // Branch-free: a mask bit per item (the edge test hoisted).
+    if (key_edge) {
 #pragma unroll
-    for (int i = 0; i < GRID_ITEMS; ++i) {
-        const bool sel = GRID_OFF(i) < mine && (key_edge ? key[i] >= edge_key : GRID_G(i) >= edge);
-        sel_mask |= (u32)sel << i;
+        for (int i = 0; i < ITEMS; ++i) sel_mask |= ((u32)(GRID_OFF(i) < mine) & (u32)(key[i] >= edge_key)) << i;
+    } else {
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) sel_mask |= ((u32)(GRID_OFF(i) < mine) & (u32)(GRID_G(i) >= edge)) << i;
     }
-    const u32 nsel = __reduce_add_sync(FULL_MASK, (u32)__popc(sel_mask));
-    const u32 warp_sel = FS_GRID_SPARSE_GATHER ? __reduce_or_sync(FULL_MASK, sel_mask) : 0xffffu;
-    u32 wbase = 0;
-    if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsmall, nsel);  // nsmall doubles as the CTA's count
-    __syncthreads();
-    if (tid == 0 && gs.nsmall) gs.base = atomicAdd(list_count, gs.nsmall);
-    __syncthreads();
-    GRID_STAMP(38);
-    wbase = __shfl_sync(FULL_MASK, wbase, 0) + gs.base;
+    if (bin_list) {  // uniform; selected keys are >= s_lo
+        // (Most warps select nothing: they skip the unrolled items.)
+        if (__any_sync(FULL_MASK, sel_mask)) {
 #pragma unroll
-    for (int i = 0; i < GRID_ITEMS; ++i) {
-        if ((warp_sel >> i) & 1u) {  // uniform over the warp
-            const bool sel = (sel_mask >> i) & 1u;
-            const u32 mask = __ballot_sync(FULL_MASK, sel);
-            if (sel) list[wbase + __popc(mask & ((1u << lane) - 1u))] = GRID_G(i);
-            wbase += __popc(mask);
+            for (int i = 0; i < ITEMS; ++i) {
+                if ((sel_mask >> i) & 1u) {
+                    const u32 d0 = (key[i] - s_lo) >> s_shift;
+                    const u32 d = d0 < GRID_BINS - 1u ? d0 : GRID_BINS - 1u;
+                    list[gs.binpos[d] + atomicAdd(&gs.hist[d], 1u)] = GRID_G(i);
+                }
+            }
+        }
+        GRID_STAMP(38);
+    } else {
+        const u32 nsel = __reduce_add_sync(FULL_MASK, (u32)__popc(sel_mask));
+        const u32 warp_sel = FS_GRID_SPARSE_GATHER ? __reduce_or_sync(FULL_MASK, sel_mask) : (1u << ITEMS) - 1u;
+        u32 wbase = 0;
+        if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsmall, nsel);  // nsmall doubles as the CTA's count
+        __syncthreads();
+        if (tid == 0 && gs.nsmall) gs.base = atomicAdd(list_count, gs.nsmall);
+        __syncthreads();
+        GRID_STAMP(38);
+        wbase = __shfl_sync(FULL_MASK, wbase, 0) + gs.base;
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            if ((warp_sel >> i) & 1u) {  // uniform over the warp
+                const bool sel = (sel_mask >> i) & 1u;
+                const u32 mask = __ballot_sync(FULL_MASK, sel);
+                if (sel) list[wbase + __popc(mask & ((1u << lane) - 1u))] = GRID_G(i);
+                wbase += __popc(mask);
+            }
         }
     }
 #undef GRID_G
@@ -2600,9 +2701,10 @@ __device__ void grid_impl(const ScanParams& P) {
     GRID_STAMP(27);
     if (FS_GRID_STOP == 3) return;
 
+    const u32 n = m > 0 ? m - r + cnt : 0u;  // list entries
+    const u32 e_lo = (u32)((u64)n * p / chunks), e_hi = (u32)((u64)n * (p + 1) / chunks);
     // STAGE the list (the bins above, then the crossing bin), then T: the
     // crossing bin's r-th largest, unless the bin is wanted whole.
-    const u32 n = m > 0 ? m - r + cnt : 0u;  // list entries
     // Padded with zeros (which count as ahead of nothing) to a multiple of
     // the placement's step. All loads first, then the stores: a guarded loop
     // would wait out one L2 round trip per iteration.
@@ -2644,7 +2746,6 @@ __device__ void grid_impl(const ScanParams& P) {
 
     // PLACE this CTA's share of the list, then its share of the padding: a
     // warp per entry, its lanes counting the selected entries ahead of it.
-    const u32 e_lo = (u32)((u64)n * p / chunks), e_hi = (u32)((u64)n * (p + 1) / chunks);
     for (u32 e = e_lo + warp; e < e_hi; e += FS_WARPS) {
         // Below T: an entry that is never written; ~0 counts nothing.
         const u64 x0 = stage[e];
@@ -2696,6 +2797,9 @@ extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_f32(const Scan
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_bf16(const ScanParams p) { prep_impl<16>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_prep_f16(const ScanParams p) { prep_impl<15>(p); }
 // Grid rows: one CTA per SM at most (cooperative launch).
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f32(const ScanParams p) { grid_impl<32>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_bf16(const ScanParams p) { grid_impl<16>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f16(const ScanParams p) { grid_impl<15>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f32(const ScanParams p) { grid_impl<32, GRID_ITEMS>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_bf16(const ScanParams p) { grid_impl<16, GRID_ITEMS>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f16(const ScanParams p) { grid_impl<15, GRID_ITEMS>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid8_f32(const ScanParams p) { grid_impl<32, 8>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid8_bf16(const ScanParams p) { grid_impl<16, 8>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid8_f16(const ScanParams p) { grid_impl<15, 8>(p); }

@@ -229,6 +229,9 @@ pub struct Outcome {
     pub case: String,
     pub path: Path,
     pub ctas_per_row: u32,
+    /// Grid plans: elements a thread of the grid kernel holds (16 or 8); 0
+    /// otherwise.
+    pub grid_items: u32,
     pub ok: bool,
     pub detail: String,
 }
@@ -276,7 +279,14 @@ pub fn run_case(e: &CudaEngine, c: &Case, rng: &mut Rng) -> Result<Outcome> {
         DType::BF16 => run_typed::<bf16>(e, c, &data, lengths.as_deref())?,
         DType::F16 => run_typed::<f16>(e, c, &data, lengths.as_deref())?,
     };
-    Ok(Outcome { case: c.describe(), path: plan.path, ctas_per_row: plan.ctas_per_row, ok, detail })
+    Ok(Outcome {
+        case: c.describe(),
+        path: plan.path,
+        ctas_per_row: plan.ctas_per_row,
+        grid_items: grid_items(&plan),
+        ok,
+        detail,
+    })
 }
 
 /// The standard suite. `quick` keeps it to a few seconds.
@@ -433,6 +443,13 @@ pub struct Report {
     pub failures: Vec<Outcome>,
     /// Cases per path taken.
     pub by_path: Vec<(Path, usize)>,
+    /// Of the grid cases, those on the 8-element kernels (`fs_grid8_*`).
+    pub grid8: usize,
+}
+
+/// A plan's grid kernel width (elements a thread), 0 off the grid path.
+fn grid_items(plan: &crate::plan::Plan) -> u32 {
+    plan.layout.grid.map_or(0, |g| g.items)
 }
 
 /// Runs the suite (plus the graph-capture check), calling `progress` after
@@ -456,6 +473,7 @@ pub fn run_suite(
                 case: c.describe(),
                 path: Path::Row,
                 ctas_per_row: 0,
+                grid_items: 0,
                 ok: false,
                 detail: format!("error: {err}"),
             },
@@ -468,6 +486,7 @@ pub fn run_suite(
             case: format!("graph capture + replay on new data, 3 x {cols}"),
             path: Path::Split,
             ctas_per_row: 0,
+            grid_items: 0,
             ok: false,
             detail: format!("error: {err}"),
         });
@@ -484,6 +503,7 @@ impl Report {
             self.failed += 1;
             self.failures.push(o.clone());
         }
+        self.grid8 += (o.grid_items == crate::plan::GRID_ITEMS_SMALL) as usize;
         match self.by_path.iter_mut().find(|(p, _)| *p == o.path) {
             Some((_, n)) => *n += 1,
             None => self.by_path.push((o.path, 1)),
@@ -546,6 +566,7 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
                 case: format!("graph capture + replay on new data, 3 x {cols}"),
                 path: plan.path,
                 ctas_per_row: plan.ctas_per_row,
+                grid_items: grid_items(&plan),
                 ok: false,
                 detail: format!("replay {rep} differs from the CPU engine"),
             });
@@ -555,6 +576,7 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
         case: format!("graph capture + replay on new data, 3 x {cols} (3 replays)"),
         path: plan.path,
         ctas_per_row: plan.ctas_per_row,
+        grid_items: grid_items(&plan),
         ok: true,
         detail: String::new(),
     })

@@ -21,7 +21,7 @@ use crate::contract::{Error, Result};
 pub const SELECT_SOURCE: &str = include_str!("../../kernels/select.cu");
 
 /// Every kernel entry point in [`SELECT_SOURCE`].
-pub const SELECT_KERNELS: [&str; 13] = [
+pub const SELECT_KERNELS: [&str; 16] = [
     "fs_scan_f32",
     "fs_scan_bf16",
     "fs_scan_f16",
@@ -34,6 +34,9 @@ pub const SELECT_KERNELS: [&str; 13] = [
     "fs_grid_f32",
     "fs_grid_bf16",
     "fs_grid_f16",
+    "fs_grid8_f32",
+    "fs_grid8_bf16",
+    "fs_grid8_f16",
     "fs_grid_init_all",
 ];
 
@@ -49,9 +52,10 @@ pub struct Variant {
     /// Items that start with a lower-case letter are host switches, never
     /// macros ([`is_host_switch`]): `src=PATH` compiles the source at PATH in
     /// place of [`SELECT_SOURCE`] (A/B timing against another version of the
-    /// kernels); `grid=0`, `gridchunk=N` and `gridplace=N` are planner
-    /// switches (plans keep off the grid path; its smallest share of a row
-    /// per CTA; its placement bound).
+    /// kernels); `grid=0`, `gridchunk=N`, `gridplace=N` and `grid8=0` are
+    /// planner switches (plans keep off the grid path; its smallest share of
+    /// a row per CTA; its placement bound; grid rows keep to the 16-element
+    /// kernels).
     pub defines: String,
 }
 

@@ -7,7 +7,7 @@ use cudarc::driver::{sys, CudaStream};
 
 use super::{DeviceSelect, Kernels};
 use crate::contract::{DType, Error, Result};
-use crate::plan::Plan;
+use crate::plan::{self, Plan};
 
 /// `ScanParams` in select.cu; field order and types must match.
 #[repr(C)]
@@ -164,8 +164,12 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         stage: (plan.stage_bytes > 0) as i32,
     };
     if let Some(g) = grid {
-        let (Some(kern), Some(init)) = (&kernels.grid, &kernels.grid_init) else {
-            return Err(Error::Cuda("this kernel build has no grid-path kernels (tuning source?)".into()));
+        let kern = if g.items == plan::GRID_ITEMS { &kernels.grid } else { &kernels.grid8 };
+        let (Some(kern), Some(init)) = (kern, &kernels.grid_init) else {
+            return Err(Error::Cuda(format!(
+                "this kernel build has no {}-element grid kernels (tuning source?)",
+                g.items
+            )));
         };
         // Zero every row's barrier counters and histograms, then the
         // cooperative selection (which may start early with PDL and waits

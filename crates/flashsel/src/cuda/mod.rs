@@ -53,8 +53,10 @@ pub(crate) struct Kernels {
     pub(crate) scan: [CudaFunction; 3],
     pub(crate) split: [CudaFunction; 3],
     pub(crate) prep: [CudaFunction; 3],
-    /// The grid path's kernels (`None` for a tuning source without them).
+    /// The grid path's kernels by dtype slot (`None` for a tuning source
+    /// without them): `fs_grid_*` (16 elements a thread), then `fs_grid8_*`.
     pub(crate) grid: Option<[CudaFunction; 3]>,
+    pub(crate) grid8: Option<[CudaFunction; 3]>,
     pub(crate) grid_init: Option<CudaFunction>,
     /// Launch fs_split_* and fs_grid_* with programmatic stream serialisation
     /// (sm_90 or later, unless the defines say FS_PDL=0).
@@ -236,12 +238,17 @@ impl CudaEngine {
                 (Ok(a), Ok(b), Ok(c), Ok(i)) => (Some([a, b, c]), Some(i)),
                 _ => (None, None),
             };
+        let grid8 = match (g("fs_grid8_f32"), g("fs_grid8_bf16"), g("fs_grid8_f16")) {
+            (Ok(a), Ok(b), Ok(c)) => Some([a, b, c]),
+            _ => None,
+        };
         let k = Arc::new(Kernels {
             module: module.clone(),
             scan: [f("fs_scan_f32")?, f("fs_scan_bf16")?, f("fs_scan_f16")?],
             split: [f("fs_split_f32")?, f("fs_split_bf16")?, f("fs_split_f16")?],
             prep: [f("fs_prep_f32")?, f("fs_prep_bf16")?, f("fs_prep_f16")?],
             grid: grid.0,
+            grid8,
             grid_init: grid.1,
             // (A tuning source, src=, may predate the kernels' waits.)
             pdl: !compile::define_items(&v.defines).any(|d| d == "FS_PDL=0" || d.starts_with("src="))
@@ -447,7 +454,8 @@ fn arch_major(arch: &str) -> u32 {
 /// The planner switches of tuning defines (`FLASHSEL_NVRTC_DEFINES` or
 /// [`CudaEngine::with_tuning`]): `grid=0` checks and times the split path on
 /// the grid path's geometries; `gridchunk=N` sets the grid path's smallest
-/// share of a row per CTA, `gridplace=N` its placement bound.
+/// share of a row per CTA, `gridplace=N` its placement bound; `grid8=0`
+/// keeps grid rows on the 16-element kernels.
 fn path_options(defines: &str) -> plan::PathOptions {
     let mut o = plan::PathOptions::default();
     for d in compile::define_items(defines) {
@@ -457,6 +465,8 @@ fn path_options(defines: &str) -> plan::PathOptions {
             o.grid_min_chunk = n;
         } else if let Some(n) = d.strip_prefix("gridplace=").and_then(|n| n.parse().ok()) {
             o.grid_place_max = n;
+        } else if d == "grid8=0" {
+            o.grid_small_items = false;
         }
     }
     o
@@ -467,8 +477,8 @@ mod tests {
     #[test]
     fn planner_switches_come_from_the_tuning_defines() {
         assert_eq!(super::path_options(""), crate::plan::PathOptions::default());
-        let o = super::path_options("FS_PDL=0, grid=0,gridchunk=2048 ,gridplace=99");
-        assert_eq!((o.grid, o.grid_min_chunk, o.grid_place_max), (false, 2048, 99));
+        let o = super::path_options("FS_PDL=0, grid=0,gridchunk=2048 ,gridplace=99, grid8=0");
+        assert_eq!((o.grid, o.grid_min_chunk, o.grid_place_max, o.grid_small_items), (false, 2048, 99, false));
     }
 
     #[test]

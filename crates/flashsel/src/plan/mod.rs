@@ -69,9 +69,15 @@ pub const STAGE_BYTES: u32 = 32 * 1024;
 /// CTAs per SM the scan kernel's register budget allows (shared-buffer
 /// variant; the global-buffer variant is built for one).
 pub const SCAN_CTAS_PER_SM: u32 = 2;
+/// Grid path: elements per thread of `fs_grid_*` (`GRID_ITEMS` in select.cu).
+pub const GRID_ITEMS: u32 = 16;
 /// Grid path: elements per CTA it can hold (`FS_BLOCK x GRID_ITEMS` in
 /// registers).
-pub const GRID_CHUNK: u64 = BLOCK as u64 * 16;
+pub const GRID_CHUNK: u64 = BLOCK as u64 * GRID_ITEMS as u64;
+/// Grid path: elements per thread of the small grid kernels (`fs_grid8_*`),
+/// which take chunks of at most `BLOCK x GRID_ITEMS_SMALL` elements: their
+/// per-element phases issue half the instructions of `fs_grid_*`'s 16.
+pub const GRID_ITEMS_SMALL: u32 = 8;
 /// Grid path: the smallest share of a row worth a CTA.
 pub const GRID_MIN_CHUNK: u64 = 4096;
 /// Grid path: the largest `k` (each CTA stages the row's `k` selected
@@ -185,6 +191,9 @@ pub struct GridLayout {
     pub state: u64,
     /// Bytes of the state region.
     pub state_bytes: u64,
+    /// Elements a thread holds: [`GRID_ITEMS`] (`fs_grid_*`) or [`GRID_ITEMS_SMALL`]
+    /// (`fs_grid8_*`, chunks of at most `BLOCK x GRID_ITEMS_SMALL`).
+    pub items: u32,
 }
 
 /// The per-row regions of a split plan.
@@ -247,11 +256,14 @@ pub struct PathOptions {
     pub grid_min_chunk: u64,
     /// The most `k^2 / ctas_per_row` the grid path takes ([`GRID_PLACE_MAX`]).
     pub grid_place_max: u64,
+    /// `false`: grid rows always take the 16-element kernels (`fs_grid_*`),
+    /// never `fs_grid8_*`.
+    pub grid_small_items: bool,
 }
 
 impl Default for PathOptions {
     fn default() -> Self {
-        Self { grid: true, grid_min_chunk: GRID_MIN_CHUNK, grid_place_max: GRID_PLACE_MAX }
+        Self { grid: true, grid_min_chunk: GRID_MIN_CHUNK, grid_place_max: GRID_PLACE_MAX, grid_small_items: true }
     }
 }
 
@@ -282,8 +294,9 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
     if path == Path::Split && opts.grid {
-        if let Some(g) = grid_ctas(rows, cols, k, dev, opts) {
-            return Ok(grid_plan(rows, k, g, fit));
+        if let Some((g, chunk)) = grid_ctas(rows, cols, k, dev, opts) {
+            let small = opts.grid_small_items && chunk <= BLOCK as u64 * GRID_ITEMS_SMALL as u64;
+            return Ok(grid_plan(rows, k, g, fit, if small { GRID_ITEMS_SMALL } else { GRID_ITEMS }));
         }
     }
 
@@ -369,17 +382,18 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     })
 }
 
-/// CTAs per row of the grid path, or `None` where it does not apply: one CTA
-/// per SM at most (all resident), each row's share in one CTA's registers,
-/// `k` within the placement's bounds.
-fn grid_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps, opts: &PathOptions) -> Option<u64> {
+/// CTAs per row of the grid path and the elements of a CTA's chunk, or
+/// `None` where it does not apply: one CTA per SM at most (all resident),
+/// each row's share in one CTA's registers, `k` within the placement's
+/// bounds.
+fn grid_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps, opts: &PathOptions) -> Option<(u64, u64)> {
     let g = (dev.sm_count as u64 / rows.max(1)).min(cols.div_ceil(opts.grid_min_chunk.max(1)));
     if g < 2 || k > GRID_MAX_K || k * k > opts.grid_place_max * g {
         return None;
     }
     // The kernel's chunk: ceil(cols / g) rounded up to 8 elements.
     let chunk = cols.div_ceil(g).div_ceil(8) * 8;
-    (chunk <= GRID_CHUNK).then_some(g)
+    (chunk <= GRID_CHUNK).then_some((g, chunk))
 }
 
 /// Dynamic shared memory of a grid CTA for `k`: the staged list, `k +
@@ -389,7 +403,7 @@ pub fn grid_smem_bytes(k: u64) -> u32 {
     ((k + GRID_SMALL).div_ceil(256) * 256 * 8) as u32
 }
 
-fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {
+fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64, items: u32) -> Plan {
     let list = 0;
     let state = align(rows * (k + GRID_SMALL) * 8);
     let state_bytes = rows * GRID_STATE_WORDS * 4;
@@ -407,7 +421,7 @@ fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64) -> Plan {
         fit,
         sampled: false,
         workspace_bytes: align(state + state_bytes),
-        layout: Layout { split: None, gbuf: None, grid: Some(GridLayout { list, state, state_bytes }) },
+        layout: Layout { split: None, gbuf: None, grid: Some(GridLayout { list, state, state_bytes, items }) },
     }
 }
 

@@ -6,7 +6,7 @@ fn h200() -> DeviceProps {
 }
 
 const NO_GRID: PathOptions =
-    PathOptions { grid: false, grid_min_chunk: GRID_MIN_CHUNK, grid_place_max: GRID_PLACE_MAX };
+    PathOptions { grid: false, grid_min_chunk: GRID_MIN_CHUNK, grid_place_max: GRID_PLACE_MAX, grid_small_items: true };
 
 fn p(rows: usize, cols: usize, k: usize) -> Plan {
     plan(&SelectSpec::new(rows, cols, k, DType::F32), false, &h200()).unwrap()
@@ -86,6 +86,30 @@ fn grid_path_boundaries() {
     }
     // More rows than half the SMs: one CTA per row, as before.
     assert_eq!(p(67, 16_384, 256).path, Path::Row);
+}
+
+#[test]
+fn grid_kernel_items_follow_the_chunk() {
+    let items = |rows, cols, k| p(rows, cols, k).layout.grid.map(|g| g.items);
+    let small = BLOCK as usize * GRID_ITEMS_SMALL as usize; // 4096
+                                                            // 1 x 262,144, k 512: 64 chunks of 4096, the 8-element kernels.
+    assert_eq!(items(1, 262_144, 512), Some(GRID_ITEMS_SMALL));
+    // 1 x 1,048,576: 132 chunks of 7,944, the 16-element kernels.
+    assert_eq!(items(1, 1_048_576, 2048), Some(GRID_ITEMS));
+    // At the edge: 132 chunks of exactly 4096, then one 8-element group more.
+    assert_eq!(items(1, 132 * small, 512), Some(GRID_ITEMS_SMALL));
+    assert_eq!(items(1, 132 * small + 1, 512), Some(GRID_ITEMS));
+    assert_eq!(items(1, 132 * (small + 8), 512), Some(GRID_ITEMS));
+    // Rows share the SMs: 2 x 524,288 take 66 chunks of 7,944 each, 2 x
+    // 262,144 66 of 3,976.
+    assert_eq!(items(2, 1 << 19, 2048), Some(GRID_ITEMS));
+    assert_eq!(items(2, 1 << 18, 512), Some(GRID_ITEMS_SMALL));
+    // grid8=0 keeps every grid row on the 16-element kernels.
+    let wide = PathOptions { grid_small_items: false, ..PathOptions::default() };
+    let pl = plan_with(&SelectSpec::new(1, 262_144, 512, DType::F32), false, &h200(), &wide).unwrap();
+    assert_eq!((pl.path, pl.ctas_per_row, pl.layout.grid.map(|g| g.items)), (Path::Grid, 64, Some(GRID_ITEMS)));
+    // Not a grid plan: no grid layout.
+    assert_eq!(items(8192, 131_072, 2048), None);
 }
 
 #[test]
