@@ -111,8 +111,7 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
             p.buffer, p.cap, p.smem_bytes
         );
         if let Some(g) = p.layout.grid {
-            let name = if g.items == plan::GRID_ITEMS { "fs_grid_*" } else { "fs_grid8_*" };
-            println!("  grid kernel     {name} ({} elements a thread)", g.items);
+            println!("  grid kernel     {} ({} elements a thread)", plan::grid_kernel_name(g.items), g.items);
         }
         println!("  fit             {} columns", p.fit);
         println!("  row_slots       {}", p.row_slots);
@@ -198,11 +197,11 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let paths: Vec<String> = rep.by_path.iter().map(|(p, n)| format!("{p:?} {n}")).collect();
     println!(
-        "cases run: {}, failed: {} (by path: {}; grid cases on the 8-element kernels: {})",
+        "cases run: {}, failed: {} (by path: {}; grid cases on the 8- or 4-element kernels: {})",
         rep.run,
         rep.failed,
         paths.join(", "),
-        rep.grid8
+        rep.grid_narrow
     );
     if rep.failed > 0 {
         for f in &rep.failures {

@@ -34,8 +34,9 @@
 //                 bound and appends its top min(k, n) to the row's slots; the
 //                 CTA that finishes last merges the slots (a copy when they
 //                 fit its buffer, else the same filter) and writes the row.
-//     fs_grid_init_all, fs_grid_*, fs_grid8_*   few rows whose chunks fit
-//                 the registers (16 or 8 elements a thread):
+//     fs_grid_init_all, fs_grid_*, fs_grid8_*, fs_grid4_f32   few rows
+//                 whose chunks fit the registers (16, 8 or 4 elements a
+//                 thread):
 //                 the row's CTAs (one cooperative launch) radix-select the
 //                 row together over a global histogram per pass (the first
 //                 over the keys above a bound all of them take from the same
@@ -2379,7 +2380,7 @@ __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, 
 
 // ITEMS: elements a thread holds (fs_grid_*: GRID_ITEMS, fs_grid8_*: 8 for
 // chunks of at most FS_BLOCK x 8, whose per-item phases then issue half the
-// instructions).
+// instructions; fs_grid4_f32: 4, f32 chunks of at most FS_BLOCK x 4).
 template <int TAG, int ITEMS>
 __device__ void grid_impl(const ScanParams& P) {
     typedef Elem<TAG> E;
@@ -2837,3 +2838,5 @@ extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid_f16(const Scan
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid8_f32(const ScanParams p) { grid_impl<32, 8>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid8_bf16(const ScanParams p) { grid_impl<16, 8>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid8_f16(const ScanParams p) { grid_impl<15, 8>(p); }
+// f32 only: a 16-bit type's VEC group is 8 elements.
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_grid4_f32(const ScanParams p) { grid_impl<32, 4>(p); }

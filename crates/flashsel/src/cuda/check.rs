@@ -443,8 +443,9 @@ pub struct Report {
     pub failures: Vec<Outcome>,
     /// Cases per path taken.
     pub by_path: Vec<(Path, usize)>,
-    /// Of the grid cases, those on the 8-element kernels (`fs_grid8_*`).
-    pub grid8: usize,
+    /// Of the grid cases, those on the narrow kernels (`fs_grid8_*`,
+    /// `fs_grid4_f32`).
+    pub grid_narrow: usize,
 }
 
 /// A plan's grid kernel width (elements a thread), 0 off the grid path.
@@ -503,7 +504,7 @@ impl Report {
             self.failed += 1;
             self.failures.push(o.clone());
         }
-        self.grid8 += (o.grid_items == crate::plan::GRID_ITEMS_SMALL) as usize;
+        self.grid_narrow += (o.grid_items > 0 && o.grid_items < crate::plan::GRID_ITEMS) as usize;
         match self.by_path.iter_mut().find(|(p, _)| *p == o.path) {
             Some((_, n)) => *n += 1,
             None => self.by_path.push((o.path, 1)),

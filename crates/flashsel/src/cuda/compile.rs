@@ -21,7 +21,7 @@ use crate::contract::{Error, Result};
 pub const SELECT_SOURCE: &str = include_str!("../../kernels/select.cu");
 
 /// Every kernel entry point in [`SELECT_SOURCE`].
-pub const SELECT_KERNELS: [&str; 16] = [
+pub const SELECT_KERNELS: [&str; 17] = [
     "fs_scan_f32",
     "fs_scan_bf16",
     "fs_scan_f16",
@@ -37,6 +37,7 @@ pub const SELECT_KERNELS: [&str; 16] = [
     "fs_grid8_f32",
     "fs_grid8_bf16",
     "fs_grid8_f16",
+    "fs_grid4_f32",
     "fs_grid_init_all",
 ];
 

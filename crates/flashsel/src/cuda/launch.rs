@@ -164,11 +164,16 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         stage: (plan.stage_bytes > 0) as i32,
     };
     if let Some(g) = grid {
-        let kern = if g.items == plan::GRID_ITEMS { &kernels.grid } else { &kernels.grid8 };
+        let kern = match g.items {
+            plan::GRID_ITEMS => kernels.grid.as_ref().map(|k| &k[slot]),
+            plan::GRID_ITEMS_SMALL => kernels.grid8.as_ref().map(|k| &k[slot]),
+            _ => kernels.grid4.as_ref().filter(|_| spec.dtype == DType::F32),
+        };
         let (Some(kern), Some(init)) = (kern, &kernels.grid_init) else {
             return Err(Error::Cuda(format!(
-                "this kernel build has no {}-element grid kernels (tuning source?)",
-                g.items
+                "this kernel build has no {}-element grid kernel for {} (tuning source?)",
+                g.items,
+                spec.dtype.name()
             )));
         };
         // Zero every row's list, barrier counters and histograms (the list
@@ -182,7 +187,7 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         let ip = GridInitParams { state, words };
         launch(init.cu_function(), (init_ctas, 1), plan.block, 0, a.stream, &ip)?;
         let grid_dim = (plan.ctas_per_row, plan.row_slots);
-        let f = kern[slot].cu_function();
+        let f = kern.cu_function();
         return launch_ex(f, grid_dim, plan.block, plan.smem_bytes, a.stream, &sp, kernels.pdl, true);
     }
     let (scan, pdl) = if split.is_some() {

@@ -54,9 +54,11 @@ pub(crate) struct Kernels {
     pub(crate) split: [CudaFunction; 3],
     pub(crate) prep: [CudaFunction; 3],
     /// The grid path's kernels by dtype slot (`None` for a tuning source
-    /// without them): `fs_grid_*` (16 elements a thread), then `fs_grid8_*`.
+    /// without them): `fs_grid_*` (16 elements a thread), `fs_grid8_*`, and
+    /// `fs_grid4_f32` (f32 only).
     pub(crate) grid: Option<[CudaFunction; 3]>,
     pub(crate) grid8: Option<[CudaFunction; 3]>,
+    pub(crate) grid4: Option<CudaFunction>,
     pub(crate) grid_init: Option<CudaFunction>,
     /// Launch fs_split_* and fs_grid_* with programmatic stream serialisation
     /// (sm_90 or later, unless the defines say FS_PDL=0).
@@ -249,6 +251,7 @@ impl CudaEngine {
             prep: [f("fs_prep_f32")?, f("fs_prep_bf16")?, f("fs_prep_f16")?],
             grid: grid.0,
             grid8,
+            grid4: g("fs_grid4_f32").ok(),
             grid_init: grid.1,
             // (A tuning source, src=, may predate the kernels' waits.)
             pdl: !compile::define_items(&v.defines).any(|d| d == "FS_PDL=0" || d.starts_with("src="))

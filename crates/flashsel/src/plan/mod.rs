@@ -78,6 +78,10 @@ pub const GRID_CHUNK: u64 = BLOCK as u64 * GRID_ITEMS as u64;
 /// which take chunks of at most `BLOCK x GRID_ITEMS_SMALL` elements: their
 /// per-element phases issue half the instructions of `fs_grid_*`'s 16.
 pub const GRID_ITEMS_SMALL: u32 = 8;
+/// Grid path: elements per thread of `fs_grid4_f32` (f32 rows only: a
+/// thread's 16-byte load holds 8 elements of the 16-bit types), for chunks
+/// of at most `BLOCK x GRID_ITEMS_TINY`.
+pub const GRID_ITEMS_TINY: u32 = 4;
 /// Grid path: the smallest share of a row worth a CTA.
 pub const GRID_MIN_CHUNK: u64 = 4096;
 /// Grid path: the largest `k` (each CTA stages the row's `k` selected
@@ -192,8 +196,10 @@ pub struct GridLayout {
     pub state: u64,
     /// Bytes of the state region.
     pub state_bytes: u64,
-    /// Elements a thread holds: [`GRID_ITEMS`] (`fs_grid_*`) or [`GRID_ITEMS_SMALL`]
-    /// (`fs_grid8_*`, chunks of at most `BLOCK x GRID_ITEMS_SMALL`).
+    /// Elements a thread holds: [`GRID_ITEMS`] (`fs_grid_*`),
+    /// [`GRID_ITEMS_SMALL`] (`fs_grid8_*`, chunks of at most `BLOCK x
+    /// GRID_ITEMS_SMALL`) or [`GRID_ITEMS_TINY`] (`fs_grid4_f32`); see
+    /// [`grid_items`].
     pub items: u32,
 }
 
@@ -258,7 +264,7 @@ pub struct PathOptions {
     /// The most `k^2 / ctas_per_row` the grid path takes ([`GRID_PLACE_MAX`]).
     pub grid_place_max: u64,
     /// `false`: grid rows always take the 16-element kernels (`fs_grid_*`),
-    /// never `fs_grid8_*`.
+    /// never `fs_grid8_*` or `fs_grid4_f32`.
     pub grid_small_items: bool,
 }
 
@@ -296,8 +302,7 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
     if path == Path::Split && opts.grid {
         if let Some((g, chunk)) = grid_ctas(rows, cols, k, dev, opts) {
-            let small = opts.grid_small_items && chunk <= BLOCK as u64 * GRID_ITEMS_SMALL as u64;
-            return Ok(grid_plan(rows, k, g, fit, if small { GRID_ITEMS_SMALL } else { GRID_ITEMS }));
+            return Ok(grid_plan(rows, k, g, fit, grid_items(chunk, spec.dtype, opts)));
         }
     }
 
@@ -395,6 +400,29 @@ fn grid_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps, opts: &PathOptions
     // The kernel's chunk: ceil(cols / g) rounded up to 8 elements.
     let chunk = cols.div_ceil(g).div_ceil(8) * 8;
     (chunk <= GRID_CHUNK).then_some((g, chunk))
+}
+
+/// Elements a thread of the grid kernel holds for a chunk: the fewest of
+/// [`GRID_ITEMS_TINY`] (f32 only), [`GRID_ITEMS_SMALL`] and [`GRID_ITEMS`]
+/// that hold it (`grid8=0`: always [`GRID_ITEMS`]).
+pub fn grid_items(chunk: u64, dtype: crate::contract::DType, opts: &PathOptions) -> u32 {
+    let fits = |items: u32| chunk <= BLOCK as u64 * items as u64;
+    if !opts.grid_small_items || !fits(GRID_ITEMS_SMALL) {
+        GRID_ITEMS
+    } else if dtype == crate::contract::DType::F32 && fits(GRID_ITEMS_TINY) {
+        GRID_ITEMS_TINY
+    } else {
+        GRID_ITEMS_SMALL
+    }
+}
+
+/// The grid kernel of a plan's width, as named in select.cu.
+pub fn grid_kernel_name(items: u32) -> &'static str {
+    match items {
+        GRID_ITEMS_TINY => "fs_grid4_f32",
+        GRID_ITEMS_SMALL => "fs_grid8_*",
+        _ => "fs_grid_*",
+    }
 }
 
 /// Dynamic shared memory of a grid CTA for `k`: the staged list, `k +

@@ -113,6 +113,30 @@ fn grid_kernel_items_follow_the_chunk() {
 }
 
 #[test]
+fn grid_kernel_width_rules() {
+    let d = PathOptions::default();
+    let tiny = BLOCK as u64 * GRID_ITEMS_TINY as u64; // 2048
+    let small = BLOCK as u64 * GRID_ITEMS_SMALL as u64; // 4096
+    assert_eq!(grid_items(tiny, DType::F32, &d), GRID_ITEMS_TINY);
+    assert_eq!(grid_items(tiny + 8, DType::F32, &d), GRID_ITEMS_SMALL);
+    // A 16-bit type's 16-byte group is 8 elements: never the 4-element kernel.
+    assert_eq!(grid_items(tiny, DType::BF16, &d), GRID_ITEMS_SMALL);
+    assert_eq!(grid_items(8, DType::F16, &d), GRID_ITEMS_SMALL);
+    assert_eq!(grid_items(small, DType::BF16, &d), GRID_ITEMS_SMALL);
+    assert_eq!(grid_items(small + 8, DType::F32, &d), GRID_ITEMS);
+    let wide = PathOptions { grid_small_items: false, ..d };
+    assert_eq!(grid_items(tiny, DType::F32, &wide), GRID_ITEMS);
+    assert_eq!(grid_kernel_name(GRID_ITEMS_TINY), "fs_grid4_f32");
+    // gridchunk=2048: 1 x 262,144 f32 takes 128 CTAs of 2048 on fs_grid4_f32,
+    // bf16 the same CTAs on fs_grid8_*.
+    let o = PathOptions { grid_min_chunk: 2048, ..d };
+    for (dtype, want) in [(DType::F32, GRID_ITEMS_TINY), (DType::BF16, GRID_ITEMS_SMALL)] {
+        let pl = plan_with(&SelectSpec::new(1, 262_144, 512, dtype), false, &h200(), &o).unwrap();
+        assert_eq!((pl.path, pl.ctas_per_row, pl.layout.grid.map(|g| g.items)), (Path::Grid, 128, Some(want)));
+    }
+}
+
+#[test]
 fn many_rows_take_one_cta_per_row() {
     let pl = p(8192, 131_072, 2048);
     assert_eq!((pl.path, pl.ctas_per_row, pl.row_slots), (Path::Row, 1, 8192));
