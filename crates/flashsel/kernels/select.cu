@@ -161,6 +161,9 @@
 //   FS_GRID_TALLY_SPIN  the sampled pass's readers: one thread polls the
 //                   tally word until every CTA has added, then the CTA reads
 //                   the histogram (1; 0: the histogram read on every poll)
+//   FS_GRID_BOUND_WARP0  the sample's bound: warp 0 alone ranks the
+//                   candidates and shares the bound through shared memory
+//                   (1; 0: every warp computes the same bound)
 //   FS_GRID_LIST_POLL  grid rows: each CTA reads the list until all its
 //                   entries are in (the list zeroed first, entries stored
 //                   plus one) instead of meeting the others at a grid
@@ -2147,6 +2150,9 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_TALLY_SPIN
 #define FS_GRID_TALLY_SPIN 1  // FS_GRID_SAMPLE: poll the tally word alone until all CTAs added (0: every poll reads the bins)
 #endif
+#ifndef FS_GRID_BOUND_WARP0
+#define FS_GRID_BOUND_WARP0 1  // FS_GRID_SAMPLE: warp 0 alone ranks the sample's candidates (0: every warp)
+#endif
 #ifndef FS_GRID_LIST_POLL
 #define FS_GRID_LIST_POLL 0  // 1: the list is read until its n entries are in, no barrier first (ReLU-few 1M -0.5 us, random rows +0.2-0.4 us)
 #endif
@@ -2218,6 +2224,7 @@ struct GridShared {
     u32 bin, above, cnt, base, nsmall;
     u32 scand[GRID_SAMPLE_TOPS * FS_WARPS];  // FS_GRID_SAMPLE: each warp's largest sample keys
     u32 admitted;                             // FS_GRID_SAMPLE: the CTA's keys in the sampled pass
+    u32 s_lo, s_shift;                        // FS_GRID_BOUND_WARP0: warp 0's bound for the CTA
     u64 T;
     u64 tally;  // FS_GRID_SAMPLE: the row's tally word as last read
     u64 small[FS_GRID_SMALL > 0 ? FS_GRID_SMALL : 1];
@@ -2484,41 +2491,50 @@ __device__ void grid_impl(const ScanParams& P) {
         }
         __syncthreads();
         GRID_STAMP(40);
-        // Rank of candidate i: those above it, and those equal before it
-        // (unique ranks): one lane holds the candidate of rank rs - 1.
-        const u32 nc = tops * FS_WARPS;
-        u32 found = 0, bound = 0, next_found = 0, next = 0;
+        // The rank and the bins' shift: one warp's work, the same in every
+        // warp (FS_GRID_BOUND_WARP0: warp 0 alone, its result shared by
+        // the CTA barrier after the PDL wait; the other warps go on).
+        if (!FS_GRID_BOUND_WARP0 || warp == 0) {
+            // Rank of candidate i: those above it, and those equal before it
+            // (unique ranks): one lane holds the candidate of rank rs - 1.
+            const u32 nc = tops * FS_WARPS;
+            u32 found = 0, bound = 0, next_found = 0, next = 0;
 #pragma unroll
-        for (u32 h = 0; h < (GRID_SAMPLE_TOPS * FS_WARPS + 31) / 32; ++h) {
-            const u32 i = lane + 32u * h;
-            if (i < nc) {
-                const u32 x = gs.scand[i];
-                u32 rank = 0;
-                // nc is a multiple of FS_WARPS: the reads of a round issue
-                // back to back (a run-time loop over single reads measured
-                // ~0.6 us).
-                for (u32 j0 = 0; j0 < nc; j0 += FS_WARPS) {
-                    u32 y[FS_WARPS];
+            for (u32 h = 0; h < (GRID_SAMPLE_TOPS * FS_WARPS + 31) / 32; ++h) {
+                const u32 i = lane + 32u * h;
+                if (i < nc) {
+                    const u32 x = gs.scand[i];
+                    u32 rank = 0;
+                    // nc is a multiple of FS_WARPS: the reads of a round issue
+                    // back to back (a run-time loop over single reads measured
+                    // ~0.6 us).
+                    for (u32 j0 = 0; j0 < nc; j0 += FS_WARPS) {
+                        u32 y[FS_WARPS];
 #pragma unroll
-                    for (int jj = 0; jj < FS_WARPS; ++jj) y[jj] = gs.scand[j0 + jj];
+                        for (int jj = 0; jj < FS_WARPS; ++jj) y[jj] = gs.scand[j0 + jj];
 #pragma unroll
-                    for (int jj = 0; jj < FS_WARPS; ++jj)
-                        rank += (u32)(y[jj] > x) | ((u32)(y[jj] == x) & (u32)(j0 + jj < i));
+                        for (int jj = 0; jj < FS_WARPS; ++jj)
+                            rank += (u32)(y[jj] > x) | ((u32)(y[jj] == x) & (u32)(j0 + jj < i));
+                    }
+                    if (rank == rs - 1) found = 1, bound = x;
+                    if (rank == rs) next_found = 1, next = x;
                 }
-                if (rank == rs - 1) found = 1, bound = x;
-                if (rank == rs) next_found = 1, next = x;
+            }
+            bound = __shfl_sync(FULL_MASK, bound, __ffs(__ballot_sync(FULL_MASK, found)) - 1);
+            const u32 next_lanes = __ballot_sync(FULL_MASK, next_found);  // none where nc == rs
+            next = next_lanes ? __shfl_sync(FULL_MASK, next, __ffs(next_lanes) - 1) : ~bound;
+            const u32 smax = __reduce_max_sync(FULL_MASK, lane < FS_WARPS ? gs.scand[lane] : 0u);
+            // A plateau at the bound (the next candidate equal to it: ReLU zeros,
+            // equal rows, coarse bf16 steps) likely holds the k-th: one key a
+            // bin, so the plateau's key is decided by this pass.
+            const int span_bits = bit_len(smax - bound);
+            s_shift = span_bits > 10 && (!FS_GRID_PLATEAU || next != bound) ? (u32)(span_bits - 10) : 0u;
+            s_lo = bound & ~((1u << s_shift) - 1u);
+            if (FS_GRID_BOUND_WARP0 && lane == 0) {
+                gs.s_lo = s_lo;
+                gs.s_shift = s_shift;
             }
         }
-        bound = __shfl_sync(FULL_MASK, bound, __ffs(__ballot_sync(FULL_MASK, found)) - 1);
-        const u32 next_lanes = __ballot_sync(FULL_MASK, next_found);  // none where nc == rs
-        next = next_lanes ? __shfl_sync(FULL_MASK, next, __ffs(next_lanes) - 1) : ~bound;
-        const u32 smax = __reduce_max_sync(FULL_MASK, lane < FS_WARPS ? gs.scand[lane] : 0u);
-        // A plateau at the bound (the next candidate equal to it: ReLU zeros,
-        // equal rows, coarse bf16 steps) likely holds the k-th: one key a
-        // bin, so the plateau's key is decided by this pass.
-        const int span_bits = bit_len(smax - bound);
-        s_shift = span_bits > 10 && (!FS_GRID_PLATEAU || next != bound) ? (u32)(span_bits - 10) : 0u;
-        s_lo = bound & ~((1u << s_shift) - 1u);
         GRID_STAMP(37);
     }
     const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;
@@ -2538,6 +2554,10 @@ __device__ void grid_impl(const ScanParams& P) {
     u64* list = P.cand + (long long)row * (P.k + FS_HOST_GRID_SMALL);
     u32 barriers = 0;
     __syncthreads();
+    if (FS_GRID_BOUND_WARP0 && sampled) {  // uniform; written by warp 0 before the barrier
+        s_lo = gs.s_lo;
+        s_shift = gs.s_shift;
+    }
     GRID_STAMP(sampled ? 32 : 22);  // sampled: 32 holds the wait for fs_grid_init_all's zeroes
     if (FS_GRID_STOP == 1) return;
 
