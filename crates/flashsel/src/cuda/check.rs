@@ -600,11 +600,23 @@ mod tests {
         row.iter().filter(|&&x| x >= bound).count()
     }
 
+    /// The outcome of the grid kernel's sampled pass on a row that resolves.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct SampledPass {
+        /// Keys in the crossing bin, and the bins' width in bits.
+        cnt: u32,
+        shift: u32,
+        /// The bound (the first bin's lower edge), the crossing bin, and
+        /// the keys in the bins above it.
+        s_lo: u32,
+        bin: u32,
+        above: u32,
+    }
+
     /// What the grid kernel's sampled pass (select.cu, FS_GRID_SAMPLE) does
-    /// with one row of `dtype`, emulated: `Some((crossing bin count, bin width in
-    /// bits))` where it resolves, `None` where it falls back to the exact
-    /// passes.
-    fn grid_sampled_pass(row: &[f32], k: usize, dtype: DType) -> Option<(u32, u32)> {
+    /// with one row of `dtype`, emulated: `Some` where it resolves, `None`
+    /// where it falls back to the exact passes.
+    fn grid_sampled_pass(row: &[f32], k: usize, dtype: DType) -> Option<SampledPass> {
         use crate::cpu::key::{key_of_bits, nan_key};
         let bits = |x: f32| match dtype {
             DType::F32 => x.to_bits(),
@@ -657,8 +669,75 @@ mod tests {
             }
         }
         match crossing(&pass, k as u32) {
-            Some((b, _, cnt)) if b != bins as u32 - 1 => Some((cnt, shift)),
+            Some((bin, above, cnt)) if bin != bins as u32 - 1 => Some(SampledPass { cnt, shift, s_lo, bin, above }),
             _ => None,
+        }
+    }
+
+    /// The list by bins (select.cu, FS_GRID_BIN_LIST), emulated with the
+    /// CTAs flushing in a random order: each CTA's place in a bin is the
+    /// row's count of that bin before its flush, bin d starts at the count
+    /// of the bins above d, and a CTA's keys of d follow in any order. The
+    /// selected keys (those in the crossing bin and above) must fill the
+    /// list's first above + cnt entries, each exactly once.
+    #[test]
+    fn grid_bin_list_places_are_a_permutation() {
+        use crate::cpu::key::{key_of_bits, nan_key};
+        let mut rng = Rng::new(33);
+        for (len, k, chunks) in [(262_144usize, 512usize, 64usize), (1 << 20, 2048, 132)] {
+            let row = generate(Data::Normal, len, &mut rng);
+            let sp = grid_sampled_pass(&row, k, DType::F32).expect("a normal row resolves");
+            let key = |x: f32| key_of_bits(x.to_bits(), DType::F32, nan_key(DType::F32, NanPolicy::Lowest));
+            let bin_of = |kx: u32| (((kx - sp.s_lo) >> sp.shift) as usize).min(2047);
+            let per = len.div_ceil(chunks).div_ceil(8) * 8;
+            // Each CTA's bins (keys >= s_lo), as its shared histogram holds them.
+            let cta_bins: Vec<Vec<u32>> = (0..chunks)
+                .map(|p| {
+                    let mut h = vec![0u32; 2048];
+                    for &x in &row[(p * per).min(len)..((p + 1) * per).min(len)] {
+                        if key(x) >= sp.s_lo {
+                            h[bin_of(key(x))] += 1;
+                        }
+                    }
+                    h
+                })
+                .collect();
+            // Flushes in a random order; `place[p][d]`: the count before p's add.
+            let mut order: Vec<usize> = (0..chunks).collect();
+            for i in (1..chunks).rev() {
+                order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+            }
+            let mut global = vec![0u32; 2048];
+            let mut place = vec![vec![0u32; 2048]; chunks];
+            for &p in &order {
+                for d in 0..2048 {
+                    if cta_bins[p][d] > 0 {
+                        place[p][d] = global[d];
+                        global[d] += cta_bins[p][d];
+                    }
+                }
+            }
+            let mut start = vec![0u32; 2048]; // keys in the bins above d
+            for d in (0..2047).rev() {
+                start[d] = start[d + 1] + global[d + 1];
+            }
+            assert_eq!((start[sp.bin as usize], global[sp.bin as usize]), (sp.above, sp.cnt));
+            let n = (sp.above + sp.cnt) as usize;
+            let mut seen = vec![false; n];
+            for p in 0..chunks {
+                let mut local = vec![0u32; 2048];
+                for &x in &row[(p * per).min(len)..((p + 1) * per).min(len)] {
+                    let kx = key(x);
+                    if kx >= sp.s_lo && bin_of(kx) >= sp.bin as usize {
+                        let d = bin_of(kx);
+                        let pos = (start[d] + place[p][d] + local[d]) as usize;
+                        local[d] += 1;
+                        assert!(pos < n && !seen[pos], "{len}: place {pos} of {n} taken twice or out of range");
+                        seen[pos] = true;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&s| s), "{len}: a list entry left unwritten");
         }
     }
 
@@ -674,7 +753,7 @@ mod tests {
             for (len, k) in [(1usize << 20, 2048usize), (262_144, 512)] {
                 for _ in 0..4 {
                     let row = generate(Data::Normal, len, &mut rng);
-                    let cnt = grid_sampled_pass(&row, k, dtype);
+                    let cnt = grid_sampled_pass(&row, k, dtype).map(|p| (p.cnt, p.shift));
                     assert!(
                         cnt.is_some_and(|(c, _)| c as u64 <= crate::plan::GRID_SMALL),
                         "{dtype:?} {len} k{k}: {cnt:?}"
@@ -682,9 +761,17 @@ mod tests {
                 }
                 let few = generate(Data::ReluFew, len, &mut rng);
                 let zeros = few.iter().filter(|&&x| x == 0.0).count() as u32;
-                assert_eq!(grid_sampled_pass(&few, k, dtype), Some((zeros, 0)), "ReluFew {dtype:?} {len} k{k}");
+                assert_eq!(
+                    grid_sampled_pass(&few, k, dtype).map(|p| (p.cnt, p.shift)),
+                    Some((zeros, 0)),
+                    "ReluFew {dtype:?} {len} k{k}"
+                );
                 let equal = generate(Data::AllEqual, len, &mut rng);
-                assert_eq!(grid_sampled_pass(&equal, k, dtype), Some((len as u32, 0)), "AllEqual {dtype:?} {len} k{k}");
+                assert_eq!(
+                    grid_sampled_pass(&equal, k, dtype).map(|p| (p.cnt, p.shift)),
+                    Some((len as u32, 0)),
+                    "AllEqual {dtype:?} {len} k{k}"
+                );
             }
             // The check suite's trap cases.
             let high = generate(Data::GridSampleHigh { len: 1 << 20 }, 1 << 20, &mut rng);
