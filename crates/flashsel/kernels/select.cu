@@ -2053,9 +2053,9 @@ __device__ void prep_impl(const ScanParams& P) {
 //   bins, so the loop ends: at most 6).
 //   The sampled pass, where a row has its sample, comes first: each CTA
 //   takes its warps' largest sample keys (a warp's top `tops`), and the
-//   rs-th largest of those, rs = the sample keys expected at or above the
-//   k-th plus FS_GRID_SAMPLE_SD deviations, is the bound s_lo: at least rs
-//   sample keys reach it. Bins of 2^s_shift keys from s_lo (s_lo a multiple
+//   rs-th largest of those (ranked by warp 0 alone), rs = the sample keys
+//   expected at or above the k-th plus FS_GRID_SAMPLE_SD deviations, is the
+//   bound s_lo: at least rs sample keys reach it. Bins of 2^s_shift keys from s_lo (s_lo a multiple
 //   of it; the sample's largest key in the lower half of the 2048 bins; the
 //   last bin takes everything above) count the keys >= s_lo, and a tally
 //   word (CTAs added, keys counted) tells the readers the total to wait
