@@ -5,6 +5,9 @@ use flashsel::cuda::CudaEngine;
 use flashsel::{ScoreElem, ScoresView, SelectSpec};
 use half::bf16;
 
+/// Slots of select.cu's `fs_prof` (its length in a FS_PROFILE build).
+const PROF_SLOTS: usize = 48;
+
 fn gen_par(data: Data, n: usize, seed: u64) -> Vec<f32> {
     use rayon::prelude::*;
     let chunk = 1 << 20;
@@ -41,7 +44,7 @@ fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, vari
         let e = CudaEngine::new(0).unwrap().with_tuning(defs, cap);
         let plan = e.plan(&spec, false).unwrap();
         let (got, mut t) = e.time_select(&view, &spec, None, 10).unwrap();
-        let prof = if defs.contains("PROFILE") { e.take_profile().unwrap() } else { vec![0; 40] };
+        let prof = if defs.contains("PROFILE") { e.take_profile().unwrap() } else { vec![0; PROF_SLOTS] };
         t.sort_by(f64::total_cmp);
         let med = t[t.len() / 2];
         let per = |tot: u64, n: u64| if n == 0 { 0.0 } else { tot as f64 / n as f64 };

@@ -164,11 +164,6 @@
 //   FS_GRID_BOUND_WARP0  the sample's bound: warp 0 alone ranks the
 //                   candidates and shares the bound through shared memory
 //                   (1; 0: every warp computes the same bound)
-//   FS_GRID_LIST_POLL  grid rows: each CTA reads the list until all its
-//                   entries are in (the list zeroed first, entries stored
-//                   plus one) instead of meeting the others at a grid
-//                   barrier first (1: measured slower on random rows; 0:
-//                   the barrier, the default)
 //   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
 
 typedef unsigned int u32;
@@ -2097,10 +2092,9 @@ __device__ void prep_impl(const ScanParams& P) {
 //     top. The tally is read with the histogram: once every CTA has added,
 //     the bins are trusted only when they add up to its total.
 //   - Global state (barrier and list counters, the tally, one histogram per
-//     pass) and the lists are zeroed by fs_grid_init_all before each run,
-//     never assumed (FS_GRID_LIST_POLL: a list entry of 0 is unwritten,
-//     entries are stored plus one); a barrier, histogram or list read that waits over 4 s traps
-//     rather than hangs (co-residency broken).
+//     pass) is zeroed by fs_grid_init_all before each run, never assumed; a
+//     barrier or histogram read that waits over 4 s traps rather than hangs
+//     (co-residency broken).
 //   - The shared histogram is all zero at the start of every pass: the CTA
 //     clears it once, and each pass clears the bins it filled as it adds
 //     them to the global histogram.
@@ -2153,11 +2147,6 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_BOUND_WARP0
 #define FS_GRID_BOUND_WARP0 1  // FS_GRID_SAMPLE: warp 0 alone ranks the sample's candidates (0: every warp)
 #endif
-#ifndef FS_GRID_LIST_POLL
-#define FS_GRID_LIST_POLL 0  // 1: the list is read until its n entries are in, no barrier first (ReLU-few 1M -0.5 us, random rows +0.2-0.4 us)
-#endif
-// FS_GRID_LIST_POLL: list entries are stored plus one, so a zero is unwritten.
-#define GRID_LIST_MARK (FS_GRID_LIST_POLL ? 1ull : 0ull)
 #ifndef FS_GRID_PLATEAU
 #define FS_GRID_PLATEAU 1  // FS_GRID_SAMPLE: a bound tied in the sample takes one key a bin (0: as any other)
 #endif
@@ -2234,10 +2223,10 @@ struct GridShared {
 };
 
 struct GridInitParams {
-    u32* state;       // the rows' lists, then their state (rows x GRID_STATE_WORDS)
+    u32* state;       // rows x GRID_STATE_WORDS
     long long words;
 };
-// Zeroes every row's list and grid state (grid: any; each thread strides). Lets a
+// Zeroes every row's grid state (grid: any; each thread strides). Lets a
 // programmatically dependent fs_grid_* start at once.
 extern "C" __global__ void __launch_bounds__(FS_BLOCK) fs_grid_init_all(const GridInitParams p) {
     PDL_TRIGGER();
@@ -2700,7 +2689,7 @@ __device__ void grid_impl(const ScanParams& P) {
                 if ((sel_mask >> i) & 1u) {
                     const u32 d0 = (key[i] - s_lo) >> s_shift;
                     const u32 d = d0 < GRID_BINS - 1u ? d0 : GRID_BINS - 1u;
-                    list[gs.binpos[d] + atomicAdd(&gs.hist[d], 1u)] = GRID_G(i) + GRID_LIST_MARK;
+                    list[gs.binpos[d] + atomicAdd(&gs.hist[d], 1u)] = GRID_G(i);
                 }
             }
         }
@@ -2720,7 +2709,7 @@ __device__ void grid_impl(const ScanParams& P) {
             if ((warp_sel >> i) & 1u) {  // uniform over the warp
                 const bool sel = (sel_mask >> i) & 1u;
                 const u32 mask = __ballot_sync(FULL_MASK, sel);
-                if (sel) list[wbase + __popc(mask & ((1u << lane) - 1u))] = GRID_G(i) + GRID_LIST_MARK;
+                if (sel) list[wbase + __popc(mask & ((1u << lane) - 1u))] = GRID_G(i);
                 wbase += __popc(mask);
             }
         }
@@ -2735,42 +2724,18 @@ __device__ void grid_impl(const ScanParams& P) {
     // Padded with zeros (which count as ahead of nothing) to a multiple of
     // the placement's step. All loads first, then the stores: a guarded loop
     // would wait out one L2 round trip per iteration.
-    // FS_GRID_LIST_POLL: no barrier first. Every CTA knows n, the list
-    // starts zeroed (fs_grid_init_all) and entries are stored plus one
-    // (never 0: the low word is < 2^31), so a thread reads its entries
-    // until none is 0; an entry is its own data, no ordering is needed.
     const u32 n_pad = (n + GRID_STEP - 1) / GRID_STEP * GRID_STEP;
+    barriers += (u32)chunks;
+    grid_barrier(bar, barriers);
+    GRID_STAMP(27);
+    if (FS_GRID_STOP == 3) return;
     {
         u64 v[GRID_STAGE_ROUNDS];
-        if (FS_GRID_LIST_POLL) {
-            const unsigned long long t0 = tid == 0 ? global_ns() : 0ull;
 #pragma unroll
-            for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) v[u] = 0ull;
-            for (;;) {
-                bool done = true;
-#pragma unroll
-                for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
-                    const u32 j = u * FS_BLOCK + tid;
-                    if (j < n && v[u] == 0ull) v[u] = ld_relaxed_u64(list + j);
-                    done &= j >= n || v[u] != 0ull;
-                }
-                if (__syncthreads_and(done)) break;
-                // The same co-residency guard as grid_barrier's.
-                if (tid == 0 && global_ns() - t0 > 4000000000ull) __trap();
-            }
-#pragma unroll
-            for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) v[u] -= v[u] != 0ull;  // the entries; 0 past n
-        } else {
-            barriers += (u32)chunks;
-            grid_barrier(bar, barriers);
-#pragma unroll
-            for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
-                const u32 j = u * FS_BLOCK + tid;
-                v[u] = j < n ? __ldcg(list + j) : 0ull;
-            }
+        for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
+            const u32 j = u * FS_BLOCK + tid;
+            v[u] = j < n ? __ldcg(list + j) : 0ull;
         }
-        GRID_STAMP(27);
-        if (FS_GRID_STOP == 3) return;
 #pragma unroll
         for (int u = 0; u < GRID_STAGE_ROUNDS; ++u) {
             const u32 j = u * FS_BLOCK + tid;

@@ -74,7 +74,6 @@ fn each_ab_switch_compiles_without_spills() {
         "FS_GRID_PLATEAU=0",
         "FS_GRID_BIN_LIST=0",
         "FS_GRID_TALLY_SPIN=0",
-        "FS_GRID_LIST_POLL=1",
         "FS_GRID_BOUND_WARP0=0",
     ] {
         let v = compile::Variant { defines: switch.into(), ..compile::Variant::new("sm_90a", false) };

@@ -229,11 +229,19 @@ pub struct Outcome {
     pub case: String,
     pub path: Path,
     pub ctas_per_row: u32,
-    /// Grid plans: elements a thread of the grid kernel holds (16 or 8); 0
-    /// otherwise.
+    /// Grid plans: elements a thread of the grid kernel holds (16, 8 or 4);
+    /// 0 otherwise.
     pub grid_items: u32,
     pub ok: bool,
     pub detail: String,
+}
+
+impl Outcome {
+    /// The outcome of a case run under `plan`.
+    fn of_plan(case: String, plan: &crate::plan::Plan, ok: bool, detail: String) -> Self {
+        let grid_items = plan.layout.grid.map_or(0, |g| g.items);
+        Outcome { case, path: plan.path, ctas_per_row: plan.ctas_per_row, grid_items, ok, detail }
+    }
 }
 
 fn run_typed<T: ScoreElem>(e: &CudaEngine, c: &Case, data: &[f32], lengths: Option<&[i32]>) -> Result<(bool, String)> {
@@ -279,14 +287,7 @@ pub fn run_case(e: &CudaEngine, c: &Case, rng: &mut Rng) -> Result<Outcome> {
         DType::BF16 => run_typed::<bf16>(e, c, &data, lengths.as_deref())?,
         DType::F16 => run_typed::<f16>(e, c, &data, lengths.as_deref())?,
     };
-    Ok(Outcome {
-        case: c.describe(),
-        path: plan.path,
-        ctas_per_row: plan.ctas_per_row,
-        grid_items: grid_items(&plan),
-        ok,
-        detail,
-    })
+    Ok(Outcome::of_plan(c.describe(), &plan, ok, detail))
 }
 
 /// The standard suite. `quick` keeps it to a few seconds.
@@ -448,11 +449,6 @@ pub struct Report {
     pub grid_narrow: usize,
 }
 
-/// A plan's grid kernel width (elements a thread), 0 off the grid path.
-fn grid_items(plan: &crate::plan::Plan) -> u32 {
-    plan.layout.grid.map_or(0, |g| g.items)
-}
-
 /// Runs the suite (plus the graph-capture check), calling `progress` after
 /// each case. Stops at nothing: every case runs and is counted.
 pub fn run_suite(
@@ -563,24 +559,20 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
         let want = crate::cpu::select(&view, &spec, Some(&lengths))?;
         let vals_ok = want.values.iter().zip(&val).all(|(a, b)| a.to_bits() == b.to_bits());
         if want.indices != idx || !vals_ok {
-            return Ok(Outcome {
-                case: format!("graph capture + replay on new data, 3 x {cols}"),
-                path: plan.path,
-                ctas_per_row: plan.ctas_per_row,
-                grid_items: grid_items(&plan),
-                ok: false,
-                detail: format!("replay {rep} differs from the CPU engine"),
-            });
+            return Ok(Outcome::of_plan(
+                format!("graph capture + replay on new data, 3 x {cols}"),
+                &plan,
+                false,
+                format!("replay {rep} differs from the CPU engine"),
+            ));
         }
     }
-    Ok(Outcome {
-        case: format!("graph capture + replay on new data, 3 x {cols} (3 replays)"),
-        path: plan.path,
-        ctas_per_row: plan.ctas_per_row,
-        grid_items: grid_items(&plan),
-        ok: true,
-        detail: String::new(),
-    })
+    Ok(Outcome::of_plan(
+        format!("graph capture + replay on new data, 3 x {cols} (3 replays)"),
+        &plan,
+        true,
+        String::new(),
+    ))
 }
 
 #[cfg(test)]

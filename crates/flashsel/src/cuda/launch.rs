@@ -176,13 +176,11 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
                 spec.dtype.name()
             )));
         };
-        // Zero every row's list, barrier counters and histograms (the list
-        // region comes first, the state right after it), then the
+        // Zero every row's barrier counters and histograms, then the
         // cooperative selection (which may start early with PDL and waits
         // for the zeroes before its first global write).
-        debug_assert!(g.list < g.state);
-        let words = ((g.state + g.state_bytes - g.list) / 4) as i64;
-        let state = ws + g.list;
+        let words = (g.state_bytes / 4) as i64;
+        let state = ws + g.state;
         let init_ctas = (words as u64).div_ceil(plan.block as u64 * 8).clamp(1, 1024) as u32;
         let ip = GridInitParams { state, words };
         launch(init.cu_function(), (init_ctas, 1), plan.block, 0, a.stream, &ip)?;

@@ -189,8 +189,7 @@ pub struct Layout {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GridLayout {
     /// `rows x (k + GRID_SMALL)` composites (`u64`): the bins above the
-    /// crossing bin and the crossing bin; zeroed by each run with the state,
-    /// which follows it (FS_GRID_LIST_POLL=1 reads it until its entries are in).
+    /// crossing bin and the crossing bin.
     pub list: u64,
     /// `rows x GRID_STATE_WORDS` `u32` words, zeroed by each run.
     pub state: u64,
