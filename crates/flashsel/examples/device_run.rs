@@ -146,6 +146,17 @@ fn tune(bw: f64) {
     // 8, 9: where the grid and split paths meet (16 grid CTAs, k 2048).
     tune_shape::<f32>(1, 65_536, 2048, Data::Normal, vs(8), &mut rng);
     tune_shape::<bf16>(1, 65_536, 2048, Data::Normal, vs(9), &mut rng);
+    // 10: a short row-path call (one kernel, 128 CTAs).
+    tune_shape::<f32>(128, 32_768, 2048, Data::Normal, vs(10), &mut rng);
+    // FS_EXTRA="1x131072k512,2x262144k512": more f32 normal shapes (after the
+    // fixed ones, so their data stays as it was).
+    for shape in std::env::var("FS_EXTRA").unwrap_or_default().split(',').filter(|s| !s.trim().is_empty()) {
+        let dims: Option<Vec<usize>> = shape.trim().split(['x', 'k']).map(|d| d.parse().ok()).collect();
+        match dims.as_deref() {
+            Some(&[rows, cols, k]) => tune_shape::<f32>(rows, cols, k, Data::Normal, &variants, &mut rng),
+            _ => eprintln!("FS_EXTRA: {shape:?} is not ROWSxCOLSkK"),
+        }
+    }
     if !on(7) {
         return;
     }

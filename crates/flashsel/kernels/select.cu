@@ -134,6 +134,12 @@
 //                   fs_grid_init_all (programmatic dependent launch, sm_90+;
 //                   default; the host sets the launch attribute unless the
 //                   defines say FS_PDL=0)
+//   FS_PDL_CHAIN    with FS_PDL, calls chain too: 1 a call's first kernel is
+//                   launched programmatically and waits at once for the
+//                   stream's previous kernel; 2 (default) also its last
+//                   kernel lets the next launch as it starts, except
+//                   fs_grid_* (3: that one too); the host reads
+//                   FS_PDL_CHAIN=0 to launch the first kernel plainly
 //   FS_GRID_SMALL   grid rows: a crossing bin of at most this many composites
 //                   ends the radix passes (256 = FS_HOST_GRID_SMALL, the most
 //                   the host sizes for)
@@ -164,6 +170,10 @@
 //   FS_GRID_BOUND_WARP0  the sample's bound: warp 0 alone ranks the
 //                   candidates and shares the bound through shared memory
 //                   (1; 0: every warp computes the same bound)
+//   FS_GRID_PLACE_PAIR  grid rows: a CTA whose share of the placement
+//                   reads at least this many staged entries (its entries x
+//                   the padded list) places two entries a warp, each shared
+//                   read compared with both (32768; 0: one a warp)
 //   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
 
 typedef unsigned int u32;
@@ -244,6 +254,31 @@ typedef unsigned long long u64;
 #define PDL_TRIGGER() ((void)0)
 #define PDL_WAIT() ((void)0)
 #define PDL_ON 0
+#endif
+#ifndef FS_PDL_CHAIN
+#define FS_PDL_CHAIN 2
+#endif
+// Calls chained by PDL (FS_PDL_CHAIN, sm_90+ with FS_PDL): the host launches
+// a call's first kernel (fs_grid_init_all, fs_prep_*, the row path's
+// fs_scan_*) programmatically too, so it is resident before the stream's
+// previous kernel ends; it waits for that kernel (CHAIN_WAIT) before it
+// reads or writes anything, and only then lets its own dependents start.
+// With 2, a call's last kernel (fs_grid8_*, fs_grid4_f32, fs_split_*,
+// fs_scan_*) also lets the stream's next kernel launch as it starts
+// (CHAIN_TRIGGER): a programmatic successor waits for this grid's completion
+// anyway. Not fs_grid_*, whose CTA takes a whole SM's registers, so no CTA
+// of the next kernel can wait beside it: there the early launch measured
+// +0.3 us on 1 x 1,048,576 (132 CTAs), and 3 is that (perf-log, thirteenth
+// session).
+#if PDL_ON && FS_PDL_CHAIN >= 1
+#define CHAIN_WAIT() PDL_WAIT()
+#else
+#define CHAIN_WAIT() ((void)0)
+#endif
+#if PDL_ON && FS_PDL_CHAIN >= 2
+#define CHAIN_TRIGGER() PDL_TRIGGER()
+#else
+#define CHAIN_TRIGGER() ((void)0)
 #endif
 // Two scan CTAs per SM (<= 64 registers) with a shared buffer; the global-
 // buffer variant (large k) addresses the buffer generically and gets room.
@@ -1921,6 +1956,11 @@ __device__ void scan_impl(const ScanParams& P) {
     const int tid = threadIdx.x;
     const int p = blockIdx.x;
     constexpr bool split = SPLIT;  // the host launches fs_split_* iff chunks > 1
+    // A row-path call's only kernel: wait for the stream's previous kernel
+    // (FS_PDL_CHAIN) before the lengths and scores. Both kernels let the
+    // next call's first kernel launch now; it waits for this grid.
+    if (!split) CHAIN_WAIT();
+    CHAIN_TRIGGER();
 
     for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
         reset(sh);
@@ -1998,7 +2038,11 @@ __device__ void scan_impl(const ScanParams& P) {
 template <int TAG>
 __device__ void prep_impl(const ScanParams& P) {
     __shared__ Shared sh;
-    // fs_split_* may launch now; it waits for this grid before reading.
+    // The call's first kernel: the stream's previous kernel is done (its
+    // scores and lengths written) before anything is read.
+    CHAIN_WAIT();
+    // fs_split_* may launch now; it waits for this grid before reading its
+    // results (its chunk's scores it may read at once).
     PDL_TRIGGER();
     for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
         reset(sh);
@@ -2150,6 +2194,9 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_PLATEAU
 #define FS_GRID_PLATEAU 1  // FS_GRID_SAMPLE: a bound tied in the sample takes one key a bin (0: as any other)
 #endif
+#ifndef FS_GRID_PLACE_PAIR
+#define FS_GRID_PLACE_PAIR 32768  // a CTA whose placement reads at least this many staged entries places two a warp (0: one)
+#endif
 #ifndef FS_GRID_STOP
 #define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
 #endif
@@ -2229,6 +2276,10 @@ struct GridInitParams {
 // Zeroes every row's grid state (grid: any; each thread strides). Lets a
 // programmatically dependent fs_grid_* start at once.
 extern "C" __global__ void __launch_bounds__(FS_BLOCK) fs_grid_init_all(const GridInitParams p) {
+    // The stream's previous kernel (which may be the last call's fs_grid_*,
+    // reading this state; or the one writing the scores that fs_grid_*
+    // loads before its own wait) is done before fs_grid_* may start.
+    CHAIN_WAIT();
     PDL_TRIGGER();
     for (long long i = (long long)blockIdx.x * FS_BLOCK + threadIdx.x; i < p.words; i += (long long)gridDim.x * FS_BLOCK)
         p.state[i] = 0u;
@@ -2374,6 +2425,60 @@ __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, 
     __syncthreads();  // gs is rewritten by the next call
 }
 
+// PLACE (grid rows): entries [e_lo, e_hi) of the row's staged list, a warp
+// per EPW entries, its lanes counting the selected entries ahead of each in
+// the n_pad staged ones (every staged entry read is compared with the EPW
+// entries: EPW 2 halves the shared reads, FS_GRID_PLACE_PAIR). The count is
+// the entry's output slot.
+template <int TAG, int EPW>
+__device__ __forceinline__ void grid_place(const ScanParams& P, const u64* stage, u32 e_lo, u32 e_hi, u32 n_pad, u64 T,
+                                           int row, u32 lenm1, const void* row_scores, bool prof,
+                                           unsigned long long& t_prev) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (u32 e = e_lo + warp * EPW; e < e_hi; e += FS_WARPS * EPW) {
+        // Below T, or past the share: an entry that is never written;
+        // ~0 counts nothing.
+        u64 x[EPW];
+        u32 c[EPW];
+#pragma unroll
+        for (int a = 0; a < EPW; ++a) {
+            const u64 x0 = e + a < e_hi ? stage[e + a] : 0ull;
+            x[a] = e + a < e_hi && x0 >= T ? x0 : ~0ull;
+            c[a] = 0u;
+        }
+        // GRID_STEP entries a round: the loads first, then the compares.
+        for (u32 j0 = 0; j0 < n_pad; j0 += GRID_STEP) {
+            u64 y[GRID_STEP / 32];
+#pragma unroll
+            for (int u = 0; u < GRID_STEP / 32; ++u) y[u] = stage[j0 + u * 32 + lane];
+            if (P.order_index) {
+#pragma unroll
+                for (int u = 0; u < GRID_STEP / 32; ++u) {
+                    const u32 live = (u32)(y[u] >= T);
+#pragma unroll
+                    for (int a = 0; a < EPW; ++a) c[a] += live & (u32)((u32)y[u] > (u32)x[a]);
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < GRID_STEP / 32; ++u)
+#pragma unroll
+                    for (int a = 0; a < EPW; ++a) c[a] += y[u] > x[a];
+            }
+        }
+        PROF_STAMP(prof, PROF_NS(), t_prev, 18);
+#pragma unroll
+        for (int a = 0; a < EPW; ++a) {
+            const u32 ahead = __reduce_add_sync(FULL_MASK, c[a]);
+            if (lane == a && x[a] != ~0ull) {
+                const long long o = (long long)row * P.k + ahead;
+                const u32 col = lenm1 - (u32)x[a];
+                P.out_idx[o] = (int)col;
+                if (P.out_val) store_bits<TAG>(P.out_val, o, value_bits<TAG>((u32)(x[a] >> 32), row_scores, col));
+            }
+        }
+    }
+}
+
 // ITEMS: elements a thread holds (fs_grid_*: GRID_ITEMS, fs_grid8_*: 8 for
 // chunks of at most FS_BLOCK x 8, whose per-item phases then issue half the
 // instructions; fs_grid4_f32: 4, f32 chunks of at most FS_BLOCK x 4).
@@ -2404,6 +2509,8 @@ __device__ void grid_impl(const ScanParams& P) {
     const bool aligned = aligned16(row_scores);
     // The planner keeps every chunk within the registers; never drop elements.
     if (end - start > (u32)(FS_BLOCK * ITEMS)) __trap();
+    // The next call's first kernel waits for this grid (FS_PDL_CHAIN).
+    if (ITEMS < GRID_ITEMS || FS_PDL_CHAIN >= 3) CHAIN_TRIGGER();
 
     // The row-wide sample (FS_GRID_SAMPLE): every CTA of the row reads the
     // same VEC elements per thread with its chunk, thread t's at t * len /
@@ -2764,35 +2871,14 @@ __device__ void grid_impl(const ScanParams& P) {
     const u64 T = gs.T;
     GRID_STAMP(30);
 
-    // PLACE this CTA's share of the list, then its share of the padding: a
-    // warp per entry, its lanes counting the selected entries ahead of it.
-    for (u32 e = e_lo + warp; e < e_hi; e += FS_WARPS) {
-        // Below T: an entry that is never written; ~0 counts nothing.
-        const u64 x0 = stage[e];
-        const u64 x = x0 >= T ? x0 : ~0ull;
-        u32 c = 0u;
-        // GRID_STEP entries a round: the loads first, then the compares.
-        for (u32 j0 = 0; j0 < n_pad; j0 += GRID_STEP) {
-            u64 y[GRID_STEP / 32];
-#pragma unroll
-            for (int u = 0; u < GRID_STEP / 32; ++u) y[u] = stage[j0 + u * 32 + lane];
-            if (P.order_index) {
-#pragma unroll
-                for (int u = 0; u < GRID_STEP / 32; ++u) c += (u32)(y[u] >= T) & (u32)((u32)y[u] > (u32)x);
-            } else {
-#pragma unroll
-                for (int u = 0; u < GRID_STEP / 32; ++u) c += y[u] > x;
-            }
-        }
-        GRID_STAMP(18);
-        const u32 ahead = __reduce_add_sync(FULL_MASK, c);
-        if (lane == 0 && x != ~0ull) {
-            const long long o = (long long)row * P.k + ahead;
-            const u32 col = lenm1 - (u32)x;
-            P.out_idx[o] = (int)col;
-            if (P.out_val) store_bits<TAG>(P.out_val, o, value_bits<TAG>((u32)(x >> 32), row_scores, col));
-        }
-    }
+    // PLACE this CTA's share of the list, then its share of the padding.
+    // Pairs where the CTA's shared reads (its entries x the staged list)
+    // are many: 1 x 1,048,576 k 2048 (16 x 2,304) -0.2 us, 1 x 131,072 k
+    // 2048 -1.2 us; a CTA of 10 entries of 1,280 measured 0.2 us slower.
+    if (FS_GRID_PLACE_PAIR && (u64)(e_hi - e_lo) * n_pad >= (u64)FS_GRID_PLACE_PAIR)
+        grid_place<TAG, 2>(P, stage, e_lo, e_hi, n_pad, T, row, lenm1, row_scores, prof, t_prev);
+    else
+        grid_place<TAG, 1>(P, stage, e_lo, e_hi, n_pad, T, row, lenm1, row_scores, prof, t_prev);
     const u32 npad = (u32)P.k - m;
     const u32 p_lo = (u32)((u64)npad * p / chunks), p_hi = (u32)((u64)npad * (p + 1) / chunks);
     for (u32 j = p_lo + tid; j < p_hi; j += FS_BLOCK) write_padding<TAG>(P.out_idx, P.out_val, (long long)row * P.k + m + j);

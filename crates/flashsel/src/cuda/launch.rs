@@ -58,13 +58,7 @@ fn dtype_slot(d: DType) -> usize {
     }
 }
 
-/// # Safety
-/// As [`super::CudaEngine::select_device`].
-unsafe fn launch<P>(f: sys::CUfunction, grid: (u32, u32), block: u32, smem: u32, stream: u64, p: &P) -> Result<()> {
-    launch_ex(f, grid, block, smem, stream, p, false, false)
-}
-
-/// [`launch`], optionally with programmatic stream serialisation (`pdl`): the
+/// Launches `f`, optionally with programmatic stream serialisation (`pdl`): the
 /// kernel may start before the previous one on the stream has finished, and
 /// must wait for it (`griddepcontrol.wait`) before reading its results; and
 /// optionally cooperative (`coop`): all CTAs resident at once, or an error.
@@ -133,6 +127,8 @@ unsafe fn launch_ex<P>(
 /// Launches `plan`: for split rows the prep kernel (counters, row-wide
 /// sample), then the scan (whose last CTA per split row merges the row); for
 /// grid rows the state-zeroing kernel, then the cooperative grid kernel.
+/// With `pdl_chain` the first kernel is launched programmatically as well
+/// and waits for the stream's previous kernel before it touches anything.
 ///
 /// # Safety
 /// As [`super::CudaEngine::select_device`].
@@ -183,7 +179,7 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         let state = ws + g.state;
         let init_ctas = (words as u64).div_ceil(plan.block as u64 * 8).clamp(1, 1024) as u32;
         let ip = GridInitParams { state, words };
-        launch(init.cu_function(), (init_ctas, 1), plan.block, 0, a.stream, &ip)?;
+        launch_ex(init.cu_function(), (init_ctas, 1), plan.block, 0, a.stream, &ip, kernels.pdl_chain, false)?;
         let grid_dim = (plan.ctas_per_row, plan.row_slots);
         let f = kern.cu_function();
         return launch_ex(f, grid_dim, plan.block, plan.smem_bytes, a.stream, &sp, kernels.pdl, true);
@@ -192,10 +188,11 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         // The prep kernel's sample lives in registers: no dynamic shared
         // memory. (Its registers still keep a split CTA off its SM: sharing
         // SMs measured no faster, perf-log, sixth session, run 1.)
-        launch(kernels.prep[slot].cu_function(), (1, plan.row_slots), plan.block, 0, a.stream, &sp)?;
+        let prep = kernels.prep[slot].cu_function();
+        launch_ex(prep, (1, plan.row_slots), plan.block, 0, a.stream, &sp, kernels.pdl_chain, false)?;
         (&kernels.split[slot], kernels.pdl)
     } else {
-        (&kernels.scan[slot], false)
+        (&kernels.scan[slot], kernels.pdl_chain)
     };
     let grid = (plan.ctas_per_row, plan.row_slots);
     launch_ex(scan.cu_function(), grid, plan.block, plan.smem_bytes, a.stream, &sp, pdl, false)

@@ -63,6 +63,11 @@ pub(crate) struct Kernels {
     /// Launch fs_split_* and fs_grid_* with programmatic stream serialisation
     /// (sm_90 or later, unless the defines say FS_PDL=0).
     pub(crate) pdl: bool,
+    /// With `pdl`, also launch a call's first kernel (fs_grid_init_all,
+    /// fs_prep_*, the row path's fs_scan_*) programmatically: it waits for
+    /// the stream's previous kernel before touching anything (unless the
+    /// defines say FS_PDL_CHAIN=0).
+    pub(crate) pdl_chain: bool,
 }
 
 /// The CUDA engine bound to one device.
@@ -244,6 +249,9 @@ impl CudaEngine {
             (Ok(a), Ok(b), Ok(c)) => Some([a, b, c]),
             _ => None,
         };
+        // (A tuning source, src=, may predate the kernels' waits.)
+        let pdl = !compile::define_items(&v.defines).any(|d| d == "FS_PDL=0" || d.starts_with("src="))
+            && arch_major(self.arch) >= 9;
         let k = Arc::new(Kernels {
             module: module.clone(),
             scan: [f("fs_scan_f32")?, f("fs_scan_bf16")?, f("fs_scan_f16")?],
@@ -253,9 +261,8 @@ impl CudaEngine {
             grid8,
             grid4: g("fs_grid4_f32").ok(),
             grid_init: grid.1,
-            // (A tuning source, src=, may predate the kernels' waits.)
-            pdl: !compile::define_items(&v.defines).any(|d| d == "FS_PDL=0" || d.starts_with("src="))
-                && arch_major(self.arch) >= 9,
+            pdl,
+            pdl_chain: pdl && !compile::define_items(&v.defines).any(|d| d == "FS_PDL_CHAIN=0"),
         });
         map.insert(global_buffer, k.clone());
         Ok(k)
@@ -465,7 +472,7 @@ fn path_options(defines: &str) -> plan::PathOptions {
         if d == "grid=0" {
             o.grid = false;
         } else if let Some(n) = d.strip_prefix("gridchunk=").and_then(|n| n.parse().ok()) {
-            o.grid_min_chunk = n;
+            o.grid_min_chunk = Some(n);
         } else if let Some(n) = d.strip_prefix("gridplace=").and_then(|n| n.parse().ok()) {
             o.grid_place_max = n;
         } else if d == "grid8=0" {
@@ -481,7 +488,7 @@ mod tests {
     fn planner_switches_come_from_the_tuning_defines() {
         assert_eq!(super::path_options(""), crate::plan::PathOptions::default());
         let o = super::path_options("FS_PDL=0, grid=0,gridchunk=2048 ,gridplace=99, grid8=0");
-        assert_eq!((o.grid, o.grid_min_chunk, o.grid_place_max, o.grid_small_items), (false, 2048, 99, false));
+        assert_eq!((o.grid, o.grid_min_chunk, o.grid_place_max, o.grid_small_items), (false, Some(2048), 99, false));
     }
 
     #[test]

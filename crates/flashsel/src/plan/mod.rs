@@ -36,7 +36,7 @@
 //!   admitted fewer than `min(k, len)` elements.
 //! - Few rows whose share per CTA fits the CTA's registers take the grid
 //!   path (`Path::Grid`) instead of the split: `floor(SMs / rows)` CTAs per
-//!   row (chunks of at least [`GRID_MIN_CHUNK`], at most [`GRID_CHUNK`]
+//!   row (chunks of at least [`grid_min_chunk`], at most [`GRID_CHUNK`]
 //!   columns), one cooperative launch in which the row's CTAs radix-select
 //!   together (a global histogram per pass, a barrier between passes) and
 //!   place the selected entries by counting. No sample, no merge CTA: the
@@ -82,8 +82,16 @@ pub const GRID_ITEMS_SMALL: u32 = 8;
 /// thread's 16-byte load holds 8 elements of the 16-bit types), for chunks
 /// of at most `BLOCK x GRID_ITEMS_TINY`.
 pub const GRID_ITEMS_TINY: u32 = 4;
-/// Grid path: the smallest share of a row worth a CTA.
-pub const GRID_MIN_CHUNK: u64 = 4096;
+/// Grid path: the smallest share of a row worth a CTA: one full CTA of the
+/// narrowest grid kernel for the dtype (f32 `BLOCK x GRID_ITEMS_TINY` =
+/// 2048, the 16-bit types `BLOCK x GRID_ITEMS_SMALL` = 4096). More CTAs of
+/// smaller chunks shorten every per-element step; f32 chunks of 2048
+/// measured 0.4-1.7 us faster than 4096 on 1 x 16,384 .. 262,144
+/// (docs/perf-log.md, thirteenth session).
+pub fn grid_min_chunk(dtype: crate::contract::DType) -> u64 {
+    let items = if dtype == crate::contract::DType::F32 { GRID_ITEMS_TINY } else { GRID_ITEMS_SMALL };
+    BLOCK as u64 * items as u64
+}
 /// Grid path: the largest `k` (each CTA stages the row's `k` selected
 /// composites in shared memory to place its share).
 pub const GRID_MAX_K: u64 = 4096;
@@ -258,8 +266,9 @@ pub struct PathOptions {
     /// `false`: geometries the grid path would take get the split plan they
     /// took before it.
     pub grid: bool,
-    /// The smallest share of a row per grid CTA ([`GRID_MIN_CHUNK`]).
-    pub grid_min_chunk: u64,
+    /// The smallest share of a row per grid CTA (`None`: [`grid_min_chunk`]
+    /// of the dtype).
+    pub grid_min_chunk: Option<u64>,
     /// The most `k^2 / ctas_per_row` the grid path takes ([`GRID_PLACE_MAX`]).
     pub grid_place_max: u64,
     /// `false`: grid rows always take the 16-element kernels (`fs_grid_*`),
@@ -269,7 +278,7 @@ pub struct PathOptions {
 
 impl Default for PathOptions {
     fn default() -> Self {
-        Self { grid: true, grid_min_chunk: GRID_MIN_CHUNK, grid_place_max: GRID_PLACE_MAX, grid_small_items: true }
+        Self { grid: true, grid_min_chunk: None, grid_place_max: GRID_PLACE_MAX, grid_small_items: true }
     }
 }
 
@@ -300,7 +309,8 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
     if path == Path::Split && opts.grid {
-        if let Some((g, chunk)) = grid_ctas(rows, cols, k, dev, opts) {
+        let min_chunk = opts.grid_min_chunk.unwrap_or_else(|| grid_min_chunk(spec.dtype));
+        if let Some((g, chunk)) = grid_ctas(rows, cols, k, min_chunk, dev, opts) {
             return Ok(grid_plan(rows, k, g, fit, grid_items(chunk, spec.dtype, opts)));
         }
     }
@@ -391,8 +401,15 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
 /// `None` where it does not apply: one CTA per SM at most (all resident),
 /// each row's share in one CTA's registers, `k` within the placement's
 /// bounds.
-fn grid_ctas(rows: u64, cols: u64, k: u64, dev: &DeviceProps, opts: &PathOptions) -> Option<(u64, u64)> {
-    let g = (dev.sm_count as u64 / rows.max(1)).min(cols.div_ceil(opts.grid_min_chunk.max(1)));
+fn grid_ctas(
+    rows: u64,
+    cols: u64,
+    k: u64,
+    min_chunk: u64,
+    dev: &DeviceProps,
+    opts: &PathOptions,
+) -> Option<(u64, u64)> {
+    let g = (dev.sm_count as u64 / rows.max(1)).min(cols.div_ceil(min_chunk.max(1)));
     if g < 2 || k > GRID_MAX_K || k * k > opts.grid_place_max * g {
         return None;
     }

@@ -6,7 +6,7 @@ fn h200() -> DeviceProps {
 }
 
 const NO_GRID: PathOptions =
-    PathOptions { grid: false, grid_min_chunk: GRID_MIN_CHUNK, grid_place_max: GRID_PLACE_MAX, grid_small_items: true };
+    PathOptions { grid: false, grid_min_chunk: None, grid_place_max: GRID_PLACE_MAX, grid_small_items: true };
 
 fn p(rows: usize, cols: usize, k: usize) -> Plan {
     plan(&SelectSpec::new(rows, cols, k, DType::F32), false, &h200()).unwrap()
@@ -23,11 +23,11 @@ fn fit_boundaries_for_one_row() {
             assert_eq!((pl.ctas_per_row, pl.merge_levels), (1, 0));
             assert_eq!(pl.workspace_bytes, 0);
         }
-        // Two fits: the grid path for k 512 (one CTA per GRID_MIN_CHUNK
-        // columns); for k 2048 its placement bound (k^2 <= GRID_PLACE_MAX x 4
-        // CTAs) fails and the row splits.
+        // Two fits: the grid path for k 512 (one CTA per grid_min_chunk(f32)
+        // = 2048 columns: 8); for k 2048 its placement bound (k^2 <=
+        // GRID_PLACE_MAX x 8 CTAs) fails and the row splits.
         let pl = p(1, 2 * fit, k);
-        let want = if k == 512 { (Path::Grid, 4, 0) } else { (Path::Split, 2, 1) };
+        let want = if k == 512 { (Path::Grid, 8, 0) } else { (Path::Split, 2, 1) };
         assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), want);
         // Without it (grid=0), the split the geometry took before.
         let pl = plan_with(&SelectSpec::new(1, 2 * fit, k, DType::F32), false, &h200(), &NO_GRID).unwrap();
@@ -37,9 +37,12 @@ fn fit_boundaries_for_one_row() {
 
 #[test]
 fn wide_rows_never_run_on_one_cta() {
-    // The seed-003 geometry: 1 x 262,144, k 512: 64 CTAs of 4096 columns.
+    // The seed-003 geometry: 1 x 262,144, k 512: 128 CTAs of 2048 columns
+    // (f32), 64 of 4096 (bf16).
     let pl = p(1, 262_144, 512);
-    assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Grid, Buffer::Shared, 64, 0));
+    assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Grid, Buffer::Shared, 128, 0));
+    let pl = plan(&SelectSpec::new(1, 262_144, 512, DType::BF16), false, &h200()).unwrap();
+    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Grid, 64, 0));
     let pl = p(1, 1_048_576, 2048);
     assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Grid, 132, 0));
     let no_grid = |cols, k| plan_with(&SelectSpec::new(1, cols, k, DType::F32), false, &h200(), &NO_GRID).unwrap();
@@ -66,10 +69,20 @@ fn grid_path_boundaries() {
     // 65,536 get 16 CTAs each (chunks of 4096): k 1448 fits, k 1449 not.
     assert_eq!((p(8, 65_536, 1448).path, p(8, 65_536, 1448).ctas_per_row), (Path::Grid, 16));
     assert_eq!(p(8, 65_536, 1449).path, Path::Split);
-    // 1 x 65,536, k 2048 (16 CTAs) splits: the split path measured faster there.
-    assert_eq!(p(1, 65_536, 2048).path, Path::Split);
-    // Chunks of at least GRID_MIN_CHUNK: 1 x 16,384 takes 4 CTAs, not 132.
-    assert_eq!(p(1, 16_384, 64).ctas_per_row, 4);
+    // 1 x 65,536, k 2048: f32 on 32 grid CTAs of 2048 (k^2 <= GRID_PLACE_MAX
+    // x 32; 13.0 us against 14.2 split), bf16 (16 CTAs of 4096) splits.
+    let pl = p(1, 65_536, 2048);
+    assert_eq!((pl.path, pl.ctas_per_row), (Path::Grid, 32));
+    let pl = plan(&SelectSpec::new(1, 65_536, 2048, DType::BF16), false, &h200()).unwrap();
+    assert_eq!(pl.path, Path::Split);
+    // Chunks of at least grid_min_chunk: 1 x 16,384 takes 8 CTAs (f32) or 4
+    // (16-bit), not 132.
+    assert_eq!(p(1, 16_384, 64).ctas_per_row, 8);
+    for dtype in [DType::BF16, DType::F16] {
+        assert_eq!(plan(&SelectSpec::new(1, 16_384, 64, dtype), false, &h200()).unwrap().ctas_per_row, 4);
+    }
+    assert_eq!(grid_min_chunk(DType::F32), BLOCK as u64 * GRID_ITEMS_TINY as u64);
+    assert_eq!(grid_min_chunk(DType::BF16), BLOCK as u64 * GRID_ITEMS_SMALL as u64);
     // Never more CTAs than SMs in all (cooperative: all resident).
     for rows in [1usize, 2, 3, 7, 33, 66] {
         let pl = p(rows, 16_384, 256);
@@ -92,8 +105,11 @@ fn grid_path_boundaries() {
 fn grid_kernel_items_follow_the_chunk() {
     let items = |rows, cols, k| p(rows, cols, k).layout.grid.map(|g| g.items);
     let small = BLOCK as usize * GRID_ITEMS_SMALL as usize; // 4096
-                                                            // 1 x 262,144, k 512: 64 chunks of 4096, the 8-element kernels.
-    assert_eq!(items(1, 262_144, 512), Some(GRID_ITEMS_SMALL));
+                                                            // 1 x 262,144, k 512: f32 128 chunks of 2048 on fs_grid4_f32; bf16 64
+                                                            // chunks of 4096 on fs_grid8_*.
+    assert_eq!(items(1, 262_144, 512), Some(GRID_ITEMS_TINY));
+    let bf16 = plan(&SelectSpec::new(1, 262_144, 512, DType::BF16), false, &h200()).unwrap();
+    assert_eq!(bf16.layout.grid.map(|g| g.items), Some(GRID_ITEMS_SMALL));
     // 1 x 1,048,576: 132 chunks of 7,944, the 16-element kernels.
     assert_eq!(items(1, 1_048_576, 2048), Some(GRID_ITEMS));
     // At the edge: 132 chunks of exactly 4096, then one 8-element group more.
@@ -107,7 +123,7 @@ fn grid_kernel_items_follow_the_chunk() {
     // grid8=0 keeps every grid row on the 16-element kernels.
     let wide = PathOptions { grid_small_items: false, ..PathOptions::default() };
     let pl = plan_with(&SelectSpec::new(1, 262_144, 512, DType::F32), false, &h200(), &wide).unwrap();
-    assert_eq!((pl.path, pl.ctas_per_row, pl.layout.grid.map(|g| g.items)), (Path::Grid, 64, Some(GRID_ITEMS)));
+    assert_eq!((pl.path, pl.ctas_per_row, pl.layout.grid.map(|g| g.items)), (Path::Grid, 128, Some(GRID_ITEMS)));
     // Not a grid plan: no grid layout.
     assert_eq!(items(8192, 131_072, 2048), None);
 }
@@ -127,12 +143,17 @@ fn grid_kernel_width_rules() {
     let wide = PathOptions { grid_small_items: false, ..d };
     assert_eq!(grid_items(tiny, DType::F32, &wide), GRID_ITEMS);
     assert_eq!(grid_kernel_name(GRID_ITEMS_TINY), "fs_grid4_f32");
-    // gridchunk=2048: 1 x 262,144 f32 takes 128 CTAs of 2048 on fs_grid4_f32,
-    // bf16 the same CTAs on fs_grid8_*.
-    let o = PathOptions { grid_min_chunk: 2048, ..d };
-    for (dtype, want) in [(DType::F32, GRID_ITEMS_TINY), (DType::BF16, GRID_ITEMS_SMALL)] {
+    // gridchunk=2048: 1 x 262,144 bf16 takes 128 CTAs of 2048 on fs_grid8_*
+    // (f32 the same CTAs on fs_grid4_f32, its default); gridchunk=4096: f32
+    // takes the 64 CTAs of 4096 on fs_grid8_* that it took before v31.
+    for (chunk, dtype, want) in [
+        (2048, DType::F32, (128, GRID_ITEMS_TINY)),
+        (2048, DType::BF16, (128, GRID_ITEMS_SMALL)),
+        (4096, DType::F32, (64, GRID_ITEMS_SMALL)),
+    ] {
+        let o = PathOptions { grid_min_chunk: Some(chunk), ..d };
         let pl = plan_with(&SelectSpec::new(1, 262_144, 512, dtype), false, &h200(), &o).unwrap();
-        assert_eq!((pl.path, pl.ctas_per_row, pl.layout.grid.map(|g| g.items)), (Path::Grid, 128, Some(want)));
+        assert_eq!((pl.path, pl.ctas_per_row, pl.layout.grid.map(|g| g.items)), (Path::Grid, want.0, Some(want.1)));
     }
 }
 
