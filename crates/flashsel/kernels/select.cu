@@ -174,11 +174,6 @@
 //                   reads at least this many staged entries (its entries x
 //                   the padded list) places two entries a warp, each shared
 //                   read compared with both (32768; 0: one a warp)
-//   FS_GRID_BIN_PLACE  grid rows with the list by bins, score order: where
-//                   no selected bin holds more than this many keys, each
-//                   thread places its own selected keys from their bins'
-//                   entries (the bin's start plus the entries above the key),
-//                   without staging the list (64; 0: the staged placement)
 //   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
 
 typedef unsigned int u32;
@@ -2202,9 +2197,6 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_PLACE_PAIR
 #define FS_GRID_PLACE_PAIR 32768  // a CTA whose placement reads at least this many staged entries places two a warp (0: one)
 #endif
-#ifndef FS_GRID_BIN_PLACE
-#define FS_GRID_BIN_PLACE 64  // list by bins, score order: each key placed from its bin's entries where no bin holds more (0: off)
-#endif
 #ifndef FS_GRID_STOP
 #define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
 #endif
@@ -2673,11 +2665,6 @@ __device__ void grid_impl(const ScanParams& P) {
     // FS_GRID_BIN_LIST: the sampled pass decided the crossing bin, and the
     // list is laid out by its bins (gs.binpos). Uniform over the row.
     bool bin_list = false;
-    // FS_GRID_BIN_PLACE, with the list by bins: the crossing bin, and whether
-    // every selected bin holds at most FS_GRID_BIN_PLACE keys (uniform over
-    // the row: every CTA read the same histogram).
-    u32 list_bin = GRID_NO_BIN;
-    bool bin_place = false;
     if (m > 0 && m < (u32)len) {
         const int lbits = 32 - __clz(lenm1);  // bits of the low word in use
         int hi = 32 + KW;                     // bits >= hi are decided
@@ -2730,18 +2717,9 @@ __device__ void grid_impl(const ScanParams& P) {
             // thus fill the list's first above + cnt = n entries exactly.
             bin_list = FS_GRID_BIN_LIST && b != GRID_NO_BIN && b != GRID_BINS - 1u && !passes;
             if (bin_list) {
-                // binpos keeps each bin's start in the list; the CTA's place
-                // in a bin seeds the gather's shared counter of that bin
-                // (the flush left the shared bins zero).
-                list_bin = b;
-                bool big = FS_GRID_BIN_PLACE == 0 || P.order_index || cnt > (u32)FS_GRID_BIN_PLACE;
 #pragma unroll
-                for (int j = 0; j < GRID_FLUSH_J; ++j) {
-                    const u32 d = tid + j * FS_BLOCK;
-                    gs.hist[d] = place[j];
-                    big |= d > b && gs.binpos[d - 1] - gs.binpos[d] > (u32)FS_GRID_BIN_PLACE;
-                }
-                bin_place = !__syncthreads_or(big);
+                for (int j = 0; j < GRID_FLUSH_J; ++j) gs.binpos[tid + j * FS_BLOCK] += place[j];
+                __syncthreads();
             }
             if (prof) PROF_ADD(21, 1);
             GRID_STAMP(25);
@@ -2843,6 +2821,8 @@ __device__ void grid_impl(const ScanParams& P) {
             }
         }
     }
+#undef GRID_G
+#undef GRID_OFF
     GRID_STAMP(26);
     const u32 n = m > 0 ? m - r + cnt : 0u;  // list entries
     const u32 e_lo = (u32)((u64)n * p / chunks), e_hi = (u32)((u64)n * (p + 1) / chunks);
@@ -2856,38 +2836,6 @@ __device__ void grid_impl(const ScanParams& P) {
     grid_barrier(bar, barriers);
     GRID_STAMP(27);
     if (FS_GRID_STOP == 3) return;
-    if (bin_place) {  // uniform over the row
-        // PLACE BY BINS (score order): a selected key of bin d goes to the
-        // bin's start plus the count of its bin's entries above it; the
-        // crossing bin's keys only if that count is below r. Each thread
-        // reads its own keys' bins from the list (L2), 8 entries a round;
-        // no staging, no T.
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            if ((sel_mask >> i) & 1u) {
-                const u32 d0 = (key[i] - s_lo) >> s_shift;
-                const u32 d = d0 < GRID_BINS - 1u ? d0 : GRID_BINS - 1u;
-                const u32 s0 = gs.binpos[d];
-                const u32 cd = d == list_bin ? cnt : gs.binpos[d - 1] - s0;
-                const u64 g = GRID_G(i);
-                u32 ahead = 0;
-                for (u32 j0 = 0; j0 < cd; j0 += 8) {
-                    u64 y[8];
-#pragma unroll
-                    for (int u = 0; u < 8; ++u) y[u] = j0 + u < cd ? __ldcg(list + s0 + j0 + u) : 0ull;
-#pragma unroll
-                    for (int u = 0; u < 8; ++u) ahead += y[u] > g;
-                }
-                if (d != list_bin || ahead < r) {
-                    const long long o = (long long)row * P.k + s0 + ahead;
-                    const u32 col = lenm1 - (u32)g;
-                    P.out_idx[o] = (int)col;
-                    if (P.out_val) store_bits<TAG>(P.out_val, o, value_bits<TAG>(key[i], row_scores, col));
-                }
-            }
-        }
-        GRID_STAMP(18);
-    } else {
     {
         u64 v[GRID_STAGE_ROUNDS];
 #pragma unroll
@@ -2923,7 +2871,7 @@ __device__ void grid_impl(const ScanParams& P) {
     const u64 T = gs.T;
     GRID_STAMP(30);
 
-    // PLACE this CTA's share of the list.
+    // PLACE this CTA's share of the list, then its share of the padding.
     // Pairs where the CTA's shared reads (its entries x the staged list)
     // are many: 1 x 1,048,576 k 2048 (16 x 2,304) -0.2 us, 1 x 131,072 k
     // 2048 -1.2 us; a CTA of 10 entries of 1,280 measured 0.2 us slower.
@@ -2931,10 +2879,6 @@ __device__ void grid_impl(const ScanParams& P) {
         grid_place<TAG, 2>(P, stage, e_lo, e_hi, n_pad, T, row, lenm1, row_scores, prof, t_prev);
     else
         grid_place<TAG, 1>(P, stage, e_lo, e_hi, n_pad, T, row, lenm1, row_scores, prof, t_prev);
-    }
-#undef GRID_G
-#undef GRID_OFF
-    // This CTA's share of the padding.
     const u32 npad = (u32)P.k - m;
     const u32 p_lo = (u32)((u64)npad * p / chunks), p_hi = (u32)((u64)npad * (p + 1) / chunks);
     for (u32 j = p_lo + tid; j < p_hi; j += FS_BLOCK) write_padding<TAG>(P.out_idx, P.out_val, (long long)row * P.k + m + j);
