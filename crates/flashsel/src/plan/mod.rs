@@ -86,8 +86,8 @@ pub const GRID_ITEMS_TINY: u32 = 4;
 /// narrowest grid kernel for the dtype (f32 `BLOCK x GRID_ITEMS_TINY` =
 /// 2048, the 16-bit types `BLOCK x GRID_ITEMS_SMALL` = 4096). More CTAs of
 /// smaller chunks shorten every per-element step; f32 chunks of 2048
-/// measured 0.4-1.7 us faster than 4096 on 1 x 16,384 .. 262,144
-/// (docs/perf-log.md, thirteenth session).
+/// measured 0.4-2.5 us faster than 4096 on every f32 geometry the rule
+/// changed, 1 x 16,384 .. 262,144 (docs/perf-log.md, thirteenth session).
 pub fn grid_min_chunk(dtype: crate::contract::DType) -> u64 {
     let items = if dtype == crate::contract::DType::F32 { GRID_ITEMS_TINY } else { GRID_ITEMS_SMALL };
     BLOCK as u64 * items as u64

@@ -104,9 +104,10 @@ fn grid_path_boundaries() {
 #[test]
 fn grid_kernel_items_follow_the_chunk() {
     let items = |rows, cols, k| p(rows, cols, k).layout.grid.map(|g| g.items);
-    let small = BLOCK as usize * GRID_ITEMS_SMALL as usize; // 4096
-                                                            // 1 x 262,144, k 512: f32 128 chunks of 2048 on fs_grid4_f32; bf16 64
-                                                            // chunks of 4096 on fs_grid8_*.
+    // 4096: the 8-element kernels' largest chunk.
+    let small = BLOCK as usize * GRID_ITEMS_SMALL as usize;
+    // 1 x 262,144, k 512: f32 128 chunks of 2048 on fs_grid4_f32; bf16 64
+    // chunks of 4096 on fs_grid8_*.
     assert_eq!(items(1, 262_144, 512), Some(GRID_ITEMS_TINY));
     let bf16 = plan(&SelectSpec::new(1, 262_144, 512, DType::BF16), false, &h200()).unwrap();
     assert_eq!(bf16.layout.grid.map(|g| g.items), Some(GRID_ITEMS_SMALL));
