@@ -277,6 +277,13 @@ impl CudaEngine {
 
     /// Launches the selection on `args.stream`; returns without waiting.
     ///
+    /// On sm_90 and later the launches are programmatic (PDL): the first
+    /// kernel waits for the stream's previous kernel before it reads
+    /// anything, and the last lets the stream's next kernel launch early. A
+    /// kernel launched programmatically after this call must wait
+    /// (`griddepcontrol.wait`) before it reads the outputs; one launched
+    /// plainly needs nothing.
+    ///
     /// # Safety
     /// Every pointer must be a live device allocation of the stated size in
     /// this engine's context, and `args.stream` a stream of that context.
