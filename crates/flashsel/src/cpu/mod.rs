@@ -9,7 +9,7 @@
 //! # Algorithm (per row, or per chunk of a row)
 //! The row is streamed in ascending column order. Each score has a `u32`
 //! contract key (computed by a branch-free equivalent of
-//! [`ScoreElem::key`](crate::contract::ScoreElem::key), proved equal in the unit
+//! [`ScoreElem::key`], proved equal in the unit
 //! tests) and candidates are kept as [`composite`](crate::contract::composite)s
 //! (`key << 32 | (u32::MAX - col)`, larger = ranks higher) in a buffer of
 //! capacity `cap = min(len, max(4k, k + 1024))`.
