@@ -449,8 +449,9 @@ pub struct Report {
     pub grid_narrow: usize,
 }
 
-/// Runs the suite (plus the graph-capture check), calling `progress` after
-/// each case. Stops at nothing: every case runs and is counted.
+/// Runs the suite (plus the graph-capture and chained-call checks), calling
+/// `progress` after each case. Stops at nothing: every case runs and is
+/// counted.
 pub fn run_suite(
     e: &CudaEngine,
     quick: bool,
@@ -462,7 +463,9 @@ pub fn run_suite(
     let mut rep = Report::default();
     // Graph capture of a grid geometry (cooperative launch) and of a split one.
     let graphs = [300_000usize, 1_000_000];
-    let total = cases.len() + graphs.len();
+    // Back-to-back calls sharing a workspace: grid, split and row plans.
+    let chains = [(1usize, 262_144usize, 512usize), (1, 2_097_152, 2048), (160, 8192, 256)];
+    let total = cases.len() + graphs.len() + chains.len();
     for (i, c) in cases.iter().enumerate() {
         let o = match run_case(e, c, &mut rng) {
             Ok(o) => o,
@@ -490,7 +493,86 @@ pub fn run_suite(
         rep.record(&o);
         progress(cases.len() + i + 1, total, &o);
     }
+    for (i, &(rows, cols, k)) in chains.iter().enumerate() {
+        let o = chained_calls_check(e, &mut rng, rows, cols, k).unwrap_or_else(|err| Outcome {
+            case: format!("{CHAINED_CALLS} back-to-back calls, one workspace, {rows} x {cols} k={k}"),
+            path: Path::Row,
+            ctas_per_row: 0,
+            grid_items: 0,
+            ok: false,
+            detail: format!("error: {err}"),
+        });
+        rep.record(&o);
+        progress(cases.len() + graphs.len() + i + 1, total, &o);
+    }
     Ok(rep)
+}
+
+const CHAINED_CALLS: usize = 4;
+
+/// Enqueues `CHAINED_CALLS` selections of one geometry back to back on one
+/// stream, with no host synchronisation between them, each on its own
+/// scores and outputs but all on one (poisoned) workspace; then compares
+/// every output with the CPU engine. A call's first kernel must wait for the
+/// previous call's last kernel before it zeroes or reads the shared state
+/// (calls chained by PDL, `FS_PDL_CHAIN`), and a call must not read its
+/// scores or write its outputs early.
+pub fn chained_calls_check(e: &CudaEngine, rng: &mut Rng, rows: usize, cols: usize, k: usize) -> Result<Outcome> {
+    use crate::contract::error::cuda_err;
+    use cudarc::driver::{sys, DevicePtr};
+    let spec = SelectSpec::new(rows, cols, k, DType::F32);
+    let plan = e.plan(&spec, false)?;
+    let case = format!("{CHAINED_CALLS} back-to-back calls, one workspace, {rows} x {cols} k={k}");
+    e.kernels(false)?;
+    let s = e.context().new_stream().map_err(cuda_err)?;
+    let n = spec.elements_needed();
+    let mut data = Vec::with_capacity(CHAINED_CALLS);
+    let (mut dscores, mut didx, mut dval) = (Vec::new(), Vec::new(), Vec::new());
+    for c in 0..CHAINED_CALLS {
+        data.push(generate(if c % 2 == 1 { Data::Relu } else { Data::Normal }, n, rng));
+        dscores.push(s.clone_htod(&data[c]).map_err(cuda_err)?);
+        didx.push(s.alloc_zeros::<i32>(rows * k).map_err(cuda_err)?);
+        dval.push(s.alloc_zeros::<f32>(rows * k).map_err(cuda_err)?);
+    }
+    let ws_bytes = (plan.workspace_bytes as usize).max(256);
+    let dws = s.alloc_zeros::<u8>(ws_bytes).map_err(cuda_err)?;
+    let ws = dws.device_ptr(&s).0;
+    // SAFETY: poisoning buffers of the stated sizes.
+    unsafe {
+        super::launch::check(sys::cuMemsetD8Async(ws, 0xa5, ws_bytes, s.cu_stream()), "memset")?;
+        for c in 0..CHAINED_CALLS {
+            let (pi, pv) = (didx[c].device_ptr(&s).0, dval[c].device_ptr(&s).0);
+            super::launch::check(sys::cuMemsetD8Async(pi, 0x5a, rows * k * 4, s.cu_stream()), "memset")?;
+            super::launch::check(sys::cuMemsetD8Async(pv, 0x5a, rows * k * 4, s.cu_stream()), "memset")?;
+        }
+    }
+    s.synchronize().map_err(cuda_err)?;
+    for c in 0..CHAINED_CALLS {
+        let args = super::DeviceSelect {
+            spec,
+            scores: dscores[c].device_ptr(&s).0,
+            lengths: None,
+            out_indices: didx[c].device_ptr(&s).0,
+            out_values: Some(dval[c].device_ptr(&s).0),
+            workspace: ws,
+            workspace_bytes: ws_bytes,
+            stream: s.cu_stream() as u64,
+        };
+        // SAFETY: buffers sized for the spec above.
+        unsafe { e.select_device(&args)? };
+    }
+    for c in 0..CHAINED_CALLS {
+        let idx = s.clone_dtoh(&didx[c]).map_err(cuda_err)?;
+        let val = s.clone_dtoh(&dval[c]).map_err(cuda_err)?;
+        s.synchronize().map_err(cuda_err)?;
+        let view = ScoresView::new(&data[c], rows, cols)?;
+        let want = crate::cpu::select(&view, &spec, None)?;
+        let vals_ok = want.values.iter().zip(&val).all(|(a, b)| a.to_bits() == b.to_bits());
+        if want.indices != idx || !vals_ok {
+            return Ok(Outcome::of_plan(case, &plan, false, format!("call {c} differs from the CPU engine")));
+        }
+    }
+    Ok(Outcome::of_plan(case, &plan, true, String::new()))
 }
 
 impl Report {
