@@ -242,6 +242,18 @@ impl Outcome {
         let grid_items = plan.layout.grid.map_or(0, |g| g.items);
         Outcome { case, path: plan.path, ctas_per_row: plan.ctas_per_row, grid_items, ok, detail }
     }
+
+    /// A case that could not run (`path`: the path it was meant for).
+    fn error(case: String, path: Path, err: crate::Error) -> Self {
+        Outcome { case, path, ctas_per_row: 0, grid_items: 0, ok: false, detail: format!("error: {err}") }
+    }
+}
+
+/// Whether a downloaded f32 selection equals the CPU engine's, bit for bit.
+fn same_as_cpu(data: &[f32], spec: &SelectSpec, lengths: Option<&[i32]>, idx: &[i32], val: &[f32]) -> Result<bool> {
+    let view = ScoresView::new(data, spec.rows, spec.cols)?;
+    let want = crate::cpu::select(&view, spec, lengths)?;
+    Ok(want.indices == idx && want.values.iter().zip(val).all(|(a, b)| a.to_bits() == b.to_bits()))
 }
 
 fn run_typed<T: ScoreElem>(e: &CudaEngine, c: &Case, data: &[f32], lengths: Option<&[i32]>) -> Result<(bool, String)> {
@@ -467,41 +479,19 @@ pub fn run_suite(
     let chains = [(1usize, 262_144usize, 512usize), (1, 2_097_152, 2048), (160, 8192, 256)];
     let total = cases.len() + graphs.len() + chains.len();
     for (i, c) in cases.iter().enumerate() {
-        let o = match run_case(e, c, &mut rng) {
-            Ok(o) => o,
-            Err(err) => Outcome {
-                case: c.describe(),
-                path: Path::Row,
-                ctas_per_row: 0,
-                grid_items: 0,
-                ok: false,
-                detail: format!("error: {err}"),
-            },
-        };
+        let o = run_case(e, c, &mut rng).unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
         rep.record(&o);
         progress(i + 1, total, &o);
     }
     for (i, &cols) in graphs.iter().enumerate() {
-        let o = graph_replay_check(e, &mut rng, cols).unwrap_or_else(|err| Outcome {
-            case: format!("graph capture + replay on new data, 3 x {cols}"),
-            path: Path::Split,
-            ctas_per_row: 0,
-            grid_items: 0,
-            ok: false,
-            detail: format!("error: {err}"),
-        });
+        let o = graph_replay_check(e, &mut rng, cols)
+            .unwrap_or_else(|err| Outcome::error(graph_case(cols), Path::Split, err));
         rep.record(&o);
         progress(cases.len() + i + 1, total, &o);
     }
     for (i, &(rows, cols, k)) in chains.iter().enumerate() {
-        let o = chained_calls_check(e, &mut rng, rows, cols, k).unwrap_or_else(|err| Outcome {
-            case: format!("{CHAINED_CALLS} back-to-back calls, one workspace, {rows} x {cols} k={k}"),
-            path: Path::Row,
-            ctas_per_row: 0,
-            grid_items: 0,
-            ok: false,
-            detail: format!("error: {err}"),
-        });
+        let o = chained_calls_check(e, &mut rng, rows, cols, k)
+            .unwrap_or_else(|err| Outcome::error(chained_case(rows, cols, k), Path::Row, err));
         rep.record(&o);
         progress(cases.len() + graphs.len() + i + 1, total, &o);
     }
@@ -509,6 +499,14 @@ pub fn run_suite(
 }
 
 const CHAINED_CALLS: usize = 4;
+
+fn chained_case(rows: usize, cols: usize, k: usize) -> String {
+    format!("{CHAINED_CALLS} back-to-back calls, one workspace, {rows} x {cols} k={k}")
+}
+
+fn graph_case(cols: usize) -> String {
+    format!("graph capture + replay on new data, 3 x {cols}")
+}
 
 /// Enqueues `CHAINED_CALLS` selections of one geometry back to back on one
 /// stream, with no host synchronisation between them, each on its own
@@ -519,10 +517,10 @@ const CHAINED_CALLS: usize = 4;
 /// scores or write its outputs early.
 pub fn chained_calls_check(e: &CudaEngine, rng: &mut Rng, rows: usize, cols: usize, k: usize) -> Result<Outcome> {
     use crate::contract::error::cuda_err;
-    use cudarc::driver::{sys, DevicePtr};
+    use cudarc::driver::DevicePtr;
     let spec = SelectSpec::new(rows, cols, k, DType::F32);
     let plan = e.plan(&spec, false)?;
-    let case = format!("{CHAINED_CALLS} back-to-back calls, one workspace, {rows} x {cols} k={k}");
+    let case = chained_case(rows, cols, k);
     e.kernels(false)?;
     let s = e.context().new_stream().map_err(cuda_err)?;
     let n = spec.elements_needed();
@@ -539,11 +537,10 @@ pub fn chained_calls_check(e: &CudaEngine, rng: &mut Rng, rows: usize, cols: usi
     let ws = dws.device_ptr(&s).0;
     // SAFETY: poisoning buffers of the stated sizes.
     unsafe {
-        super::launch::check(sys::cuMemsetD8Async(ws, 0xa5, ws_bytes, s.cu_stream()), "memset")?;
+        super::launch::poison(ws, 0xa5, ws_bytes, s.cu_stream())?;
         for c in 0..CHAINED_CALLS {
-            let (pi, pv) = (didx[c].device_ptr(&s).0, dval[c].device_ptr(&s).0);
-            super::launch::check(sys::cuMemsetD8Async(pi, 0x5a, rows * k * 4, s.cu_stream()), "memset")?;
-            super::launch::check(sys::cuMemsetD8Async(pv, 0x5a, rows * k * 4, s.cu_stream()), "memset")?;
+            super::launch::poison(didx[c].device_ptr(&s).0, 0x5a, rows * k * 4, s.cu_stream())?;
+            super::launch::poison(dval[c].device_ptr(&s).0, 0x5a, rows * k * 4, s.cu_stream())?;
         }
     }
     s.synchronize().map_err(cuda_err)?;
@@ -565,10 +562,7 @@ pub fn chained_calls_check(e: &CudaEngine, rng: &mut Rng, rows: usize, cols: usi
         let idx = s.clone_dtoh(&didx[c]).map_err(cuda_err)?;
         let val = s.clone_dtoh(&dval[c]).map_err(cuda_err)?;
         s.synchronize().map_err(cuda_err)?;
-        let view = ScoresView::new(&data[c], rows, cols)?;
-        let want = crate::cpu::select(&view, &spec, None)?;
-        let vals_ok = want.values.iter().zip(&val).all(|(a, b)| a.to_bits() == b.to_bits());
-        if want.indices != idx || !vals_ok {
+        if !same_as_cpu(&data[c], &spec, None, &idx, &val)? {
             return Ok(Outcome::of_plan(case, &plan, false, format!("call {c} differs from the CPU engine")));
         }
     }
@@ -627,34 +621,21 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
         let data = generate(if rep == 1 { Data::Relu } else { Data::Normal }, n, rng);
         s.memcpy_htod(&data, &mut dscores).map_err(cuda_err)?;
         // SAFETY: poisoning buffers of the stated sizes.
-        unsafe {
-            super::launch::check(
-                sys::cuMemsetD8Async(args.out_indices, 0x5a, spec.rows * spec.k * 4, s.cu_stream()),
-                "memset",
-            )?;
-        }
+        unsafe { super::launch::poison(args.out_indices, 0x5a, spec.rows * spec.k * 4, s.cu_stream())? };
         graph.launch().map_err(cuda_err)?;
         let idx = s.clone_dtoh(&didx).map_err(cuda_err)?;
         let val = s.clone_dtoh(&dval).map_err(cuda_err)?;
         s.synchronize().map_err(cuda_err)?;
-        let view = ScoresView::new(&data, spec.rows, spec.cols)?;
-        let want = crate::cpu::select(&view, &spec, Some(&lengths))?;
-        let vals_ok = want.values.iter().zip(&val).all(|(a, b)| a.to_bits() == b.to_bits());
-        if want.indices != idx || !vals_ok {
+        if !same_as_cpu(&data, &spec, Some(&lengths), &idx, &val)? {
             return Ok(Outcome::of_plan(
-                format!("graph capture + replay on new data, 3 x {cols}"),
+                graph_case(cols),
                 &plan,
                 false,
                 format!("replay {rep} differs from the CPU engine"),
             ));
         }
     }
-    Ok(Outcome::of_plan(
-        format!("graph capture + replay on new data, 3 x {cols} (3 replays)"),
-        &plan,
-        true,
-        String::new(),
-    ))
+    Ok(Outcome::of_plan(format!("{} (3 replays)", graph_case(cols)), &plan, true, String::new()))
 }
 
 #[cfg(test)]

@@ -50,6 +50,15 @@ pub(crate) fn check(r: sys::CUresult, what: &str) -> Result<()> {
     }
 }
 
+/// Fills `bytes` bytes at device address `ptr` with `byte` on `stream`
+/// (outputs and workspaces are poisoned before a checked run).
+///
+/// # Safety
+/// `ptr .. ptr + bytes` must lie in a live allocation of `stream`'s context.
+pub(crate) unsafe fn poison(ptr: u64, byte: u8, bytes: usize, stream: sys::CUstream) -> Result<()> {
+    check(sys::cuMemsetD8Async(ptr, byte, bytes, stream), "memset")
+}
+
 fn dtype_slot(d: DType) -> usize {
     match d {
         DType::F32 => 0,

@@ -424,9 +424,9 @@ impl DeviceData {
         let (pw, _) = self.workspace.device_ptr(&e.stream);
         // SAFETY: sizes are the allocations' own.
         unsafe {
-            launch::check(sys::cuMemsetD8Async(pi, 0x5a, self.out_idx.len() * 4, s), "memset")?;
-            launch::check(sys::cuMemsetD8Async(pv, 0x7f, self.out_val.len(), s), "memset")?;
-            launch::check(sys::cuMemsetD8Async(pw, 0xa5, self.workspace.len(), s), "memset")?;
+            launch::poison(pi, 0x5a, self.out_idx.len() * 4, s)?;
+            launch::poison(pv, 0x7f, self.out_val.len(), s)?;
+            launch::poison(pw, 0xa5, self.workspace.len(), s)?;
         }
         Ok(())
     }

@@ -309,8 +309,7 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
     if path == Path::Split && opts.grid {
-        let min_chunk = opts.grid_min_chunk.unwrap_or_else(|| grid_min_chunk(spec.dtype));
-        if let Some((g, chunk)) = grid_ctas(rows, cols, k, min_chunk, dev, opts) {
+        if let Some((g, chunk)) = grid_ctas(rows, cols, k, spec.dtype, dev, opts) {
             return Ok(grid_plan(rows, k, g, fit, grid_items(chunk, spec.dtype, opts)));
         }
     }
@@ -400,15 +399,17 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
 /// CTAs per row of the grid path and the elements of a CTA's chunk, or
 /// `None` where it does not apply: one CTA per SM at most (all resident),
 /// each row's share in one CTA's registers, `k` within the placement's
-/// bounds.
+/// bounds; chunks of at least the dtype's [`grid_min_chunk`] unless `opts`
+/// sets one.
 fn grid_ctas(
     rows: u64,
     cols: u64,
     k: u64,
-    min_chunk: u64,
+    dtype: crate::contract::DType,
     dev: &DeviceProps,
     opts: &PathOptions,
 ) -> Option<(u64, u64)> {
+    let min_chunk = opts.grid_min_chunk.unwrap_or_else(|| grid_min_chunk(dtype));
     let g = (dev.sm_count as u64 / rows.max(1)).min(cols.div_ceil(min_chunk.max(1)));
     if g < 2 || k > GRID_MAX_K || k * k > opts.grid_place_max * g {
         return None;
