@@ -174,6 +174,9 @@
 //                   reads at least this many staged entries (its entries x
 //                   the padded list) places two entries a warp, each shared
 //                   read compared with both (32768; 0: one a warp)
+//   FS_GRID_SCORE_T  grid rows in score order: find T (the crossing bin's
+//                   r-th largest) as index order must (0: no T; an entry is
+//                   written iff fewer than m entries are above it; 1: T)
 //   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
 
 typedef unsigned int u32;
@@ -2197,6 +2200,9 @@ __device__ void prep_impl(const ScanParams& P) {
 #ifndef FS_GRID_PLACE_PAIR
 #define FS_GRID_PLACE_PAIR 32768  // a CTA whose placement reads at least this many staged entries places two a warp (0: one)
 #endif
+#ifndef FS_GRID_SCORE_T
+#define FS_GRID_SCORE_T 0  // grid rows, score order: find the crossing bin's r-th largest anyway (0: no T)
+#endif
 #ifndef FS_GRID_STOP
 #define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
 #endif
@@ -2426,24 +2432,27 @@ __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, 
 }
 
 // PLACE (grid rows): entries [e_lo, e_hi) of the row's staged list, a warp
-// per EPW entries, its lanes counting the selected entries ahead of each in
-// the n_pad staged ones (every staged entry read is compared with the EPW
-// entries: EPW 2 halves the shared reads, FS_GRID_PLACE_PAIR). The count is
-// the entry's output slot.
+// per EPW entries, its lanes counting the entries ahead of each in the n_pad
+// staged ones (every staged entry read is compared with the EPW entries: EPW
+// 2 halves the shared reads, FS_GRID_PLACE_PAIR). Score order: ahead is the
+// entry's rank in the list, and it is selected iff ahead < m. Index order:
+// only entries >= T are selected, and ahead counts the selected ones with
+// lower columns. Either way the count is the entry's output slot.
 template <int TAG, int EPW>
 __device__ __forceinline__ void grid_place(const ScanParams& P, const u64* stage, u32 e_lo, u32 e_hi, u32 n_pad, u64 T,
-                                           int row, u32 lenm1, const void* row_scores, bool prof,
+                                           u32 m, int row, u32 lenm1, const void* row_scores, bool prof,
                                            unsigned long long& t_prev) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (u32 e = e_lo + warp * EPW; e < e_hi; e += FS_WARPS * EPW) {
-        // Below T, or past the share: an entry that is never written;
-        // ~0 counts nothing.
+        // Past the share, or (index order) below T: an entry that is never
+        // written; ~0 counts nothing. (Score order: T is not known; an entry
+        // is written iff fewer than m are above it.)
         u64 x[EPW];
         u32 c[EPW];
 #pragma unroll
         for (int a = 0; a < EPW; ++a) {
             const u64 x0 = e + a < e_hi ? stage[e + a] : 0ull;
-            x[a] = e + a < e_hi && x0 >= T ? x0 : ~0ull;
+            x[a] = e + a < e_hi && ((!P.order_index && !FS_GRID_SCORE_T) || x0 >= T) ? x0 : ~0ull;
             c[a] = 0u;
         }
         // GRID_STEP entries a round: the loads first, then the compares.
@@ -2469,7 +2478,7 @@ __device__ __forceinline__ void grid_place(const ScanParams& P, const u64* stage
 #pragma unroll
         for (int a = 0; a < EPW; ++a) {
             const u32 ahead = __reduce_add_sync(FULL_MASK, c[a]);
-            if (lane == a && x[a] != ~0ull) {
+            if (lane == a && x[a] != ~0ull && ahead < m) {  // (index order: always below m)
                 const long long o = (long long)row * P.k + ahead;
                 const u32 col = lenm1 - (u32)x[a];
                 P.out_idx[o] = (int)col;
@@ -2826,8 +2835,9 @@ __device__ void grid_impl(const ScanParams& P) {
     GRID_STAMP(26);
     const u32 n = m > 0 ? m - r + cnt : 0u;  // list entries
     const u32 e_lo = (u32)((u64)n * p / chunks), e_hi = (u32)((u64)n * (p + 1) / chunks);
-    // STAGE the list (the bins above, then the crossing bin), then T: the
-    // crossing bin's r-th largest, unless the bin is wanted whole.
+    // STAGE the list (the bins above, then the crossing bin), then (index
+    // order) T: the crossing bin's r-th largest, unless the bin is wanted
+    // whole.
     // Padded with zeros (which count as ahead of nothing) to a multiple of
     // the placement's step. All loads first, then the stores: a guarded loop
     // would wait out one L2 round trip per iteration.
@@ -2854,7 +2864,11 @@ __device__ void grid_impl(const ScanParams& P) {
         gs.T = edge;
     }
     __syncthreads();
-    if (cnt != r) {  // uniform; then cnt <= FS_GRID_SMALL
+    // Score order needs no T: an entry's count of the entries above it is
+    // its rank in the list, and it is selected iff that rank is below m
+    // (the crossing bin's r-th largest and above). Only index order, whose
+    // counts are of the selected entries with lower columns, finds T.
+    if (cnt != r && (P.order_index || FS_GRID_SCORE_T)) {  // uniform; then cnt <= FS_GRID_SMALL
         for (u32 j = tid; j < n; j += FS_BLOCK) {
             const u64 x = stage[j];
             if (x - edge < (1ull << lo_last)) gs.small[atomicAdd(&gs.nsmall, 1u)] = x;
@@ -2876,9 +2890,9 @@ __device__ void grid_impl(const ScanParams& P) {
     // are many: 1 x 1,048,576 k 2048 (16 x 2,304) -0.2 us, 1 x 131,072 k
     // 2048 -1.2 us; a CTA of 10 entries of 1,280 measured 0.2 us slower.
     if (FS_GRID_PLACE_PAIR && (u64)(e_hi - e_lo) * n_pad >= (u64)FS_GRID_PLACE_PAIR)
-        grid_place<TAG, 2>(P, stage, e_lo, e_hi, n_pad, T, row, lenm1, row_scores, prof, t_prev);
+        grid_place<TAG, 2>(P, stage, e_lo, e_hi, n_pad, T, m, row, lenm1, row_scores, prof, t_prev);
     else
-        grid_place<TAG, 1>(P, stage, e_lo, e_hi, n_pad, T, row, lenm1, row_scores, prof, t_prev);
+        grid_place<TAG, 1>(P, stage, e_lo, e_hi, n_pad, T, m, row, lenm1, row_scores, prof, t_prev);
     const u32 npad = (u32)P.k - m;
     const u32 p_lo = (u32)((u64)npad * p / chunks), p_hi = (u32)((u64)npad * (p + 1) / chunks);
     for (u32 j = p_lo + tid; j < p_hi; j += FS_BLOCK) write_padding<TAG>(P.out_idx, P.out_val, (long long)row * P.k + m + j);

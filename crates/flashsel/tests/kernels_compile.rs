@@ -79,6 +79,7 @@ fn each_ab_switch_compiles_without_spills() {
         "FS_PDL_CHAIN=1",
         "FS_PDL_CHAIN=3",
         "FS_GRID_PLACE_PAIR=0",
+        "FS_GRID_SCORE_T=1",
     ] {
         let v = compile::Variant { defines: switch.into(), ..compile::Variant::new("sm_90a", false) };
         let c = compile::compile(&v).unwrap_or_else(|e| panic!("{}: {e}", v.name()));
