@@ -8,30 +8,12 @@ use half::bf16;
 /// Slots of select.cu's `fs_prof` (its length in a FS_PROFILE build).
 const PROF_SLOTS: usize = 48;
 
-fn gen_par(data: Data, n: usize, seed: u64) -> Vec<f32> {
-    use rayon::prelude::*;
-    let chunk = 1 << 20;
-    let parts: Vec<Vec<f32>> = (0..n.div_ceil(chunk))
-        .into_par_iter()
-        .map(|i| {
-            let mut r = Rng::new(seed ^ (i as u64).wrapping_mul(0x9e37));
-            let len = chunk.min(n - i * chunk);
-            let mut v = check::generate(data, len, &mut r);
-            if data == Data::Ascending {
-                v.iter_mut().enumerate().for_each(|(j, x)| *x = (i * chunk + j) as f32);
-            }
-            v
-        })
-        .collect();
-    parts.concat()
-}
-
 fn tune_shape<T: ScoreElem>(rows: usize, cols: usize, k: usize, data: Data, variants: &[String], rng: &mut Rng) {
     let seed = rng.next_u64();
     if variants.is_empty() {
         return;
     }
-    let typed: Vec<T> = gen_par(data, rows * cols, seed).iter().map(|&x| T::from_f32(x)).collect();
+    let typed: Vec<T> = check::generate_seeded(data, rows * cols, seed).iter().map(|&x| T::from_f32(x)).collect();
     let view = ScoresView::new(&typed, rows, cols).unwrap();
     let spec = SelectSpec::new(rows, cols, k, T::DTYPE);
     let want = flashsel::cpu::select(&view, &spec, None).unwrap();
@@ -196,7 +178,8 @@ fn tune(bw: f64) {
 
 fn time_shape<T: ScoreElem>(e: &CudaEngine, rows: usize, cols: usize, k: usize, data: Data, bw: f64, rng: &mut Rng) {
     let spec = SelectSpec::new(rows, cols, k, T::DTYPE);
-    let typed: Vec<T> = gen_par(data, rows * cols, rng.next_u64()).iter().map(|&x| T::from_f32(x)).collect();
+    let typed: Vec<T> =
+        check::generate_seeded(data, rows * cols, rng.next_u64()).iter().map(|&x| T::from_f32(x)).collect();
     let view = ScoresView::new(&typed, rows, cols).unwrap();
     let plan = e.plan(&spec, false).unwrap();
     let (got, mut t) = e.time_select(&view, &spec, None, 30).unwrap();

@@ -2097,7 +2097,8 @@ __device__ void prep_impl(const ScanParams& P) {
 //   takes its warps' largest sample keys (a warp's top `tops`), and the
 //   rs-th largest of those (ranked by warp 0 alone), rs = the sample keys
 //   expected at or above the k-th plus FS_GRID_SAMPLE_SD deviations, is the
-//   bound s_lo: at least rs sample keys reach it. Bins of 2^s_shift keys from s_lo (s_lo a multiple
+//   bound s_lo: at least rs sample keys reach it. Bins of 2^s_shift keys
+//   from s_lo (s_lo a multiple
 //   of it; the sample's largest key in the lower half of the 2048 bins; the
 //   last bin takes everything above) count the keys >= s_lo, and a tally
 //   word (CTAs added, keys counted) tells the readers the total to wait
@@ -2114,20 +2115,23 @@ __device__ void prep_impl(const ScanParams& P) {
 //   barrier. Where the sampled pass decided the crossing bin (random rows),
 //   the list is laid out by its bins instead, with no counter
 //   (FS_GRID_BIN_LIST): bin d starts at the count of the bins above it,
-//   each CTA's keys of d at the place its flush's atomic on d returned. Every CTA copies the list to shared memory. If the crossing bin
-//   is not wanted whole, its r-th largest T is found there by counting
-//   (<= GRID_SMALL^2 compares); the selection is exactly { g >= T }.
-//   Place: each CTA places its share of the list: an entry's output position
-//   is the number of selected entries ahead of it (score order: larger g;
-//   index order: larger low word, i.e. lower column), counted by a warp per
-//   entry. Values come back from the keys, except where a key merged
+//   each CTA's keys of d at the place its flush's atomic on d returned.
+//   Every CTA copies the list to shared memory. Index order only: if the
+//   crossing bin is not wanted whole, its r-th largest T is found there by
+//   counting (<= GRID_SMALL^2 compares); the selection is exactly
+//   { g >= T }.
+//   Place: each CTA places its share of the list, a warp counting the
+//   entries ahead of each. Score order: the entries with a larger g, i.e.
+//   the entry's rank in the list; it is selected and written there iff the
+//   rank is below m (no T). Index order: the selected entries with a larger
+//   low word (a lower column). Values come back from the keys, except where a key merged
 //   several encodings (zeros, NaNs): those are read from the row (their own
 //   bits: NaN payloads, -0.0).
 //
 // INVARIANTS
-//   - Grid composites are unique in a row, so T is exact and the positions are
-//     a permutation of 0..m, whatever order the list was appended in: the
-//     output does not depend on scheduling.
+//   - Grid composites are unique in a row, so ranks and T are exact and the
+//     positions are a permutation of 0..m, whatever order the list was
+//     appended in: the output does not depend on scheduling.
 //   - Every CTA of a row takes the same decisions from the same global
 //     histogram (read only once complete: its total is the count of
 //     composites the pass counts, and no bin exceeds its final count);

@@ -159,6 +159,27 @@ pub fn generate(d: Data, n: usize, rng: &mut Rng) -> Vec<f32> {
         .collect()
 }
 
+/// `n` scores of family `d` from `seed`, as `device_run` draws its shapes:
+/// parts of 2^20 elements, each from its own [`Rng`] (`seed ^ part *
+/// 0x9e37`), generated in parallel; `Ascending` counts up over the whole
+/// buffer. The same seed gives the same scores everywhere.
+pub fn generate_seeded(d: Data, n: usize, seed: u64) -> Vec<f32> {
+    use rayon::prelude::*;
+    const PART: usize = 1 << 20;
+    let parts: Vec<Vec<f32>> = (0..n.div_ceil(PART))
+        .into_par_iter()
+        .map(|i| {
+            let mut r = Rng::new(seed ^ (i as u64).wrapping_mul(0x9e37));
+            let mut v = generate(d, PART.min(n - i * PART), &mut r);
+            if d == Data::Ascending {
+                v.iter_mut().enumerate().for_each(|(j, x)| *x = (i * PART + j) as f32);
+            }
+            v
+        })
+        .collect();
+    parts.concat()
+}
+
 /// One check case.
 #[derive(Debug, Clone)]
 pub struct Case {
@@ -638,6 +659,87 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
     Ok(Outcome::of_plan(format!("{} (3 replays)", graph_case(cols)), &plan, true, String::new()))
 }
 
+/// The outcome of the grid kernel's sampled pass on a row that resolves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampledPass {
+    /// Keys in the crossing bin, and the bins' width in bits.
+    pub cnt: u32,
+    pub shift: u32,
+    /// The bound (the first bin's lower edge), the crossing bin, and
+    /// the keys in the bins above it.
+    pub s_lo: u32,
+    pub bin: u32,
+    pub above: u32,
+}
+
+/// What the grid kernel's sampled pass (select.cu, FS_GRID_SAMPLE) does
+/// with one row of `dtype`, emulated: `Some` where it resolves, `None`
+/// where it falls back to the exact passes. `bound_rank`: the bound is that
+/// candidate (1 = the largest) instead of the kernel's rs-th (what-if
+/// studies, `examples/rowstats.rs`). The tests check the kernel's design
+/// with it; it is not the kernel.
+///
+/// # Panics
+/// Where the kernel takes no sample for `k` (more than 4 keys a warp).
+pub fn grid_sampled_pass(row: &[f32], k: usize, dtype: DType, bound_rank: Option<usize>) -> Option<SampledPass> {
+    use crate::cpu::key::{key_of_bits, nan_key};
+    let bits = |x: f32| match dtype {
+        DType::F32 => x.to_bits(),
+        DType::BF16 => bf16::from_f32(x).to_bits() as u32,
+        DType::F16 => f16::from_f32(x).to_bits() as u32,
+    };
+    let key = |x: f32| key_of_bits(bits(x), dtype, nan_key(dtype, NanPolicy::Lowest));
+    let len = row.len();
+    // Elements a thread's 16-byte sample load holds.
+    let vec = if dtype == DType::F32 { 4usize } else { 8 };
+    let (block, bins) = (512usize, 2048usize);
+    let ex = (block * vec) as f32 * k as f32 / len as f32;
+    let rs = (ex + 4.0 * ex.sqrt()) as usize + 1;
+    let (warps, tops) = (block / 32, rs.div_ceil(block / 32));
+    assert!(tops <= 4, "the kernel takes no sample here");
+    // Each warp's `tops` largest sample keys (the kernel strikes them
+    // one at a time; the multiset is the same), then the rs-th largest.
+    let mut cand: Vec<u32> = (0..warps)
+        .flat_map(|w| {
+            let mut keys: Vec<u32> = (32 * w..32 * w + 32)
+                .flat_map(|t| (0..vec).map(move |q| ((t * len / block) & !(vec - 1)) + q))
+                .map(|i| key(row[i]))
+                .collect();
+            keys.sort_unstable_by(|a, b| b.cmp(a));
+            keys.truncate(tops);
+            keys
+        })
+        .collect();
+    cand.sort_unstable_by(|a, b| b.cmp(a));
+    let j = bound_rank.unwrap_or(rs);
+    let (bound, smax) = (cand[j - 1], cand[0]);
+    let tied = cand.get(j) == Some(&bound);
+    let crossing = |hist: &[u32], r: u32| {
+        let mut above = 0;
+        for b in (0..hist.len()).rev() {
+            if above < r && r <= above + hist[b] {
+                return Some((b as u32, above, hist[b]));
+            }
+            above += hist[b];
+        }
+        None
+    };
+    let span_bits: u32 = 32 - (smax - bound).leading_zeros();
+    let shift = if tied { 0 } else { span_bits.saturating_sub(10) };
+    let s_lo = bound & !((1u32 << shift) - 1);
+    let mut pass = vec![0u32; bins];
+    for &x in row {
+        let kx = key(x);
+        if kx >= s_lo {
+            pass[(((kx - s_lo) >> shift) as usize).min(bins - 1)] += 1;
+        }
+    }
+    match crossing(&pass, k as u32) {
+        Some((bin, above, cnt)) if bin != bins as u32 - 1 => Some(SampledPass { cnt, shift, s_lo, bin, above }),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -655,80 +757,6 @@ mod tests {
         row.iter().filter(|&&x| x >= bound).count()
     }
 
-    /// The outcome of the grid kernel's sampled pass on a row that resolves.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    struct SampledPass {
-        /// Keys in the crossing bin, and the bins' width in bits.
-        cnt: u32,
-        shift: u32,
-        /// The bound (the first bin's lower edge), the crossing bin, and
-        /// the keys in the bins above it.
-        s_lo: u32,
-        bin: u32,
-        above: u32,
-    }
-
-    /// What the grid kernel's sampled pass (select.cu, FS_GRID_SAMPLE) does
-    /// with one row of `dtype`, emulated: `Some` where it resolves, `None`
-    /// where it falls back to the exact passes.
-    fn grid_sampled_pass(row: &[f32], k: usize, dtype: DType) -> Option<SampledPass> {
-        use crate::cpu::key::{key_of_bits, nan_key};
-        let bits = |x: f32| match dtype {
-            DType::F32 => x.to_bits(),
-            DType::BF16 => bf16::from_f32(x).to_bits() as u32,
-            DType::F16 => f16::from_f32(x).to_bits() as u32,
-        };
-        let key = |x: f32| key_of_bits(bits(x), dtype, nan_key(dtype, NanPolicy::Lowest));
-        let len = row.len();
-        // Elements a thread's 16-byte sample load holds.
-        let vec = if dtype == DType::F32 { 4usize } else { 8 };
-        let (block, bins) = (512usize, 2048usize);
-        let ex = (block * vec) as f32 * k as f32 / len as f32;
-        let rs = (ex + 4.0 * ex.sqrt()) as usize + 1;
-        let (warps, tops) = (block / 32, rs.div_ceil(block / 32));
-        assert!(tops <= 4, "the kernel takes no sample here");
-        // Each warp's `tops` largest sample keys (the kernel strikes them
-        // one at a time; the multiset is the same), then the rs-th largest.
-        let mut cand: Vec<u32> = (0..warps)
-            .flat_map(|w| {
-                let mut keys: Vec<u32> = (32 * w..32 * w + 32)
-                    .flat_map(|t| (0..vec).map(move |q| ((t * len / block) & !(vec - 1)) + q))
-                    .map(|i| key(row[i]))
-                    .collect();
-                keys.sort_unstable_by(|a, b| b.cmp(a));
-                keys.truncate(tops);
-                keys
-            })
-            .collect();
-        cand.sort_unstable_by(|a, b| b.cmp(a));
-        let (bound, smax) = (cand[rs - 1], cand[0]);
-        let tied = cand.get(rs) == Some(&bound);
-        let crossing = |hist: &[u32], r: u32| {
-            let mut above = 0;
-            for b in (0..hist.len()).rev() {
-                if above < r && r <= above + hist[b] {
-                    return Some((b as u32, above, hist[b]));
-                }
-                above += hist[b];
-            }
-            None
-        };
-        let span_bits: u32 = 32 - (smax - bound).leading_zeros();
-        let shift = if tied { 0 } else { span_bits.saturating_sub(10) };
-        let s_lo = bound & !((1u32 << shift) - 1);
-        let mut pass = vec![0u32; bins];
-        for &x in row {
-            let kx = key(x);
-            if kx >= s_lo {
-                pass[(((kx - s_lo) >> shift) as usize).min(bins - 1)] += 1;
-            }
-        }
-        match crossing(&pass, k as u32) {
-            Some((bin, above, cnt)) if bin != bins as u32 - 1 => Some(SampledPass { cnt, shift, s_lo, bin, above }),
-            _ => None,
-        }
-    }
-
     /// The list by bins (select.cu, FS_GRID_BIN_LIST), emulated with the
     /// CTAs flushing in a random order: each CTA's place in a bin is the
     /// row's count of that bin before its flush, bin d starts at the count
@@ -741,7 +769,7 @@ mod tests {
         let mut rng = Rng::new(33);
         for (len, k, chunks) in [(262_144usize, 512usize, 64usize), (1 << 20, 2048, 132)] {
             let row = generate(Data::Normal, len, &mut rng);
-            let sp = grid_sampled_pass(&row, k, DType::F32).expect("a normal row resolves");
+            let sp = grid_sampled_pass(&row, k, DType::F32, None).expect("a normal row resolves");
             let key = |x: f32| key_of_bits(x.to_bits(), DType::F32, nan_key(DType::F32, NanPolicy::Lowest));
             let bin_of = |kx: u32| (((kx - sp.s_lo) >> sp.shift) as usize).min(2047);
             let per = len.div_ceil(chunks).div_ceil(8) * 8;
@@ -808,7 +836,7 @@ mod tests {
             for (len, k) in [(1usize << 20, 2048usize), (262_144, 512)] {
                 for _ in 0..4 {
                     let row = generate(Data::Normal, len, &mut rng);
-                    let cnt = grid_sampled_pass(&row, k, dtype).map(|p| (p.cnt, p.shift));
+                    let cnt = grid_sampled_pass(&row, k, dtype, None).map(|p| (p.cnt, p.shift));
                     assert!(
                         cnt.is_some_and(|(c, _)| c as u64 <= crate::plan::GRID_SMALL),
                         "{dtype:?} {len} k{k}: {cnt:?}"
@@ -817,25 +845,25 @@ mod tests {
                 let few = generate(Data::ReluFew, len, &mut rng);
                 let zeros = few.iter().filter(|&&x| x == 0.0).count() as u32;
                 assert_eq!(
-                    grid_sampled_pass(&few, k, dtype).map(|p| (p.cnt, p.shift)),
+                    grid_sampled_pass(&few, k, dtype, None).map(|p| (p.cnt, p.shift)),
                     Some((zeros, 0)),
                     "ReluFew {dtype:?} {len} k{k}"
                 );
                 let equal = generate(Data::AllEqual, len, &mut rng);
                 assert_eq!(
-                    grid_sampled_pass(&equal, k, dtype).map(|p| (p.cnt, p.shift)),
+                    grid_sampled_pass(&equal, k, dtype, None).map(|p| (p.cnt, p.shift)),
                     Some((len as u32, 0)),
                     "AllEqual {dtype:?} {len} k{k}"
                 );
             }
             // The check suite's trap cases.
             let high = generate(Data::GridSampleHigh { len: 1 << 20 }, 1 << 20, &mut rng);
-            assert_eq!(grid_sampled_pass(&high, 4096, dtype), None, "{dtype:?}");
+            assert_eq!(grid_sampled_pass(&high, 4096, dtype, None), None, "{dtype:?}");
             let high = generate(Data::GridSampleHigh { len: 262_144 }, 262_144, &mut rng);
-            assert_eq!(grid_sampled_pass(&high, 2048, dtype), None, "{dtype:?}");
+            assert_eq!(grid_sampled_pass(&high, 2048, dtype, None), None, "{dtype:?}");
             for (len, k) in [(1usize << 20, 2048usize), (262_144, 512)] {
                 let low = generate(Data::GridSampleLow { len }, len, &mut rng);
-                assert_eq!(grid_sampled_pass(&low, k, dtype), None, "GridSampleLow {dtype:?} {len} k{k}");
+                assert_eq!(grid_sampled_pass(&low, k, dtype, None), None, "GridSampleLow {dtype:?} {len} k{k}");
             }
         }
     }

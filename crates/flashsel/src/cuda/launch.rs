@@ -172,7 +172,8 @@ pub(crate) unsafe fn run(kernels: &Kernels, plan: &Plan, a: &DeviceSelect) -> Re
         let kern = match g.items {
             plan::GRID_ITEMS => kernels.grid.as_ref().map(|k| &k[slot]),
             plan::GRID_ITEMS_SMALL => kernels.grid8.as_ref().map(|k| &k[slot]),
-            _ => kernels.grid4.as_ref().filter(|_| spec.dtype == DType::F32),
+            plan::GRID_ITEMS_TINY if spec.dtype == DType::F32 => kernels.grid4.as_ref(),
+            _ => None,
         };
         let (Some(kern), Some(init)) = (kern, &kernels.grid_init) else {
             return Err(Error::Cuda(format!(

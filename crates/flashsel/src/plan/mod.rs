@@ -89,8 +89,18 @@ pub const GRID_ITEMS_TINY: u32 = 4;
 /// measured 0.4-2.5 us faster than 4096 on every f32 geometry the rule
 /// changed, 1 x 16,384 .. 262,144 (docs/perf-log.md, thirteenth session).
 pub fn grid_min_chunk(dtype: crate::contract::DType) -> u64 {
-    let items = if dtype == crate::contract::DType::F32 { GRID_ITEMS_TINY } else { GRID_ITEMS_SMALL };
-    BLOCK as u64 * items as u64
+    BLOCK as u64 * grid_items_narrowest(dtype) as u64
+}
+
+/// The fewest elements a thread of a grid kernel holds for `dtype`:
+/// [`GRID_ITEMS_TINY`] for f32 (`fs_grid4_f32`), [`GRID_ITEMS_SMALL`] for the
+/// 16-bit types, whose 16-byte load is 8 elements.
+pub fn grid_items_narrowest(dtype: crate::contract::DType) -> u32 {
+    if dtype == crate::contract::DType::F32 {
+        GRID_ITEMS_TINY
+    } else {
+        GRID_ITEMS_SMALL
+    }
 }
 /// Grid path: the largest `k` (each CTA stages the row's `k` selected
 /// composites in shared memory to place its share).
@@ -420,17 +430,14 @@ fn grid_ctas(
 }
 
 /// Elements a thread of the grid kernel holds for a chunk: the fewest of
-/// [`GRID_ITEMS_TINY`] (f32 only), [`GRID_ITEMS_SMALL`] and [`GRID_ITEMS`]
-/// that hold it (`grid8=0`: always [`GRID_ITEMS`]).
+/// [`grid_items_narrowest`], [`GRID_ITEMS_SMALL`] and [`GRID_ITEMS`] that
+/// hold it (`grid8=0`: always [`GRID_ITEMS`]).
 pub fn grid_items(chunk: u64, dtype: crate::contract::DType, opts: &PathOptions) -> u32 {
     let fits = |items: u32| chunk <= BLOCK as u64 * items as u64;
-    if !opts.grid_small_items || !fits(GRID_ITEMS_SMALL) {
-        GRID_ITEMS
-    } else if dtype == crate::contract::DType::F32 && fits(GRID_ITEMS_TINY) {
-        GRID_ITEMS_TINY
-    } else {
-        GRID_ITEMS_SMALL
+    if !opts.grid_small_items {
+        return GRID_ITEMS;
     }
+    [grid_items_narrowest(dtype), GRID_ITEMS_SMALL].into_iter().find(|&items| fits(items)).unwrap_or(GRID_ITEMS)
 }
 
 /// The grid kernel of a plan's width, as named in select.cu.
