@@ -1,4 +1,0 @@
-export FLASHSEL_CACHE_DIR=/tmp/fscache PYTHONUNBUFFERED=1
-T0=$(date +%s); ts(){ echo "[t+$(( $(date +%s) - T0 ))s] $*"; }
-FS_SHAPES=0,1 FS_EXTRA="1x262144k512,1x262144k512,1x262144k512,1x262144k512,1x262144k512,1x262144k512,1x262144k512,1x262144k512,1x262144k512,1x262144k512,1x262144k512,1x262144k512,1x262144k512,1x262144k512,1x1048576k2048,1x1048576k2048,1x1048576k2048,1x1048576k2048,1x1048576k2048" FS_TUNE=";" timeout 250 .carry/device_run none tune > $OUT/tune.log 2>&1; ts "tune rc=$?"
-grep -E "^TUNE" $OUT/tune.log | awk '{print $2, $3, $7, $11}'
