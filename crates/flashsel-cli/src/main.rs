@@ -1,12 +1,13 @@
 //! `flashsel`: exact, deterministic top-k selection from the command line.
 //!
-//! Every failure prints `error: <message>` to stderr and exits with status 1;
-//! usage errors (reported by clap) exit with status 2.
+//! Every failure prints one `error: <message>` line to stderr and exits with
+//! status 1; usage errors (reported by clap, `--k 0` among them) exit with
+//! status 2.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::builder::{PossibleValuesParser, RangedU64ValueParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use flashsel::{Backend, BackendChoice, NanPolicy, OutputOrder};
 
@@ -20,16 +21,18 @@ const ABOUT: &str = "Exact, deterministic top-k selection for long-context spars
 const SELECT_LONG_ABOUT: &str = "\
 Select the top k entries of each row of a score matrix stored as .npy.
 
-Input dtypes (C order, 1-D = one row, 2-D = rows x cols):
+Input dtypes (C order, 1-D = one row, 2-D = rows x cols; big-endian accepted):
   <f4  float32
   <f2  float16
   <u2 or <i2  bfloat16, as raw bit patterns. numpy has no bfloat16 dtype: save
        torch_tensor.view(torch.int16).numpy(), or an ml_dtypes bfloat16 array
        viewed as np.uint16 (arr.view(np.uint16)).
 
-Output: --output gets [rows, k] int32 column indices (-1 where a row has fewer
-than k candidates); --values gets the selected scores bit for bit in the input
-dtype (bfloat16 as the same <u2/<i2 bits as the input), padded with -inf.
+Output: --output gets [rows, k] int32 column indices ([k] for a 1-D input;
+-1 where a row has fewer than k candidates); --values gets the selected scores
+bit for bit in the input dtype, little-endian (bfloat16 as the same <u2/<i2
+bits as the input), padded with -inf. Existing output files are replaced only
+when every output was written: a failed run leaves them as they were.
 Ties break toward the lower column index; -0.0 == +0.0; NaN ranks lowest
 (--nan lowest) or above +inf (--nan largest, as torch.topk).";
 
@@ -66,14 +69,15 @@ pub(crate) fn backend_parser() -> impl TypedValueParser<Value = BackendChoice> {
 
 #[derive(Debug, Args)]
 pub struct SelectArgs {
-    /// Score matrix (.npy: <f4, <f2, or bfloat16 bits as <u2/<i2; 1-D or 2-D, C order).
+    /// Score matrix (.npy: f4, f2, or bfloat16 bits as u2/i2, either byte order; 1-D or 2-D, C order).
     #[arg(long, value_name = "S.npy")]
     pub input: PathBuf,
-    /// Entries to select per row.
-    #[arg(long)]
+    /// Entries to select per row (at least 1; beyond a row's candidates the row is padded).
+    #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     pub k: usize,
-    /// Per-row candidate counts (.npy, 1-D <i4 or <i8, one per row, each in 0..=cols):
-    /// row i selects among its first lengths[i] columns.
+    /// Per-row candidate counts (.npy, <i4 or <i8, each in 0..=cols): 1-D with one
+    /// entry per row (row i selects among its first lengths[i] columns), or a 0-d
+    /// scalar for every row.
     #[arg(long, value_name = "L.npy")]
     pub lengths: Option<PathBuf>,
     /// Order of each output row: best first, or by ascending column index.
@@ -90,10 +94,10 @@ pub struct SelectArgs {
         value_parser = PossibleValuesParser::new(["lowest", "largest"]).try_map(|s| NanPolicy::parse(&s))
     )]
     pub nan: NanPolicy,
-    /// Indices out: [rows, k] <i4, -1 where padded.
+    /// Indices out: [rows, k] <i4 ([k] for a 1-D input), -1 where padded.
     #[arg(long, value_name = "I.npy")]
     pub output: PathBuf,
-    /// Values out: [rows, k] in the input dtype, -inf where padded.
+    /// Values out: the shape of --output, in the input dtype, -inf where padded.
     #[arg(long, value_name = "V.npy")]
     pub values: Option<PathBuf>,
     /// Backend: CUDA when usable (auto), or the one named.
@@ -170,6 +174,8 @@ fn run(cli: Cli) -> Result<(), String> {
 
 fn main() -> ExitCode {
     // A bug must still end in one `error:` line and status 1, not a backtrace.
+    // The hook prints it; the panic then unwinds to `main`, dropping what was
+    // live (a failed `select` removes its temporary outputs on the way).
     std::panic::set_hook(Box::new(|info| {
         let msg = info
             .payload()
@@ -184,15 +190,16 @@ fn main() -> ExitCode {
             let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
             eprintln!("error: internal error (a bug in flashsel): {msg}{at}");
         }
-        std::process::exit(1);
     }));
     let cli = Cli::parse();
-    match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cli))) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(msg)) => {
             eprintln!("error: {msg}");
             ExitCode::from(1)
         }
+        // The hook has printed the error line.
+        Err(_) => ExitCode::from(1),
     }
 }
 

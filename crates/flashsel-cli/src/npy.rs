@@ -1,23 +1,43 @@
-//! Just enough of the `.npy` format: read a score matrix or a lengths vector,
-//! write a C-order array. Every failure is a message naming the file and what
-//! is wrong with it; nothing here panics on a bad file.
+//! `.npy` input and output for `flashsel select`, over the `npyz` crate.
 //!
-//! The header is parsed here rather than by a library so that a hostile or
-//! corrupt header (a shape whose product overflows, say) is an error, never a
-//! panic or a huge allocation: the declared data must fit in the file before
-//! anything is allocated.
+//! npyz parses the header, converts big-endian data and writes the files.
+//! What is ours:
+//! - the bfloat16 convention: NumPy has no bfloat16, so `<u2`/`<i2` (either
+//!   byte order) hold bf16 bit patterns, and values go back out in the same
+//!   16-bit integer dtype, little-endian;
+//! - which dtypes and shapes are accepted, each refusal naming what is;
+//! - two guards npyz lacks: the header length is bounded before npyz allocates
+//!   it (npyz allocates whatever length the file declares, up to 4 GiB), and
+//!   the element count is a checked product compared with the file's size
+//!   before any data is read (npyz's own count is an unchecked product);
+//! - fallible allocation of the data, so an input too large for memory is an
+//!   error, never an abort.
+//!
+//! Cost: npyz converts element by element, about 1.3 GB/s from the page cache
+//! (a chunked read of our own measured 2.2 GB/s; 0.20 s against 0.12 s for
+//! 256 MB of f32). Nothing here panics on a bad file.
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Seek, Write};
+use std::io::{self, BufReader, Read, Seek, Write};
 use std::path::Path;
 
 use half::{bf16, f16};
+use npyz::{DType, Endianness, NpyFile, NpyHeader, Order, TypeChar, TypeStr, WriterBuilder};
+
+/// The longest header accepted, in bytes: far above what NumPy writes for any
+/// array this tool reads (under 128 bytes), small enough to allocate anywhere.
+const MAX_HEADER_BYTES: u32 = 1 << 20;
+
+/// Reader and writer buffer size: large enough that the per-call cost vanishes.
+const IO_BUFFER_BYTES: usize = 1 << 20;
+
+const SCORE_DTYPES: &str = "float32 (<f4), float16 (<f2), or bfloat16 bits as uint16/int16 (<u2/<i2)";
 
 /// The scores of an input file, in the element type they are selected as.
 pub enum Scores {
     F32(Vec<f32>),
     F16(Vec<f16>),
-    /// bfloat16 bit patterns, read from a `<u2` (`signed == false`) or `<i2` file.
+    /// bfloat16 bit patterns, read from a `u2` (`signed == false`) or `i2` file.
     Bf16 {
         data: Vec<bf16>,
         signed: bool,
@@ -28,63 +48,50 @@ pub enum Scores {
 pub struct Matrix {
     pub rows: usize,
     pub cols: usize,
-    /// `true` when the file held a 1-D array (read as one row).
+    /// `true` when the file held a 1-D array: one row, and 1-D outputs.
     pub one_d: bool,
-    /// The dtype string as written in the file, e.g. `<f4`.
+    /// The dtype string as written in the file, e.g. `>f4`.
     pub descr: String,
     pub scores: Scores,
 }
 
-/// What a `.npy` header says.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Header {
-    pub descr: String,
-    pub fortran_order: bool,
-    pub shape: Vec<u64>,
-}
+impl Matrix {
+    /// The dtype the selected values are written in: the input's, little-endian.
+    pub fn values_dtype(&self) -> &'static str {
+        match self.scores {
+            Scores::F32(_) => "<f4",
+            Scores::F16(_) => "<f2",
+            Scores::Bf16 { signed: false, .. } => "<u2",
+            Scores::Bf16 { signed: true, .. } => "<i2",
+        }
+    }
 
-impl Header {
-    pub fn shape_str(&self) -> String {
-        shape_str(&self.shape)
+    /// The shape of each output: `[k]` for a 1-D input, else `[rows, k]`.
+    pub fn output_shape(&self, k: usize) -> Vec<u64> {
+        if self.one_d {
+            vec![k as u64]
+        } else {
+            vec![self.rows as u64, k as u64]
+        }
     }
 }
 
-/// `(3, 4)`, `(5,)`, `()` as numpy prints them.
-pub fn shape_str(shape: &[u64]) -> String {
+/// `(3, 4)`, `(5,)`, `()` as NumPy prints them.
+fn shape_str(shape: &[u64]) -> String {
     match shape {
-        [] => "()".into(),
         [n] => format!("({n},)"),
         _ => format!("({})", shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
     }
 }
 
-/// A dtype string split into byte order, kind and size: `<f4` → (`<`, `f`, 4).
-struct TypeStr {
-    big_endian: bool,
-    kind: char,
-    size: usize,
-}
-
-fn parse_typestr(descr: &str) -> Option<TypeStr> {
-    let mut chars = descr.chars();
-    let order = chars.next()?;
-    let (big_endian, rest) = match order {
-        '<' | '|' | '=' => (false, chars.as_str()),
-        '>' => (true, chars.as_str()),
-        _ => (false, descr),
-    };
-    let mut rc = rest.chars();
-    let kind = rc.next()?;
-    let size: usize = rc.as_str().parse().ok()?;
-    Some(TypeStr { big_endian, kind, size })
-}
-
-/// An open `.npy` file positioned at its data, with the parsed header.
+/// An open `.npy` file whose header npyz parsed, positioned at its data.
 struct NpyIn {
     path: String,
-    header: Header,
+    header: NpyHeader,
+    /// The plain dtype (structured and pickled dtypes are refused on opening).
+    dtype: TypeStr,
     reader: BufReader<File>,
-    /// Bytes of data after the header.
+    /// Bytes in the file after the header.
     data_bytes: u64,
 }
 
@@ -95,459 +102,237 @@ fn open(path: &Path) -> Result<NpyIn, String> {
     if meta.is_dir() {
         return Err(format!("cannot read {p}: it is a directory"));
     }
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    let header = read_header(&mut reader).map_err(|e| format!("{p}: not a valid .npy file: {e}"))?;
-    let pos = reader.stream_position().map_err(|e| format!("cannot read {p}: {e}"))?;
-    let data_bytes = meta.len().saturating_sub(pos);
-    Ok(NpyIn { path: p, header, reader, data_bytes })
-}
-
-/// Reads the magic, the version and the header dict; leaves `r` at the data.
-pub fn read_header(r: &mut impl Read) -> Result<Header, String> {
-    let mut magic = [0u8; 8];
-    r.read_exact(&mut magic).map_err(|_| "file is shorter than the .npy magic".to_string())?;
-    if &magic[..6] != b"\x93NUMPY" {
-        return Err("missing the \\x93NUMPY magic".into());
-    }
-    let major = magic[6];
-    let len = match major {
-        1 => {
-            let mut b = [0u8; 2];
-            r.read_exact(&mut b).map_err(|_| "truncated header".to_string())?;
-            u16::from_le_bytes(b) as usize
-        }
-        2 | 3 => {
-            let mut b = [0u8; 4];
-            r.read_exact(&mut b).map_err(|_| "truncated header".to_string())?;
-            u32::from_le_bytes(b) as usize
-        }
-        v => return Err(format!("unsupported .npy format version {v}.{}", magic[7])),
+    let mut reader = BufReader::with_capacity(IO_BUFFER_BYTES, file);
+    let invalid = |e: &dyn std::fmt::Display| format!("{p}: not a valid .npy file: {e}");
+    check_header_length(&mut reader).map_err(|e| invalid(&e))?;
+    let header = NpyHeader::from_reader(&mut reader).map_err(|e| invalid(&e))?;
+    let data_start = reader.stream_position().map_err(|e| format!("cannot read {p}: {e}"))?;
+    let dtype = match header.dtype() {
+        DType::Plain(t) if !t.uses_pickled_array() => t,
+        DType::Plain(t) => return Err(format!("{p}: unsupported dtype '{t}' (Python objects)")),
+        _ => return Err(format!("{p}: structured (record) dtypes are not supported")),
     };
-    if len > 1 << 24 {
-        return Err(format!("header length {len} is implausible"));
-    }
-    let mut text = vec![0u8; len];
-    r.read_exact(&mut text).map_err(|_| "truncated header".to_string())?;
-    let text = String::from_utf8_lossy(&text);
-    parse_header_dict(&text)
+    Ok(NpyIn { path: p, header, dtype, reader, data_bytes: meta.len().saturating_sub(data_start) })
 }
 
-/// A tiny subset of Python literals: what `numpy.save` writes in a header.
-#[derive(Debug, Clone, PartialEq)]
-enum Lit {
-    Str(String),
-    Int(u64),
-    Bool(bool),
-    Seq(Vec<Lit>),
-    Dict(Vec<(Lit, Lit)>),
-    Other,
+/// Refuses a header length beyond [`MAX_HEADER_BYTES`] before npyz allocates
+/// it; leaves `r` at the start of the file. Magic and version are npyz's to check.
+fn check_header_length(r: &mut BufReader<File>) -> io::Result<()> {
+    let mut pre = [0u8; 12];
+    let got = read_up_to(r, &mut pre)?;
+    r.rewind()?;
+    // Versions 2 and 3 store the length in 4 bytes; version 1's 2 bytes are small anyway.
+    if got == pre.len() && pre.starts_with(b"\x93NUMPY") && matches!(pre[6], 2 | 3) {
+        let len = u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]]);
+        if len > MAX_HEADER_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("header length {len} is implausible (at most {MAX_HEADER_BYTES})"),
+            ));
+        }
+    }
+    Ok(())
 }
 
-struct LitParser<'a> {
-    s: &'a [u8],
-    i: usize,
-    depth: usize,
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
-impl LitParser<'_> {
-    fn ws(&mut self) {
-        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
-            self.i += 1;
+impl NpyIn {
+    /// The element count, checked against overflow and against the bytes the
+    /// file holds, so a corrupt or hostile shape never reaches an allocation.
+    fn element_count(&self) -> Result<usize, String> {
+        let shape = self.header.shape();
+        let too_big = || format!("{}: shape {} is too large", self.path, shape_str(shape));
+        let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).ok_or_else(too_big)?;
+        let size = self.dtype.num_bytes().unwrap_or(0) as u64;
+        let bytes = n.checked_mul(size).ok_or_else(too_big)?;
+        if self.data_bytes < bytes {
+            return Err(format!(
+                "{}: truncated: shape {} of {} needs {bytes} bytes of data but the file holds {}",
+                self.path,
+                shape_str(shape),
+                self.dtype,
+                self.data_bytes
+            ));
         }
+        usize::try_from(n).map_err(|_| too_big())
     }
-    fn peek(&mut self) -> Option<u8> {
-        self.ws();
-        self.s.get(self.i).copied()
-    }
-    fn expect(&mut self, c: u8) -> Result<(), String> {
-        if self.peek() == Some(c) {
-            self.i += 1;
-            Ok(())
-        } else {
-            Err(format!("expected '{}' at byte {} of the header", c as char, self.i))
-        }
-    }
-    fn value(&mut self) -> Result<Lit, String> {
-        self.depth += 1;
-        if self.depth > 32 {
-            return Err("header nests too deeply".into());
-        }
-        let v = self.value_inner();
-        self.depth -= 1;
-        v
-    }
-    fn value_inner(&mut self) -> Result<Lit, String> {
-        match self.peek() {
-            None => Err("unexpected end of header".into()),
-            Some(q @ (b'\'' | b'"')) => {
-                self.i += 1;
-                let start = self.i;
-                while self.i < self.s.len() && self.s[self.i] != q {
-                    self.i += 1;
-                }
-                if self.i >= self.s.len() {
-                    return Err("unterminated string in header".into());
-                }
-                let out = String::from_utf8_lossy(&self.s[start..self.i]).into_owned();
-                self.i += 1;
-                Ok(Lit::Str(out))
-            }
-            Some(open @ (b'(' | b'[')) => {
-                let close = if open == b'(' { b')' } else { b']' };
-                self.i += 1;
-                let mut items = Vec::new();
-                loop {
-                    if self.peek() == Some(close) {
-                        self.i += 1;
-                        return Ok(Lit::Seq(items));
-                    }
-                    items.push(self.value()?);
-                    match self.peek() {
-                        Some(b',') => self.i += 1,
-                        Some(c) if c == close => {}
-                        _ => return Err(format!("expected ',' or '{}' in header", close as char)),
-                    }
-                }
-            }
-            Some(b'{') => {
-                self.i += 1;
-                let mut items = Vec::new();
-                loop {
-                    if self.peek() == Some(b'}') {
-                        self.i += 1;
-                        return Ok(Lit::Dict(items));
-                    }
-                    let k = self.value()?;
-                    self.expect(b':')?;
-                    let v = self.value()?;
-                    items.push((k, v));
-                    match self.peek() {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {}
-                        _ => return Err("expected ',' or '}' in header".into()),
-                    }
-                }
-            }
-            Some(_) => {
-                let start = self.i;
-                while self.i < self.s.len()
-                    && (self.s[self.i].is_ascii_alphanumeric() || b"_-+.".contains(&self.s[self.i]))
-                {
-                    self.i += 1;
-                }
-                let word = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("");
-                if word.is_empty() {
-                    return Err(format!("unexpected character {:?} in header", self.s[start] as char));
-                }
-                Ok(match word {
-                    "True" => Lit::Bool(true),
-                    "False" => Lit::Bool(false),
-                    w => {
-                        let w = w.strip_suffix('L').unwrap_or(w);
-                        match w.parse::<u64>() {
-                            Ok(n) => Lit::Int(n),
-                            Err(_) if w.starts_with('-') && w[1..].bytes().all(|b| b.is_ascii_digit()) => {
-                                return Err(format!("negative dimension {w} in the shape"));
-                            }
-                            Err(_) if w.bytes().all(|b| b.is_ascii_digit()) => {
-                                return Err(format!("dimension {w} is too large"));
-                            }
-                            Err(_) => Lit::Other,
-                        }
-                    }
-                })
-            }
+
+    /// Reads every element as `T` (npyz converts the byte order) and maps it
+    /// with `conv` into a vector reserved up front, fallibly.
+    fn read_all<T: npyz::Deserialize, U>(self, what: &str, conv: impl Fn(T) -> U) -> Result<Vec<U>, String> {
+        let n = self.element_count()?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(n).map_err(|_| {
+            let bytes = n as u128 * std::mem::size_of::<U>() as u128;
+            format!("{}: out of memory: {what} need {bytes} bytes", self.path)
+        })?;
+        let path = self.path;
+        let elems = NpyFile::with_header(self.header, self.reader).data::<T>().map_err(|e| format!("{path}: {e}"))?;
+        let mut failure = None;
+        out.extend(elems.map_while(|r| r.map_err(|e| failure = Some(e)).ok()).map(conv));
+        match failure {
+            Some(e) => Err(format!("cannot read {path}: {e}")),
+            None => Ok(out),
         }
     }
 }
 
-fn parse_header_dict(text: &str) -> Result<Header, String> {
-    let mut p = LitParser { s: text.as_bytes(), i: 0, depth: 0 };
-    let dict = match p.value()? {
-        Lit::Dict(d) => d,
-        _ => return Err("header is not a dict".into()),
-    };
-    let get = |key: &str| dict.iter().find(|(k, _)| *k == Lit::Str(key.into())).map(|(_, v)| v);
-    let descr = match get("descr") {
-        Some(Lit::Str(s)) => s.clone(),
-        Some(Lit::Seq(_)) => return Err("structured (record) dtypes are not supported".into()),
-        Some(_) => return Err("'descr' is not a dtype string".into()),
-        None => return Err("header has no 'descr'".into()),
-    };
-    let fortran_order = match get("fortran_order") {
-        Some(Lit::Bool(b)) => *b,
-        Some(_) => return Err("'fortran_order' is not True or False".into()),
-        None => return Err("header has no 'fortran_order'".into()),
-    };
-    let shape = match get("shape") {
-        Some(Lit::Seq(items)) => items
-            .iter()
-            .map(|d| match d {
-                Lit::Int(n) => Ok(*n),
-                _ => Err("'shape' holds something other than integers".to_string()),
-            })
-            .collect::<Result<Vec<u64>, String>>()?,
-        Some(_) => return Err("'shape' is not a tuple".into()),
-        None => return Err("header has no 'shape'".into()),
-    };
-    Ok(Header { descr, fortran_order, shape })
-}
-
-/// Element count of a shape, or an error when it overflows.
-fn element_count(shape: &[u64]) -> Option<u64> {
-    shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
-}
-
-/// Checks that the data the header declares is in the file; returns the count.
-fn check_data_size(f: &NpyIn, elem_size: usize) -> Result<usize, String> {
-    let h = &f.header;
-    let too_big = || format!("{}: shape {} is too large", f.path, h.shape_str());
-    let n = element_count(&h.shape).ok_or_else(too_big)?;
-    let bytes = n.checked_mul(elem_size as u64).ok_or_else(too_big)?;
-    if f.data_bytes < bytes {
-        return Err(format!(
-            "{}: truncated: shape {} of {} needs {bytes} bytes of data but the file holds {}",
-            f.path,
-            h.shape_str(),
-            h.descr,
-            f.data_bytes
-        ));
-    }
-    usize::try_from(n).map_err(|_| too_big())
-}
-
-/// Reads `n` elements of `size` bytes and converts each with `conv`
-/// (given little-endian bytes), in bounded chunks.
-fn read_elems<T, const N: usize>(
-    f: &mut NpyIn,
-    n: usize,
-    big_endian: bool,
-    conv: impl Fn([u8; N]) -> T,
-) -> Result<Vec<T>, String> {
-    let mut out = Vec::with_capacity(n);
-    let mut buf = vec![0u8; (1 << 20) * N];
-    let mut left = n;
-    while left > 0 {
-        let take = left.min(1 << 20);
-        let bytes = &mut buf[..take * N];
-        f.reader.read_exact(bytes).map_err(|e| format!("cannot read {}: {e}", f.path))?;
-        out.extend(bytes.chunks_exact(N).map(|c| {
-            let mut a: [u8; N] = c.try_into().expect("chunk of N bytes");
-            if big_endian {
-                a.reverse();
-            }
-            conv(a)
-        }));
-        left -= take;
-    }
-    Ok(out)
-}
-
-const SCORE_DTYPES: &str = "float32 (<f4), float16 (<f2), or bfloat16 bits as uint16/int16 (<u2/<i2)";
-
-/// Reads a 1-D or 2-D C-order score matrix of f32, f16, or bf16 bits (u2/i2).
+/// Reads a 1-D or 2-D C-order score matrix of f32, f16, or bf16 bits (u2/i2),
+/// in either byte order. A 1-D array is one row (and a 1-D array in Fortran
+/// order is the same bytes).
 pub fn read_scores(path: &Path) -> Result<Matrix, String> {
-    let mut f = open(path)?;
-    let h = f.header.clone();
-    let ts = parse_typestr(&h.descr);
-    let (kind, size, big) = match &ts {
-        Some(t) => (t.kind, t.size, t.big_endian),
-        None => ('?', 0, false),
-    };
-    let supported = matches!((kind, size), ('f', 4) | ('f', 2) | ('u', 2) | ('i', 2));
-    if !supported {
-        let hint = match (kind, size) {
-            ('f', 8) => " (float64: convert with .astype(np.float32))",
-            ('V', 2) => " (a 2-byte void type, e.g. ml_dtypes bfloat16: pass its bits with .view(np.uint16))",
+    let f = open(path)?;
+    let t = f.dtype.clone();
+    let kind = (t.type_char(), t.size_field());
+    if !matches!(kind, (TypeChar::Float, 4 | 2) | (TypeChar::Uint | TypeChar::Int, 2)) {
+        let hint = match kind {
+            (TypeChar::Float, 8) => " (float64: convert with .astype(np.float32))",
+            (TypeChar::RawData, 2) => {
+                " (a 2-byte void type, e.g. ml_dtypes bfloat16: pass its bits with .view(np.uint16))"
+            }
             _ => "",
         };
-        return Err(format!("{}: unsupported dtype '{}'{hint}; scores must be {SCORE_DTYPES}", f.path, h.descr));
+        return Err(format!("{}: unsupported dtype '{t}'{hint}; scores must be {SCORE_DTYPES}", f.path));
     }
-    let (rows, cols, one_d) = match h.shape.as_slice() {
-        [n] => (1u64, *n, true),
+    let shape = f.header.shape().to_vec();
+    let (rows, cols, one_d) = match shape.as_slice() {
+        [n] => (1, *n, true),
         [r, c] => (*r, *c, false),
         s => {
             return Err(format!(
                 "{}: scores must be 1-D or 2-D, got a {}-D array of shape {}",
                 f.path,
                 s.len(),
-                h.shape_str()
+                shape_str(s)
             ))
         }
     };
-    if h.fortran_order && !one_d {
+    if f.header.order() == Order::Fortran && !one_d {
         return Err(format!(
             "{}: the array is in Fortran (column-major) order; save it in C order (np.ascontiguousarray) first",
             f.path
         ));
     }
-    let n = check_data_size(&f, size)?;
+    // Both fit: rows * cols was checked against the file size by read_all.
     let (rows, cols) = (rows as usize, cols as usize);
-    let scores = match (kind, size) {
-        ('f', 4) => Scores::F32(read_elems(&mut f, n, big, f32::from_le_bytes)?),
-        ('f', 2) => Scores::F16(read_elems(&mut f, n, big, |b| f16::from_bits(u16::from_le_bytes(b)))?),
-        (k, _) => Scores::Bf16 {
-            data: read_elems(&mut f, n, big, |b| bf16::from_bits(u16::from_le_bytes(b)))?,
-            signed: k == 'i',
-        },
+    let scores = match kind {
+        (TypeChar::Float, 4) => Scores::F32(f.read_all("the scores", |x: f32| x)?),
+        (TypeChar::Float, _) => Scores::F16(f.read_all("the scores", |x: f16| x)?),
+        (TypeChar::Uint, _) => Scores::Bf16 { data: f.read_all("the scores", bf16::from_bits)?, signed: false },
+        _ => Scores::Bf16 { data: f.read_all("the scores", |x: i16| bf16::from_bits(x as u16))?, signed: true },
     };
-    Ok(Matrix { rows, cols, one_d, descr: h.descr, scores })
+    Ok(Matrix { rows, cols, one_d, descr: t.to_string(), scores })
 }
 
-/// Reads a 1-D lengths vector of i32 or i64 with `rows` entries, each in
-/// `0..=cols`.
+/// Reads the candidate counts: a 1-D array of int32 or int64 with one entry
+/// per row, or a 0-d scalar that applies to every row; each in `0..=cols`.
 pub fn read_lengths(path: &Path, rows: usize, cols: usize) -> Result<Vec<i32>, String> {
-    let mut f = open(path)?;
-    let h = f.header.clone();
-    let (size, big) = match parse_typestr(&h.descr) {
-        Some(TypeStr { kind: 'i', size: s @ (4 | 8), big_endian }) => (s, big_endian),
-        _ => {
-            return Err(format!(
-                "{}: unsupported lengths dtype '{}'; lengths must be int32 (<i4) or int64 (<i8)",
-                f.path, h.descr
-            ))
-        }
-    };
-    let n = match h.shape.as_slice() {
-        [n] => *n,
+    let f = open(path)?;
+    let t = f.dtype.clone();
+    if !(t.type_char() == TypeChar::Int && matches!(t.size_field(), 4 | 8)) {
+        return Err(format!("{}: unsupported lengths dtype '{t}'; lengths must be int32 (<i4) or int64 (<i8)", f.path));
+    }
+    let scalar = match f.header.shape() {
+        [] => true,
+        &[n] if n == rows as u64 => false,
+        &[n] => return Err(format!("{}: lengths has {n} entries but the scores have {rows} rows", f.path)),
         s => {
             return Err(format!(
-                "{}: lengths must be 1-D with one entry per row, got a {}-D array of shape {}",
+                "{}: lengths must be a scalar or 1-D with one entry per row, got a {}-D array of shape {}",
                 f.path,
                 s.len(),
-                h.shape_str()
+                shape_str(s)
             ))
         }
     };
-    if n != rows as u64 {
-        return Err(format!("{}: lengths has {n} entries but the scores have {rows} rows", f.path));
-    }
-    let n = check_data_size(&f, size)?;
-    let wide: Vec<i64> = if size == 4 {
-        read_elems(&mut f, n, big, |b| i32::from_le_bytes(b) as i64)?
+    let path = f.path.clone();
+    let wide: Vec<i64> = if t.size_field() == 4 {
+        f.read_all("the lengths", |x: i32| i64::from(x))?
     } else {
-        read_elems(&mut f, n, big, i64::from_le_bytes)?
+        f.read_all("the lengths", |x: i64| x)?
     };
-    let mut out = Vec::with_capacity(n);
     for (row, &len) in wide.iter().enumerate() {
-        if len < 0 || len > cols as i64 || len > i32::MAX as i64 {
-            let why = if len < 0 {
-                "is negative".to_string()
-            } else if len > i32::MAX as i64 {
-                "does not fit in int32".to_string()
-            } else {
-                format!("is beyond cols = {cols}")
-            };
-            return Err(format!("{}: lengths[{row}] = {len} {why} (valid: 0..={cols})", f.path));
-        }
-        out.push(len as i32);
+        let name = if scalar { "lengths (a scalar, for every row)".to_string() } else { format!("lengths[{row}]") };
+        check_length(&path, &name, len, cols)?;
     }
-    Ok(out)
+    if !scalar {
+        return Ok(wide.into_iter().map(|l| l as i32).collect());
+    }
+    let mut every = Vec::new();
+    every.try_reserve_exact(rows).map_err(|_| format!("{path}: out of memory: the lengths need {} bytes", rows * 4))?;
+    every.resize(rows, wide[0] as i32);
+    Ok(every)
 }
 
-/// Elements that can be written to a `.npy` file as little-endian bytes.
-pub trait NpyElem: Copy {
-    const SIZE: usize;
-    fn put(self, out: &mut Vec<u8>);
-}
-
-impl NpyElem for i32 {
-    const SIZE: usize = 4;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
-impl NpyElem for f32 {
-    const SIZE: usize = 4;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_le_bytes());
-    }
-}
-impl NpyElem for f16 {
-    const SIZE: usize = 2;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_bits().to_le_bytes());
-    }
-}
-impl NpyElem for bf16 {
-    const SIZE: usize = 2;
-    fn put(self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.to_bits().to_le_bytes());
-    }
-}
-
-/// The header bytes (magic, version, length, padded dict) for a C-order array.
-pub fn header_bytes(descr: &str, shape: &[u64]) -> Vec<u8> {
-    let mut dict = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {}, }}", shape_str(shape));
-    // Magic (6) + version (2) + length (2), then the dict padded with spaces and
-    // ended by '\n' so the data starts on a 64-byte boundary.
-    let mut version = 1u8;
-    let mut prefix = 10;
-    if dict.len() + 1 + prefix > u16::MAX as usize {
-        version = 2;
-        prefix = 12;
-    }
-    let total = (prefix + dict.len() + 1).div_ceil(64) * 64;
-    while prefix + dict.len() + 1 < total {
-        dict.push(' ');
-    }
-    dict.push('\n');
-    let mut out = Vec::with_capacity(total);
-    out.extend_from_slice(b"\x93NUMPY");
-    out.push(version);
-    out.push(0);
-    if version == 1 {
-        out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+/// One length in `0..=cols` (and so in i32), or a message naming it.
+fn check_length(path: &str, name: &str, len: i64, cols: usize) -> Result<(), String> {
+    let why = if len < 0 {
+        "is negative".to_string()
+    } else if len > i32::MAX as i64 {
+        "does not fit in int32".to_string()
+    } else if len > cols as i64 {
+        format!("is beyond cols = {cols}")
     } else {
-        out.extend_from_slice(&(dict.len() as u32).to_le_bytes());
-    }
-    out.extend_from_slice(dict.as_bytes());
-    out
+        return Ok(());
+    };
+    Err(format!("{path}: {name} = {len} {why} (valid: 0..={cols})"))
 }
 
-/// Writes a C-order array to an already created file.
-pub fn write_array<T: NpyElem>(file: File, descr: &str, shape: &[u64], data: &[T]) -> io::Result<()> {
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    w.write_all(&header_bytes(descr, shape))?;
-    let mut buf = Vec::with_capacity((1 << 16) * T::SIZE);
-    for chunk in data.chunks(1 << 16) {
-        buf.clear();
-        for &x in chunk {
-            x.put(&mut buf);
+/// Elements written to an output file: as themselves, or for bf16 as the
+/// 16-bit integer bits of `dtype` (`<u2` or `<i2`).
+pub trait NpyElem: Copy {
+    fn write(w: impl Write, dtype: &str, shape: &[u64], data: &[Self]) -> io::Result<()>;
+}
+
+macro_rules! plain_npy_elem {
+    ($($t:ty),*) => {$(
+        impl NpyElem for $t {
+            fn write(w: impl Write, dtype: &str, shape: &[u64], data: &[Self]) -> io::Result<()> {
+                write_array(w, dtype, shape, data.iter().copied())
+            }
         }
-        w.write_all(&buf)?;
+    )*};
+}
+plain_npy_elem!(i32, f32, f16);
+
+impl NpyElem for bf16 {
+    fn write(w: impl Write, dtype: &str, shape: &[u64], data: &[Self]) -> io::Result<()> {
+        if dtype.ends_with("i2") {
+            write_array(w, dtype, shape, data.iter().map(|x| x.to_bits() as i16))
+        } else {
+            write_array(w, dtype, shape, data.iter().map(|x| x.to_bits()))
+        }
     }
+}
+
+/// Writes a C-order array of `dtype` (a little-endian type string) to `w`.
+fn write_array<T: npyz::Serialize>(
+    mut w: impl Write,
+    dtype: &str,
+    shape: &[u64],
+    items: impl Iterator<Item = T>,
+) -> io::Result<()> {
+    let t: TypeStr = dtype.parse().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    debug_assert!(t.endianness() != Endianness::Big, "outputs are little-endian");
+    let mut out = npyz::WriteOptions::new().dtype(DType::Plain(t)).shape(shape).writer(&mut w).begin_nd()?;
+    out.extend(items)?;
+    out.finish()?;
     w.flush()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_roundtrip_and_alignment() {
-        for shape in [vec![], vec![5], vec![3, 4], vec![1, 1 << 40]] {
-            let b = header_bytes("<f4", &shape);
-            assert_eq!(b.len() % 64, 0);
-            let h = read_header(&mut &b[..]).unwrap();
-            assert_eq!(h, Header { descr: "<f4".into(), fortran_order: false, shape });
-        }
-    }
-
-    #[test]
-    fn header_parser_rejects_garbage() {
-        assert!(parse_header_dict("{'descr': '<f4', 'fortran_order': False}").is_err());
-        assert!(parse_header_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (-1, 2)}").is_err());
-        assert!(
-            parse_header_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999999,)}").is_err()
-        );
-        assert!(parse_header_dict(&"[".repeat(100)).is_err());
-        assert!(parse_header_dict("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,)}")
-            .unwrap_err()
-            .contains("structured"));
-        let h = parse_header_dict("{\"descr\": \">f2\", \"shape\": (2, 3), \"fortran_order\": True}").unwrap();
-        assert_eq!(h.shape, vec![2, 3]);
-        assert!(h.fortran_order);
-        assert_eq!(element_count(&[1 << 40, 1 << 40]), None);
-    }
+/// Buffered writes to a file, sized like the reader's buffer.
+pub fn buffered(f: File) -> io::BufWriter<File> {
+    io::BufWriter::with_capacity(IO_BUFFER_BYTES, f)
 }

@@ -1,6 +1,12 @@
 //! `flashsel select`: .npy in, top-k indices (and values) out.
+//!
+//! Outputs are staged: each is written to a new temporary file beside its
+//! target and renamed over the target only once every output is complete. A
+//! failure at any point before that removes the temporaries this run created
+//! and leaves every existing file as it was.
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -23,38 +29,89 @@ pub fn run(a: &SelectArgs, verbose: bool) -> Result<(), String> {
         None => None,
     };
     match &m.scores {
-        Scores::F32(d) => select_typed(d, &m, a, lengths.as_deref(), &backend, "<f4", verbose),
-        Scores::F16(d) => select_typed(d, &m, a, lengths.as_deref(), &backend, "<f2", verbose),
-        Scores::Bf16 { data, signed } => {
-            let descr = if *signed { "<i2" } else { "<u2" };
-            select_typed(data, &m, a, lengths.as_deref(), &backend, descr, verbose)
+        Scores::F32(d) => select_typed(d, &m, a, lengths.as_deref(), &backend, verbose),
+        Scores::F16(d) => select_typed(d, &m, a, lengths.as_deref(), &backend, verbose),
+        Scores::Bf16 { data, .. } => select_typed(data, &m, a, lengths.as_deref(), &backend, verbose),
+    }
+}
+
+/// Temporary names tried per output before giving up.
+const MAX_STALE_TEMPS: u32 = 100;
+
+/// One output being written under a temporary name beside its target.
+struct StagedFile {
+    target: PathBuf,
+    temp: PathBuf,
+    /// The flag that named it, for messages: `--output` or `--values`.
+    flag: &'static str,
+    /// Set once the rename succeeded: the temporary no longer exists.
+    renamed: bool,
+}
+
+/// The outputs of one run; dropped before [`Staged::commit`] succeeds, it
+/// removes the temporaries it created (never a target).
+#[derive(Default)]
+struct Staged {
+    files: Vec<StagedFile>,
+}
+
+impl Staged {
+    /// Creates a new temporary file in `target`'s folder (never an existing
+    /// file: `create_new`) and returns it for writing.
+    fn create(&mut self, target: &Path, flag: &'static str) -> Result<BufWriter<File>, String> {
+        let fail = |why: &dyn std::fmt::Display| format!("cannot write {flag} {}: {why}", target.display());
+        if target.is_dir() {
+            return Err(fail(&"it is a directory"));
         }
-    }
-}
-
-/// Output files created up front (so a bad path fails before the work) and
-/// removed again if anything after that fails.
-struct Outputs {
-    created: Vec<PathBuf>,
-    done: bool,
-}
-
-impl Outputs {
-    fn create(&mut self, path: &Path, what: &str) -> Result<File, String> {
-        let f = File::create(path).map_err(|e| format!("cannot write {what} {}: {e}", path.display()))?;
-        self.created.push(path.to_path_buf());
-        Ok(f)
-    }
-}
-
-impl Drop for Outputs {
-    fn drop(&mut self) {
-        if !self.done {
-            for p in &self.created {
-                let _ = std::fs::remove_file(p);
+        let name = target.file_name().ok_or_else(|| fail(&"not a file name"))?.to_string_lossy().into_owned();
+        let folder = target.parent().unwrap_or(Path::new(""));
+        // A stale temporary of the same name (a killed run with this pid) is
+        // left alone: the next number is tried.
+        for attempt in 0..MAX_STALE_TEMPS {
+            let temp = folder.join(format!(".{name}.flashsel-{}-{attempt}.tmp", std::process::id()));
+            match OpenOptions::new().write(true).create_new(true).open(&temp) {
+                Ok(f) => {
+                    self.files.push(StagedFile { target: target.to_path_buf(), temp, flag, renamed: false });
+                    return Ok(npy::buffered(f));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(fail(&e)),
             }
         }
+        Err(fail(&format_args!("{MAX_STALE_TEMPS} stale temporary files .{name}.flashsel-* are in the way")))
     }
+
+    /// Renames every temporary over its target.
+    fn commit(mut self) -> Result<(), String> {
+        for f in &mut self.files {
+            std::fs::rename(&f.temp, &f.target)
+                .map_err(|e| format!("cannot write {} {}: {e}", f.flag, f.target.display()))?;
+            f.renamed = true;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        for f in self.files.iter().filter(|f| !f.renamed) {
+            let _ = std::fs::remove_file(&f.temp);
+        }
+    }
+}
+
+/// Writes one array to a staged output and flushes it.
+fn write_output<T: NpyElem>(
+    mut w: BufWriter<File>,
+    dtype: &str,
+    shape: &[u64],
+    data: &[T],
+    flag: &str,
+    target: &Path,
+) -> Result<(), String> {
+    T::write(&mut w, dtype, shape, data)
+        .and_then(|()| w.flush())
+        .map_err(|e| format!("cannot write {flag} {}: {e}", target.display()))
 }
 
 fn select_typed<T: ScoreElem + NpyElem>(
@@ -63,7 +120,6 @@ fn select_typed<T: ScoreElem + NpyElem>(
     a: &SelectArgs,
     lengths: Option<&[i32]>,
     backend: &flashsel::Backend,
-    values_descr: &str,
     verbose: bool,
 ) -> Result<(), String> {
     let input = a.input.display();
@@ -71,10 +127,11 @@ fn select_typed<T: ScoreElem + NpyElem>(
     let spec = view.spec(a.k).with_order(a.order).with_nan(a.nan);
     spec.validate_host(&view, lengths).map_err(|e| e.to_string())?;
 
-    let mut outs = Outputs { created: Vec::new(), done: false };
-    let out_file = outs.create(&a.output, "--output")?;
+    // Opened before the work, so that a bad path fails before it.
+    let mut staged = Staged::default();
+    let out_file = staged.create(&a.output, "--output")?;
     let val_file = match &a.values {
-        Some(p) => Some(outs.create(p, "--values")?),
+        Some(p) => Some((staged.create(p, "--values")?, p)),
         None => None,
     };
 
@@ -83,14 +140,12 @@ fn select_typed<T: ScoreElem + NpyElem>(
         backend.select(&view, &spec, lengths).map_err(|e| format!("selection on {} failed: {e}", backend.name()))?;
     let secs = t.elapsed().as_secs_f64();
 
-    let shape = [m.rows as u64, a.k as u64];
-    npy::write_array(out_file, "<i4", &shape, &sel.indices)
-        .map_err(|e| format!("cannot write --output {}: {e}", a.output.display()))?;
-    if let (Some(f), Some(p)) = (val_file, &a.values) {
-        npy::write_array(f, values_descr, &shape, &sel.values)
-            .map_err(|e| format!("cannot write --values {}: {e}", p.display()))?;
+    let shape = m.output_shape(a.k);
+    write_output(out_file, "<i4", &shape, &sel.indices, "--output", &a.output)?;
+    if let Some((f, p)) = val_file {
+        write_output(f, m.values_dtype(), &shape, &sel.values, "--values", p)?;
     }
-    outs.done = true;
+    staged.commit()?;
     if verbose {
         eprintln!(
             "selected top-{} of {}x{} {} ({}) by {} on {} in {:.3} ms{}",
@@ -102,7 +157,7 @@ fn select_typed<T: ScoreElem + NpyElem>(
             a.order.name(),
             backend.name(),
             secs * 1e3,
-            if m.one_d { " (1-D input read as one row)" } else { "" }
+            if m.one_d { " (1-D input: one row, 1-D outputs)" } else { "" }
         );
     }
     Ok(())
