@@ -173,7 +173,7 @@ def test_errors():
         flashsel.topk(x, 2, lengths=torch.tensor([1, 2, 3]))
     with pytest.raises(TypeError, match="int32 or int64"):
         flashsel.topk(x, 2, lengths=torch.ones(3, device=DEV))
-    with pytest.raises(ValueError, match="lengths has 2 entries but there are 3 rows"):
+    with pytest.raises(ValueError, match="lengths has 2 entries but scores has 3 rows"):
         flashsel.topk(x, 2, lengths=torch.ones(2, dtype=torch.int32, device=DEV))
     with pytest.raises(TypeError, match="float64"):
         flashsel.topk(x.double(), 2)
@@ -183,3 +183,57 @@ def test_errors():
         flashsel.topk(x, 2**30)
     with pytest.raises(ValueError, match="invalid order"):
         flashsel.topk(x, 2, order="desc")
+
+
+# ---------------------------------------------------------------------------
+# The conventions shared with the CLI (tests/test_conventions.py for NumPy)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("form", ["int", "np.int64", "0-d int32", "0-d int64"])
+def test_scalar_lengths_apply_to_every_row(form):
+    rows, cols, k = 6, 3000, 40
+    x = data("relu", rows, cols, torch.float16, seed=8)
+    scalar = {
+        "int": 1234,
+        "np.int64": np.int64(1234),
+        "0-d int32": torch.tensor(1234, dtype=torch.int32, device=DEV),
+        "0-d int64": torch.tensor(1234, dtype=torch.int64, device=DEV),
+    }[form]
+    want = cpu_ref(x, k, torch.full((rows,), 1234, dtype=torch.int32))
+    flashsel.topk(x, k, lengths=scalar)  # engine created, kernels loaded
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # a scalar is filled or expanded on the device
+    try:
+        got = flashsel.topk(x, k, lengths=scalar, return_values=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert_bits_equal(got, want, form)
+
+
+def test_scalar_lengths_errors():
+    x = torch.zeros(3, 8, device=DEV)
+    with pytest.raises(ValueError, match="lengths = 9 is outside 0..=8"):
+        flashsel.topk(x, 2, lengths=9)
+    with pytest.raises(ValueError, match="lengths is on cpu but scores are on cuda"):
+        flashsel.topk(x, 2, lengths=torch.tensor(3))
+    with pytest.raises(TypeError, match="lengths must be int32 or int64"):
+        flashsel.topk(x, 2, lengths=True)
+
+
+def test_one_dimensional_scores_give_k_outputs():
+    x = data("few", 1, 5000, torch.float32, seed=9)[0]
+    for k in [1, 64, 5000, 6000]:
+        got = flashsel.topk(x, k, return_values=True)
+        assert got[0].shape == (k,) and got[1].shape == (k,), k
+        wi, wv = cpu_ref(x, k)
+        assert torch.equal(got[0].cpu(), wi) and torch.equal(got[1].cpu(), wv)
+
+
+def test_int16_tensors_are_refused_with_a_hint():
+    for dtype in [torch.int16] + ([torch.uint16] if hasattr(torch, "uint16") else []):
+        x = torch.zeros(3, 8, dtype=dtype, device=DEV)
+        with pytest.raises(TypeError, match="x.view\\(torch.bfloat16\\)"):
+            flashsel.topk(x, 2)
+    with pytest.raises(TypeError, match="torch.float32, torch.float16 or torch.bfloat16"):
+        flashsel.topk(torch.zeros(3, 8, dtype=torch.int32, device=DEV), 2)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import types
 
 import flashsel
+from flashsel import _api
 
 
 def test_workspace_bytes_are_asked_once_per_geometry(monkeypatch):
@@ -17,25 +18,25 @@ def test_workspace_bytes_are_asked_once_per_geometry(monkeypatch):
         return 1000 + rows
 
     monkeypatch.setattr(flashsel._native, "cuda_workspace_bytes", fake)
-    monkeypatch.setattr(flashsel, "_ws_cache", {})
+    monkeypatch.setattr(_api, "_ws_cache", {})
     a = (0, "f32", 1, 262144, 262144, 512, "score", "lowest", False)
     b = (0, "f32", 2, 262144, 262144, 512, "score", "lowest", False)
-    assert flashsel._workspace_bytes(a) == 1001
-    assert flashsel._workspace_bytes(a) == 1001
-    assert flashsel._workspace_bytes(b) == 1002
+    assert _api._workspace_bytes(a) == 1001
+    assert _api._workspace_bytes(a) == 1001
+    assert _api._workspace_bytes(b) == 1002
     # Another device, or lengths, is another geometry.
-    assert flashsel._workspace_bytes((1,) + a[1:]) == 1001
-    assert flashsel._workspace_bytes(a[:-1] + (True,)) == 1001
+    assert _api._workspace_bytes((1,) + a[1:]) == 1001
+    assert _api._workspace_bytes(a[:-1] + (True,)) == 1001
     assert calls == [a, b, (1,) + a[1:], a[:-1] + (True,)]
 
 
 def test_workspace_cache_is_bounded(monkeypatch):
     monkeypatch.setattr(flashsel._native, "cuda_workspace_bytes", lambda *key: key[2])
-    monkeypatch.setattr(flashsel, "_ws_cache", {})
-    monkeypatch.setattr(flashsel, "_WS_CACHE_MAX", 3)
+    monkeypatch.setattr(_api, "_ws_cache", {})
+    monkeypatch.setattr(_api, "_WS_CACHE_MAX", 3)
     for rows in range(10):
-        assert flashsel._workspace_bytes((0, "f32", rows, 8, 8, 1, "score", "lowest", False)) == rows
-        assert len(flashsel._ws_cache) <= 3
+        assert _api._workspace_bytes((0, "f32", rows, 8, 8, 1, "score", "lowest", False)) == rows
+        assert len(_api._ws_cache) <= 3
 
 
 def test_stream_handle_prefers_the_raw_lookup_and_falls_back():
@@ -43,9 +44,9 @@ def test_stream_handle_prefers_the_raw_lookup_and_falls_back():
         _C=types.SimpleNamespace(_cuda_getCurrentRawStream=lambda ordinal: 4096 + ordinal),
         cuda=types.SimpleNamespace(current_stream=lambda ordinal: (_ for _ in ()).throw(AssertionError("not used"))),
     )
-    assert flashsel._raw_stream(raw, 3) == 4099
+    assert _api._raw_stream(raw, 3) == 4099
     public = types.SimpleNamespace(
         _C=types.SimpleNamespace(),
         cuda=types.SimpleNamespace(current_stream=lambda ordinal: types.SimpleNamespace(cuda_stream=77 + ordinal)),
     )
-    assert flashsel._raw_stream(public, 1) == 78
+    assert _api._raw_stream(public, 1) == 78

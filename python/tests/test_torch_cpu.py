@@ -84,7 +84,7 @@ def test_errors():
         flashsel.topk(x[:, ::2], 2)
     with pytest.raises(ValueError, match="column stride"):
         flashsel.topk(x.t(), 2)
-    with pytest.raises(TypeError, match="lengths must hold integers"):
+    with pytest.raises(TypeError, match="lengths must be int32 or int64"):
         flashsel.topk(x, 2, lengths=torch.ones(3))
     with pytest.raises(ValueError, match="lengths\\[0\\] = 9 is outside 0..=8"):
         flashsel.topk(x, 2, lengths=torch.tensor([9, 0, 0]))
@@ -92,6 +92,65 @@ def test_errors():
         flashsel.topk(x.to_sparse(), 2)
     with pytest.raises(ValueError, match="device"):
         flashsel.topk(torch.zeros(3, 8, device="meta"), 2)
-    if torch.cuda.is_available():
-        with pytest.raises(ValueError, match="lengths is on cuda"):
-            flashsel.topk(x, 2, lengths=torch.ones(3, dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match="k must be at least 1 \\(got 0\\)"):
+        flashsel.topk(x, 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
+def test_cuda_lengths_for_cpu_scores_are_refused():
+    x = torch.zeros(3, 8)
+    with pytest.raises(ValueError, match="lengths is on cuda"):
+        flashsel.topk(x, 2, lengths=torch.ones(3, dtype=torch.int32, device="cuda"))
+
+
+# ---------------------------------------------------------------------------
+# The conventions shared with the CLI (tests/test_conventions.py for NumPy)
+# ---------------------------------------------------------------------------
+
+
+def test_one_dimensional_scores_give_k_outputs():
+    x = torch.arange(10, dtype=torch.float32) % 4
+    for k in [1, 4, 10, 13]:
+        idx, val = flashsel.topk(x, k, return_values=True)
+        assert idx.shape == (k,) and val.shape == (k,), k
+        assert_same_t(idx, val, *(t[0] for t in ref_for(x[None, :], k)))
+
+
+@pytest.mark.parametrize(
+    "scalar",
+    [5, torch.tensor(5), torch.tensor(5, dtype=torch.int32), np.int64(5), np.array(5, np.int32)],
+    ids=["int", "0-d int64 tensor", "0-d int32 tensor", "np.int64", "0-d int32 array"],
+)
+def test_scalar_lengths_apply_to_every_row(scalar):
+    rng = np.random.default_rng(14)
+    x = torch.from_numpy(make("few", 4, 60, np.float32, rng)).to(torch.bfloat16)
+    idx, val = flashsel.topk(x, 8, lengths=scalar, return_values=True)
+    assert_same_t(idx, val, *ref_for(x, 8, [5, 5, 5, 5]))
+
+
+def test_lengths_errors():
+    x = torch.zeros(3, 8)
+    with pytest.raises(ValueError, match="lengths = 9 is outside 0..=8"):
+        flashsel.topk(x, 2, lengths=torch.tensor(9))
+    with pytest.raises(TypeError, match="lengths must be int32 or int64.*got torch.int16"):
+        flashsel.topk(x, 2, lengths=torch.ones(3, dtype=torch.int16))
+    with pytest.raises(ValueError, match="lengths has 2 entries but scores has 3 rows"):
+        flashsel.topk(x, 2, lengths=torch.ones(2, dtype=torch.int64))
+
+
+INT16_DTYPES = [torch.int16] + ([torch.uint16] if hasattr(torch, "uint16") else [])
+
+
+@pytest.mark.parametrize("dtype", INT16_DTYPES, ids=str)
+def test_int16_tensors_are_refused_with_a_hint(dtype):
+    x = torch.zeros(3, 8, dtype=dtype)
+    with pytest.raises(TypeError, match="unsupported scores dtype.*x.view\\(torch.bfloat16\\)"):
+        flashsel.topk(x, 2)
+    # The hint works: the same bits as bfloat16.
+    assert flashsel.topk(x.view(torch.bfloat16), 2).shape == (3, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.int64, torch.uint8, torch.bool], ids=str)
+def test_other_dtypes_are_refused_naming_the_accepted_ones(dtype):
+    with pytest.raises(TypeError, match="torch.float32, torch.float16 or torch.bfloat16"):
+        flashsel.topk(torch.zeros(3, 8, dtype=dtype), 2)

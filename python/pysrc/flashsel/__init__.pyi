@@ -3,11 +3,20 @@
 from typing import Any, Literal, TypeVar, overload
 
 __version__: str
-__all__ = ["topk", "backends", "__version__"]
+__all__ = ["__version__", "backends", "topk"]
+
+def __dir__() -> list[str]: ...
 
 # The output is the same kind as the input: numpy.ndarray in, numpy.ndarray
-# out; torch.Tensor in, torch.Tensor (same device) out.
+# out; torch.Tensor in, torch.Tensor (same device) out. Accepted scores:
+# NumPy float32, float16, ml_dtypes.bfloat16, or uint16 / int16 bf16 bit
+# patterns (values come back in the same integer dtype), either byte order;
+# torch float32, float16, bfloat16 (CPU or CUDA). Shape [cols] gives [k]
+# outputs, [rows, cols] gives [rows, k].
 _A = TypeVar("_A")
+
+# lengths: None, a scalar for every row (int, 0-d array or tensor), or one
+# entry per row (a sequence of ints, an int32/int64 array or tensor).
 
 Order = Literal["score", "index"]
 Nan = Literal["lowest", "largest"]

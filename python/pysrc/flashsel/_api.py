@@ -1,0 +1,563 @@
+"""The implementation behind the public ``flashsel`` names (private: import
+from ``flashsel``). Checks the caller's arrays and tensors, allocates the
+outputs with the caller's library and calls the native extension."""
+
+import operator
+import sys
+import threading
+from typing import Any, Literal
+
+import numpy as np
+
+from . import _native
+
+_ORDERS = ("score", "index")
+_NANS = ("lowest", "largest")
+_I32_MAX = 2**31 - 1
+
+
+# ---------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------
+
+
+def topk(
+    scores: Any,
+    k: int,
+    *,
+    lengths: Any = None,
+    order: Literal["score", "index"] = "score",
+    nan: Literal["lowest", "largest"] = "lowest",
+    return_values: bool = False,
+) -> Any:
+    """Exact, deterministic top-k of each row of ``scores``.
+
+    Parameters
+    ----------
+    scores
+        A NumPy array or a torch tensor on the CPU or a CUDA device, of shape
+        ``[rows, cols]`` or ``[cols]`` (one row). NumPy dtypes: float32,
+        float16, ``ml_dtypes.bfloat16``, or uint16 / int16 holding bfloat16
+        bit patterns (as the CLI reads ``<u2`` / ``<i2`` .npy files), in either
+        byte order (big-endian arrays are converted, a copy). torch dtypes:
+        float32, float16, bfloat16 (an int16 tensor of bf16 bits is refused:
+        pass ``x.view(torch.bfloat16)``). Any other dtype raises
+        ``TypeError``; nothing is cast implicitly. Rows may be strided
+        (a row-slice or column-slice view of a larger matrix is read in place,
+        not copied), but the elements of a row must be contiguous
+        (column stride 1); anything else raises ``ValueError``: pass
+        ``np.ascontiguousarray(x)`` / ``x.contiguous()`` yourself if a copy is
+        what you want.
+    k
+        How many to select per row, ``k >= 1``. ``k`` may exceed ``cols``: the
+        rest of the row is padding.
+    lengths
+        Optional candidate counts: row ``i`` selects among columns
+        ``0 .. lengths[i]``, each ``0 <= lengths[i] <= cols``. Either one entry
+        per row (1-D) or a scalar (a Python int, a 0-d array or tensor) that
+        applies to every row. Arrays and tensors must be int32 or int64 (NumPy:
+        either byte order); a sequence of Python ints is fine. For host inputs:
+        a sequence, a NumPy array or a CPU tensor, checked. For CUDA inputs: a
+        Python int (checked), or an int32 / int64 tensor on the same device
+        (int64 is converted on the device); a tensor's values are not checked
+        on the host, as that would need a synchronisation: a row whose length
+        is outside ``0..=cols`` comes out as all padding.
+    order
+        ``"score"`` (best first, the default) or ``"index"`` (ascending
+        column index, the same set).
+    nan
+        ``"lowest"`` (default: NaN below ``-inf``) or ``"largest"`` (NaN above
+        ``+inf``, like ``torch.topk``).
+    return_values
+        Also return the selected scores, bit for bit in the input dtype
+        (native byte order; ``-inf`` where padded, i.e. ``0xFF80`` for bf16
+        bit patterns).
+
+    Returns
+    -------
+    indices, or (indices, values)
+        The same kind as ``scores`` (NumPy array, or torch tensor on the same
+        device): int32 indices ``[rows, k]`` (``[k]`` for 1-D input), ``-1``
+        where padded; values in the input dtype (uint16 / int16 bit patterns
+        come back as the same integer dtype).
+
+    Ordering contract
+    -----------------
+    Larger scores rank higher; ``-0.0 == +0.0``; ties go to the lower column
+    index; NaN ranks below ``-inf`` (``nan="lowest"``) or above ``+inf``
+    (``nan="largest"``). Every backend returns the same bytes.
+
+    CUDA
+    ----
+    The selection is launched on ``torch.cuda.current_stream(scores.device)``
+    and returns without waiting; outputs and workspace come from torch's
+    allocator on that stream, and nothing waits on the host, so the call can
+    be captured in a CUDA graph. The first call on a device creates its engine
+    and compiles its kernels (seconds, once per process): make it before
+    capturing, or call :func:`backends`, which does the same.
+
+    Raises
+    ------
+    TypeError
+        ``scores`` or ``lengths`` of an unsupported type or dtype.
+    ValueError
+        Bad shape, ``k``, ``lengths``, option or strides; device mismatch.
+    RuntimeError
+        The CUDA engine cannot run (see :func:`backends`) or the driver failed.
+    """
+    k = _check_k(k)
+    order = _check_option("order", order, _ORDERS)
+    nan = _check_option("nan", nan, _NANS)
+    return_values = bool(return_values)
+
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(scores, torch.Tensor):
+        if scores.layout != torch.strided:
+            raise TypeError(f"scores must be a dense (strided) tensor, got layout {scores.layout}")
+        dev = scores.device.type
+        if dev == "cuda":
+            return _topk_cuda(torch, scores, k, lengths, order, nan, return_values)
+        if dev == "cpu":
+            return _topk_torch_cpu(torch, scores, k, lengths, order, nan, return_values)
+        raise ValueError(f"scores is on device {scores.device}; flashsel runs on the CPU and on CUDA devices")
+    if isinstance(scores, np.ma.MaskedArray):
+        raise TypeError("masked arrays are not supported: pass the data with masked scores filled (or use lengths)")
+    if isinstance(scores, np.ndarray):
+        return _topk_numpy(scores, k, lengths, order, nan, return_values)
+    raise TypeError(
+        f"scores must be a numpy.ndarray or a torch.Tensor, got {type(scores).__module__}.{type(scores).__qualname__}"
+        " (for a list of floats: np.asarray(x, dtype=np.float32))"
+    )
+
+
+def backends() -> dict[str, dict[str, Any]]:
+    """What can run here, and why not.
+
+    Returns a dict with one entry per backend::
+
+        {"cpu":  {"available": True, "reason": None, ...},
+         "cuda": {"available": bool, "reason": str | None, "devices": [...]}}
+
+    ``cuda`` is available when torch is importable, sees a CUDA device and the
+    flashsel CUDA engine can be created on it; otherwise ``reason`` says which
+    of these failed. This imports torch if it is installed, and creates (and
+    caches) the engine of each visible device.
+    """
+    out: dict[str, dict[str, Any]] = {
+        "cpu": {
+            "available": True,
+            "reason": None,
+            "inputs": _NUMPY_ACCEPTED + "; CPU torch.Tensor (" + _TORCH_ACCEPTED + ")",
+        }
+    }
+    cuda: dict[str, Any] = {"available": False, "reason": None, "devices": []}
+    out["cuda"] = cuda
+    try:
+        import torch  # noqa: PLC0415 - optional dependency
+    except Exception as e:  # ImportError, or a broken install
+        cuda["reason"] = f"torch is not importable ({type(e).__name__}: {e}); the CUDA path takes CUDA torch tensors"
+        return out
+    try:
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception as e:
+        cuda["reason"] = f"torch.cuda failed: {type(e).__name__}: {e}"
+        return out
+    if n == 0:
+        cuda["reason"] = f"torch {torch.__version__} sees no CUDA device (torch.cuda.is_available() is False)"
+        return out
+    reasons = []
+    for i in range(n):
+        err = _native.cuda_engine_error(i)
+        cuda["devices"].append(
+            {"index": i, "name": torch.cuda.get_device_name(i), "available": err is None, "reason": err}
+        )
+        if err is not None:
+            reasons.append(f"cuda:{i}: {err}")
+    cuda["available"] = any(d["available"] for d in cuda["devices"])
+    cuda["reason"] = "; ".join(reasons) if reasons else None
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Argument checks
+# ---------------------------------------------------------------------------
+
+
+def _check_k(k: Any) -> int:
+    if isinstance(k, bool):
+        raise TypeError("k must be an integer, got bool")
+    try:
+        k = operator.index(k)
+    except TypeError:
+        raise TypeError(f"k must be an integer, got {type(k).__name__}") from None
+    if k <= 0:
+        raise ValueError(f"k must be at least 1 (got {k})")
+    if k > _I32_MAX:
+        raise ValueError(f"k = {k} does not fit in i32 (max {_I32_MAX})")
+    return k
+
+
+def _check_option(what: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, one of {'|'.join(allowed)}; got {type(value).__name__}")
+    if value not in allowed:
+        raise ValueError(f"invalid {what}: {value!r} (expected {'|'.join(allowed)})")
+    return value
+
+
+def _as_2d_shape(shape: tuple[int, ...]) -> tuple[int, int, bool]:
+    """(rows, cols, was_1d) for a 1-D or 2-D shape."""
+    if len(shape) == 1:
+        return 1, shape[0], True
+    if len(shape) == 2:
+        return shape[0], shape[1], False
+    hint = f"; for a batch of rows, pass x.reshape(-1, {shape[-1]})" if len(shape) > 2 else ""
+    raise ValueError(f"scores must be 1-D [cols] or 2-D [rows, cols], got shape {tuple(shape)}{hint}")
+
+
+def _rows_phrase(rows: int) -> str:
+    return "1 row" if rows == 1 else f"{rows} rows"
+
+
+def _check_length_value(value: int, cols: int, where: str = "") -> None:
+    if not 0 <= value <= cols:
+        raise ValueError(f"lengths{where} = {value} is outside 0..={cols}")
+
+
+def _lengths_dtype_error(got: Any) -> TypeError:
+    return TypeError(
+        f"lengths must be int32 or int64 (a scalar for every row, or one entry per row), got {got}; "
+        "cast explicitly, e.g. lengths.astype(np.int64)"
+    )
+
+
+def _is_int32_or_int64(dtype: np.dtype) -> bool:
+    return dtype.kind == "i" and dtype.itemsize in (4, 8)
+
+
+def _scalar_length(lengths: Any, cols: int) -> int | None:
+    """The value of a host scalar length (a Python int, a NumPy integer scalar
+    or 0-d array), checked to be in 0..=cols; None when `lengths` is not one."""
+    if isinstance(lengths, (bool, np.bool_)):
+        raise _lengths_dtype_error("bool")
+    if isinstance(lengths, int):
+        _check_length_value(lengths, cols)
+        return lengths
+    if isinstance(lengths, (np.ndarray, np.generic)) and lengths.ndim == 0:
+        if not _is_int32_or_int64(lengths.dtype):
+            raise _lengths_dtype_error(f"dtype {lengths.dtype}")
+        value = int(lengths)
+        _check_length_value(value, cols)
+        return value
+    return None
+
+
+def _host_lengths(lengths: Any, rows: int, cols: int) -> np.ndarray | None:
+    """Host lengths (a scalar for every row, or one entry per row) as a
+    contiguous int32 array of `rows` entries, each checked to be in 0..=cols."""
+    if lengths is None:
+        return None
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(lengths, torch.Tensor):
+        if lengths.device.type != "cpu":
+            raise ValueError(f"lengths is on {lengths.device} but scores are in host memory; pass CPU lengths")
+        if lengths.dtype not in (torch.int32, torch.int64):
+            raise _lengths_dtype_error(lengths.dtype)
+        lengths = lengths.detach().numpy()
+    scalar = _scalar_length(lengths, cols)
+    if scalar is not None:
+        return np.full(rows, scalar, dtype=np.int32)
+    arr = np.asarray(lengths)
+    if arr.size == 0 and arr.ndim == 1 and not isinstance(lengths, np.ndarray):
+        arr = arr.astype(np.int64)  # [] for zero rows
+    if not _is_int32_or_int64(arr.dtype):
+        raise _lengths_dtype_error(f"dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"lengths must be a scalar or 1-D with one entry per row, got shape {arr.shape}")
+    if arr.shape[0] != rows:
+        raise ValueError(f"lengths has {arr.shape[0]} entries but scores has {_rows_phrase(rows)}")
+    if arr.size:
+        bad = np.flatnonzero((arr < 0) | (arr > cols))
+        if bad.size:
+            i = int(bad[0])
+            _check_length_value(int(arr[i]), cols, f"[{i}]")
+    return np.ascontiguousarray(arr, dtype=np.int32)  # also converts big-endian arrays
+
+
+# ---------------------------------------------------------------------------
+# Host paths
+# ---------------------------------------------------------------------------
+
+_NUMPY_ACCEPTED = (
+    "float32, float16, bfloat16 (ml_dtypes.bfloat16), or uint16 / int16 holding bfloat16 bit patterns, "
+    "in either byte order"
+)
+_TORCH_ACCEPTED = "torch.float32, torch.float16 or torch.bfloat16"
+
+# NumPy dtype (native byte order) -> (contract dtype name, the dtype its bits travel as)
+_NP_KINDS = {
+    np.dtype(np.float32): ("f32", np.dtype(np.float32)),
+    np.dtype(np.float16): ("f16", np.dtype(np.uint16)),
+    np.dtype(np.uint16): ("bf16", np.dtype(np.uint16)),  # bf16 bit patterns, as the CLI's <u2
+    np.dtype(np.int16): ("bf16", np.dtype(np.uint16)),  # bf16 bit patterns, as the CLI's <i2
+}
+
+
+def _numpy_kind(dtype: np.dtype) -> tuple[str, np.dtype, np.dtype]:
+    """(contract dtype name, bits dtype, native-byte-order dtype) of a score
+    dtype in either byte order, or TypeError naming the accepted ones."""
+    native = dtype if dtype.isnative else dtype.newbyteorder("=")
+    kind = _NP_KINDS.get(native)
+    if kind is not None:
+        return kind[0], kind[1], native
+    if native.name == "bfloat16" and native.itemsize == 2:  # ml_dtypes.bfloat16
+        return "bf16", np.dtype(np.uint16), native
+    raise TypeError(
+        f"unsupported scores dtype {dtype}: flashsel takes {_NUMPY_ACCEPTED}; "
+        "cast explicitly, e.g. x.astype(np.float32)"
+    )
+
+
+def _host_select(
+    bits: np.ndarray,
+    name: str,
+    k: int,
+    lengths: np.ndarray | None,
+    order: str,
+    nan: str,
+    out_indices: np.ndarray,
+    out_value_bits: np.ndarray | None,
+) -> None:
+    _native.select_cpu(bits, name, k, order, nan, lengths, out_indices, out_value_bits)
+
+
+def _host_row_stride(strides: tuple[int, int], rows: int, cols: int, itemsize: int) -> int:
+    """Row stride in elements of a host view; raises on non-unit column stride."""
+    if rows == 0 or cols == 0:
+        return cols  # nothing is read (NumPy reports zero strides for empty arrays)
+    if cols > 1 and strides[1] != itemsize:
+        raise ValueError(
+            f"scores: elements within a row must be contiguous (column stride {strides[1] // itemsize} elements); "
+            "flashsel reads strided rows in place but not strided columns: pass np.ascontiguousarray(x) "
+            "or x.contiguous() if a copy is what you want"
+        )
+    if rows <= 1 or cols == 0:
+        return cols
+    if strides[0] <= 0 or strides[0] % itemsize:
+        raise ValueError(
+            f"scores: row stride {strides[0]} bytes is not a positive multiple of the element size {itemsize}"
+        )
+    return strides[0] // itemsize
+
+
+def _topk_numpy(scores: np.ndarray, k: int, lengths: Any, order: str, nan: str, return_values: bool) -> Any:
+    name, bits_dtype, native = _numpy_kind(scores.dtype)
+    rows, cols, was_1d = _as_2d_shape(scores.shape)
+    s2 = scores[None, :] if was_1d else scores  # a view, never a copy
+    row_stride = _host_row_stride(s2.strides, rows, cols, scores.itemsize)
+    _native.check_spec(name, rows, cols, row_stride, k, order, nan)
+    lens = _host_lengths(lengths, rows, cols)
+    if not s2.flags.aligned:
+        raise ValueError("scores: the data is not aligned to its element size; pass an aligned copy")
+    if s2.dtype != native:
+        s2 = np.ascontiguousarray(s2, dtype=native)  # big-endian input: a native copy, after the checks
+    out_idx = np.empty((rows, k), dtype=np.int32)
+    out_val = np.empty((rows, k), dtype=native) if return_values else None
+    _host_select(
+        s2.view(bits_dtype),
+        name,
+        k,
+        lens,
+        order,
+        nan,
+        out_idx,
+        None if out_val is None else out_val.view(bits_dtype),
+    )
+    return _result(out_idx, out_val, was_1d, return_values)
+
+
+def _torch_dtype_name(torch: Any, dtype: Any) -> str:
+    """The native dtype name of a torch score dtype, or TypeError."""
+    names = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+    name = names.get(dtype)
+    if name is not None:
+        return name
+    if dtype in (torch.int16, getattr(torch, "uint16", torch.int16)):
+        raise TypeError(
+            f"unsupported scores dtype {dtype}: torch tensors of bfloat16 bit patterns are not read as bf16 "
+            "(only NumPy uint16/int16 arrays are); torch has bfloat16: pass x.view(torch.bfloat16)"
+        )
+    raise TypeError(
+        f"unsupported scores dtype {dtype}: flashsel takes {_TORCH_ACCEPTED}; cast explicitly, e.g. x.float()"
+    )
+
+
+def _result(out_idx: Any, out_val: Any, was_1d: bool, return_values: bool) -> Any:
+    """Drops the row axis of a 1-D call; indices, or (indices, values)."""
+    if was_1d:
+        out_idx = out_idx[0]
+        out_val = None if out_val is None else out_val[0]
+    return (out_idx, out_val) if return_values else out_idx
+
+
+def _topk_torch_cpu(torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: str, return_values: bool) -> Any:
+    name = _torch_dtype_name(torch, scores.dtype)
+    rows, cols, was_1d = _as_2d_shape(tuple(scores.shape))
+    s2 = scores.detach().unsqueeze(0) if was_1d else scores.detach()  # views, never copies
+    itemsize = scores.element_size()
+    strides = (s2.stride(0) * itemsize, s2.stride(1) * itemsize)
+    row_stride = _host_row_stride(strides, rows, cols, itemsize)
+    _native.check_spec(name, rows, cols, row_stride, k, order, nan)
+    lens = _host_lengths(lengths, rows, cols)
+
+    def bits(t: Any) -> np.ndarray:
+        # Zero-copy NumPy views of the tensor's memory (strides preserved).
+        if name == "f32":
+            return t.numpy()
+        return t.view(torch.int16).numpy().view(np.uint16)
+
+    out_idx = torch.empty((rows, k), dtype=torch.int32)
+    out_val = torch.empty((rows, k), dtype=scores.dtype) if return_values else None
+    _host_select(
+        bits(s2),
+        name,
+        k,
+        lens,
+        order,
+        nan,
+        out_idx.numpy(),
+        None if out_val is None else bits(out_val),
+    )
+    return _result(out_idx, out_val, was_1d, return_values)
+
+
+# ---------------------------------------------------------------------------
+# CUDA path
+# ---------------------------------------------------------------------------
+
+_engine_lock = threading.Lock()
+_engine_ok: set[int] = set()
+
+# Workspace bytes of each CUDA geometry seen, so that a repeated call (a
+# decode loop) does not ask the engine again. Keyed by (device, dtype, rows,
+# cols, row_stride, k, order, nan, has_lengths); cleared when it grows past
+# _WS_CACHE_MAX entries.
+_ws_cache: dict[tuple[Any, ...], int] = {}
+_WS_CACHE_MAX = 4096
+
+
+def _workspace_bytes(key: tuple[Any, ...]) -> int:
+    """Workspace bytes of a geometry (already checked by check_spec)."""
+    nbytes = _ws_cache.get(key)
+    if nbytes is None:
+        ordinal, name, rows, cols, row_stride, k, order, nan, has_lengths = key
+        nbytes = _native.cuda_workspace_bytes(ordinal, name, rows, cols, row_stride, k, order, nan, has_lengths)
+        if len(_ws_cache) >= _WS_CACHE_MAX:
+            _ws_cache.clear()
+        _ws_cache[key] = nbytes
+    return nbytes
+
+
+def _raw_stream(torch: Any, ordinal: int) -> int:
+    """The device's current stream handle. torch's private
+    ``_cuda_getCurrentRawStream`` (the one Triton uses) takes ~0.1 us, the
+    public ``current_stream().cuda_stream`` ~3 us (H200 host, run 6 of the
+    seventh session); the public one is the fallback."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(ordinal))
+    return int(torch.cuda.current_stream(ordinal).cuda_stream)
+
+
+def _ensure_engine(device: int) -> None:
+    """Creates the device's engine once (the native side caches it)."""
+    if device in _engine_ok:
+        return
+    with _engine_lock:
+        if device in _engine_ok:
+            return
+        err = _native.cuda_engine_error(device)
+        if err is not None:
+            raise RuntimeError(f"flashsel CUDA engine unavailable on cuda:{device}: {err}")
+        _engine_ok.add(device)
+
+
+def _cuda_lengths(torch: Any, lengths: Any, device: Any, rows: int, cols: int) -> Any:
+    """Lengths of a CUDA call as a contiguous int32 tensor of `rows` entries on
+    `device`, made without a host synchronisation: a host scalar (checked) is
+    filled on the device; a tensor's values stay unchecked (see topk)."""
+    scalar = _scalar_length(lengths, cols)
+    if scalar is not None:
+        return torch.full((rows,), scalar, dtype=torch.int32, device=device)
+    if not isinstance(lengths, torch.Tensor):
+        raise ValueError(
+            f"scores are on {device} so lengths must be a torch tensor on the same device or a Python int, "
+            f"got {type(lengths).__name__}"
+        )
+    if lengths.device != device:
+        raise ValueError(f"lengths is on {lengths.device} but scores are on {device}")
+    if lengths.dtype not in (torch.int32, torch.int64):
+        raise _lengths_dtype_error(lengths.dtype)
+    if lengths.dim() == 0:
+        lengths = lengths.reshape(1).expand(rows)
+    if lengths.dim() != 1:
+        raise ValueError(f"lengths must be a scalar or 1-D with one entry per row, got shape {tuple(lengths.shape)}")
+    if lengths.shape[0] != rows:
+        raise ValueError(f"lengths has {lengths.shape[0]} entries but scores has {_rows_phrase(rows)}")
+    return lengths.detach().to(torch.int32).contiguous()  # on the device, no host sync
+
+
+def _topk_cuda(torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: str, return_values: bool) -> Any:
+    name = _torch_dtype_name(torch, scores.dtype)
+    rows, cols, was_1d = _as_2d_shape(tuple(scores.shape))
+    s2 = scores.detach()
+    if was_1d:
+        s2 = s2.unsqueeze(0)
+    if rows > 0 and cols > 1 and s2.stride(1) != 1:
+        raise ValueError(
+            f"scores: elements within a row must be contiguous (column stride {s2.stride(1)} elements); "
+            "flashsel reads strided rows in place but not strided columns: pass x.contiguous() "
+            "if a copy is what you want"
+        )
+    if rows <= 1 or cols == 0:
+        row_stride = cols  # nothing else is read
+    else:
+        row_stride = s2.stride(0)
+        if row_stride < cols:
+            raise ValueError(f"scores: row stride {row_stride} is shorter than cols = {cols} (overlapping rows)")
+    _native.check_spec(name, rows, cols, row_stride, k, order, nan)
+
+    ordinal = scores.get_device()
+    lens = None if lengths is None else _cuda_lengths(torch, lengths, scores.device, rows, cols)
+
+    out_idx = torch.empty((rows, k), dtype=torch.int32, device=ordinal)
+    out_val = torch.empty((rows, k), dtype=scores.dtype, device=ordinal) if return_values else None
+    if rows > 0 and cols == 0:
+        out_idx.fill_(-1)
+        if out_val is not None:
+            out_val.fill_(float("-inf"))
+    elif rows > 0:
+        _ensure_engine(ordinal)
+        nbytes = _workspace_bytes((ordinal, name, rows, cols, row_stride, k, order, nan, lens is not None))
+        ws = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=ordinal)
+        stream = _raw_stream(torch, ordinal)
+        _native.cuda_select(
+            ordinal,
+            name,
+            rows,
+            cols,
+            row_stride,
+            k,
+            order,
+            nan,
+            s2.data_ptr(),
+            None if lens is None else lens.data_ptr(),
+            out_idx.data_ptr(),
+            None if out_val is None else out_val.data_ptr(),
+            ws.data_ptr(),
+            nbytes,
+            stream,
+        )
+        # `ws` and `lens` go back to torch's caching allocator here; their
+        # reuse is ordered after this launch on the same stream.
+    return _result(out_idx, out_val, was_1d, return_values)
