@@ -147,7 +147,7 @@ def backends() -> dict[str, dict[str, Any]]:
         "cpu": {
             "available": True,
             "reason": None,
-            "inputs": _NUMPY_ACCEPTED + "; CPU torch.Tensor (" + _TORCH_ACCEPTED + ")",
+            "inputs": f"numpy.ndarray ({_NUMPY_ACCEPTED}); CPU torch.Tensor ({_TORCH_ACCEPTED})",
         }
     }
     cuda: dict[str, Any] = {"available": False, "reason": None, "devices": []}
