@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::builder::{PossibleValuesParser, RangedU64ValueParser, TypedValueParser};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use flashsel::{Backend, BackendChoice, NanPolicy, OutputOrder};
 
@@ -67,13 +67,23 @@ pub(crate) fn backend_parser() -> impl TypedValueParser<Value = BackendChoice> {
     PossibleValuesParser::new(["auto", "cpu", "cuda"]).try_map(|s| BackendChoice::parse(&s))
 }
 
+/// `--k`: a count of at least 1; `0` is refused as a usage error, like any
+/// value clap refuses.
+fn parse_k(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("k must be at least 1".into()),
+        Ok(k) => Ok(k),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SelectArgs {
     /// Score matrix (.npy: f4, f2, or bfloat16 bits as u2/i2, either byte order; 1-D or 2-D, C order).
     #[arg(long, value_name = "S.npy")]
     pub input: PathBuf,
     /// Entries to select per row (at least 1; beyond a row's candidates the row is padded).
-    #[arg(long, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, value_parser = parse_k)]
     pub k: usize,
     /// Per-row candidate counts (.npy, <i4 or <i8, each in 0..=cols): 1-D with one
     /// entry per row (row i selects among its first lengths[i] columns), or a 0-d
