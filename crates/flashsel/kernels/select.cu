@@ -19,7 +19,7 @@
 //   Long ranges start from a sampled bound: a sample rank chosen so that clearly
 //   more than k elements are expected above it (its column scaled from the
 //   sample to the range, for plateaus of ties); if fewer pass, the range (or
-//   row) is selected again from a wider sampled bound (FS_RESCUE_SD), and
+//   row) is selected again from a wider sampled bound (RESCUE_SD), and
 //   from lb = 0 if that fails too.
 //   The finish selects and sorts the top min(k, n) in one bucket-rank pass
 //   (bucket_rank; radix select + bitonic sort when the candidates do not
@@ -92,92 +92,10 @@
 // Compile-time options (the host passes them as -D):
 //   FS_BLOCK        threads per CTA (multiple of 32, <= 1024)
 //   FS_GLOBAL_BUF   0 or 1, as above
-//   FS_SAMPLE       1: seed lb from a sample of long ranges (default)
 //   FS_PROFILE      1: accumulate clock64() phase counters in fs_prof
-//   FS_SEG          longest optimistic segment, tiles (0: safe segments only)
-//   FS_FAST         1: float-domain filter (0: the key filter on every tile)
-//   FS_BUCKET       1: bucket-rank finish when it applies (0: radix select +
-//                   bitonic sort always)
-//   FS_PACKED       1: the fast filter compares 16-bit types two at a time
-//                   (set.*.bf16x2 on sm_90+, set.*.f16x2)
-//   FS_GE           1: where every tie at the bound passes (Bound::all_ties),
-//                   the fast filter is one >= compare per element (ge_mask)
-//   FS_RUN          1: the row path streams such tiles in a loop of their own
-//                   (fast_run; FS_RUN_UNROLL 1: DEPTH tiles a round, ring
-//                   slots as constants)
-//   FS_PUSH_WORD    1: 16-bit pushes store the element's whole 32-bit word,
-//                   to_keys takes its half (0: the element's bits)
-//   FS_SAMPLE_SD    the sampled bound's margin, in standard deviations of
-//                   the sample count (3; 4 until v17)
-//   FS_SAMPLE_RATE  1: a sampled range's first segment is sized for the
-//                   pushes per tile the sample predicts (0: a tile's worth)
-//   FS_ROW_SAMPLE   tiles in a one-CTA row's sample (1; 2 measured slower)
-//   FS_BUCKET_SCALE 1: bucket-rank buckets scaled over all NB buckets (0:
-//                   power-of-two shifts; Buckets)
-//   FS_RESCUE_SD    a sampled bound that let too few through: the range
-//                   again from a fresh sample's bound this many deviations
-//                   wide (8), then from lb = 0 (0: from lb = 0 at once)
-//   FS_PREP_SAMPLE  split rows: tiles in fs_prep_*'s row-wide sample (1)
-//   FS_MERGE_COPY   split rows' last CTA copies the candidates when they fit (1)
-//   FS_NB_BITS, FS_RANK_MAX  the bucket-rank finish's bucket bits (11) and
-//                   largest bucket ranked in place (64)
-//   FS_STAGE        1: the row path's streaming loop reads its tiles through
-//                   a ring of cp.async copies in shared memory (THE LOAD
-//                   RING, below) where the launch gives one (P.stage); 0:
-//                   registers only
-//   FS_FINISH_RING  1: the finish takes the ring's room as scratch (0: the
-//                   buffer only; ReLU plateaus then sort instead of a
-//                   second bucket pass)
 //   FS_HOST_STAGE_BYTES  the ring's size (the host's plan::STAGE_BYTES;
 //                   always passed; not a switch)
-//   FS_PDL          1: fs_split_* overlaps fs_prep_*, fs_grid_* overlaps
-//                   fs_grid_init_all (programmatic dependent launch, sm_90+;
-//                   default; the host sets the launch attribute unless the
-//                   defines say FS_PDL=0)
-//   FS_PDL_CHAIN    with FS_PDL, calls chain too: 1 a call's first kernel is
-//                   launched programmatically and waits at once for the
-//                   stream's previous kernel; 2 (default) also its last
-//                   kernel lets the next launch as it starts, except
-//                   fs_grid_* (3: that one too); the host reads
-//                   FS_PDL_CHAIN=0 to launch the first kernel plainly
-//   FS_GRID_SMALL   grid rows: a crossing bin of at most this many composites
-//                   ends the radix passes (256 = FS_HOST_GRID_SMALL, the most
-//                   the host sizes for)
 //   FS_HOST_GRID_*  the host's grid layout (always passed; not a switch)
-//   FS_GRID_SLEEP   grid rows: ns between barrier polls (0: spin, the default)
-//   FS_GRID_KEY32   grid rows: passes over key digits and the gather against a
-//                   key edge in 32-bit arithmetic (1; 0: on the composites)
-//   FS_GRID_POLL    grid rows: each pass reads its histogram until the counts
-//                   add up (1), instead of a grid barrier and one read (0)
-//   FS_GRID_SPARSE_GATHER  grid rows: the gather's warps vote only on the
-//                   items some lane selected (1; 0: on every item)
-//   FS_GRID_SAMPLE  grid rows: a first pass over the keys at or above a
-//                   bound from a row-wide sample, in bins fitted to the
-//                   sample's range (1; 0: the passes from the top digit)
-//   FS_GRID_SAMPLE_SD  its margin in deviations of the sample count (4)
-//   FS_GRID_SAMPLE_RUNS  its sample: one VEC group a thread spread over the
-//                   row (0), or 128-byte runs of 8 threads (1: measured slower)
-//   FS_GRID_PLATEAU 1: a bound tied in the sample takes one key a bin, so
-//                   a plateau's key is decided by the sampled pass (0: bins
-//                   fitted to the range as always)
-//   FS_GRID_BIN_LIST  grid rows whose sampled pass decides the crossing
-//                   bin: the list is laid out by bin, each CTA's place in a
-//                   bin from its flush's atomics, so the gather needs no
-//                   list counter (1; 0: one list atomic a CTA)
-//   FS_GRID_TALLY_SPIN  the sampled pass's readers: one thread polls the
-//                   tally word until every CTA has added, then the CTA reads
-//                   the histogram (1; 0: the histogram read on every poll)
-//   FS_GRID_BOUND_WARP0  the sample's bound: warp 0 alone ranks the
-//                   candidates and shares the bound through shared memory
-//                   (1; 0: every warp computes the same bound)
-//   FS_GRID_PLACE_PAIR  grid rows: a CTA whose share of the placement
-//                   reads at least this many staged entries (its entries x
-//                   the padded list) places two entries a warp, each shared
-//                   read compared with both (32768; 0: one a warp)
-//   FS_GRID_SCORE_T  grid rows in score order: find T (the crossing bin's
-//                   r-th largest) as index order must (0: no T; an entry is
-//                   written iff fewer than m entries are above it; 1: T)
-//   FS_GRID_STOP    grid rows, timing only: return after a phase (0: never)
 
 typedef unsigned int u32;
 typedef unsigned short u16;
@@ -192,64 +110,17 @@ typedef unsigned long long u64;
 #ifndef FS_PROFILE
 #define FS_PROFILE 0
 #endif
-#ifndef FS_SAMPLE
-#define FS_SAMPLE 1
-#endif
-#ifndef FS_SEG
-#define FS_SEG 32
-#endif
-#ifndef FS_FAST
-#define FS_FAST 1
-#endif
-#ifndef FS_BUCKET
-#define FS_BUCKET 1
-#endif
-#ifndef FS_PACKED
-#define FS_PACKED 1
-#endif
-#ifndef FS_GE
-#define FS_GE 1  // one compare per element where every tie passes (0: gt, equality flag, tie pass)
-#endif
-#ifndef FS_PUSH_WORD
-#define FS_PUSH_WORD 1  // 16-bit pushes store the whole 32-bit word; to_keys takes the half (0: the half)
-#endif
-#ifndef FS_SAMPLE_RATE
-#define FS_SAMPLE_RATE 1  // a sampled range's first segment is sized for the sample's expected pushes (0: a tile's worth)
-#endif
-#ifndef FS_ROW_SAMPLE
-#define FS_ROW_SAMPLE 1  // tiles in a one-CTA row's sample (sample_lb's ST; 2: +4% f32, +11% bf16)
-#endif
-#ifndef FS_RUN_UNROLL
-#define FS_RUN_UNROLL 1  // the fast run takes DEPTH tiles a round, ring slots as constants
-#endif
-#ifndef FS_RUN
-#define FS_RUN 1  // the row path's whole tiles under such a bound in a loop of their own (stream_range)
-#endif
-#ifndef FS_MERGE_COPY
-#define FS_MERGE_COPY 1  // split rows' last CTA: copy the candidates when they all fit (0: filter them)
-#endif
-#ifndef FS_RESCUE_SD
-#define FS_RESCUE_SD 8  // a failed sampled bound: the range again from a bound this many deviations wide (0: from lb = 0)
-#endif
-#ifndef FS_PREP_SAMPLE
-#define FS_PREP_SAMPLE 1  // split rows: tiles in fs_prep_*'s row-wide sample (2: +0.8 us on 64 x 131,072)
-#endif
-#ifndef FS_SAMPLE_SD
-#define FS_SAMPLE_SD 3  // sampled bounds: standard deviations of margin
-#endif
-#ifndef FS_STAGE
-#define FS_STAGE 1  // stream through the load ring where the launch has one (0: registers only)
-#endif
-#ifndef FS_FINISH_RING
-#define FS_FINISH_RING 1  // the finish takes the ring's room as scratch (0: the buffer's only)
-#endif
-#ifndef FS_PDL
-#define FS_PDL 1
-#endif
+// The streaming filter's knobs, at their measured values (enumerators: no
+// device variables).
+enum : int { SEG = 32 };  // longest optimistic segment, tiles (16 and 64 measured no faster)
+enum : int { SAMPLE_SD = 3 };  // sampled bounds' margin, deviations (2.5: -0.5%, twice the restarts; 2: +10% f32)
+enum : int { RESCUE_SD = 8 };  // a failed sampled bound: again from one this wide (~2x the survivors), then lb = 0
+enum : int { ROW_SAMPLE = 1 };  // tiles in a one-CTA row's sample (sample_lb's ST; 2: +4% f32, +11% bf16)
+enum : int { PREP_SAMPLE = 1 };  // split rows: tiles in fs_prep_*'s row-wide sample (2: +0.8 us on 64 x 131,072)
 // Programmatic dependent launch (sm_90+): the host launches fs_split_* with
 // programmatic stream serialisation, so its CTAs start while fs_prep_* runs;
 // they ask L2 for their chunk, then wait for prep's results.
-#if FS_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
 #define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #define PDL_ON 1
@@ -258,27 +129,23 @@ typedef unsigned long long u64;
 #define PDL_WAIT() ((void)0)
 #define PDL_ON 0
 #endif
-#ifndef FS_PDL_CHAIN
-#define FS_PDL_CHAIN 2
-#endif
-// Calls chained by PDL (FS_PDL_CHAIN, sm_90+ with FS_PDL): the host launches
+// Calls chained by PDL (sm_90+): the host launches
 // a call's first kernel (fs_grid_init_all, fs_prep_*, the row path's
 // fs_scan_*) programmatically too, so it is resident before the stream's
 // previous kernel ends; it waits for that kernel (CHAIN_WAIT) before it
 // reads or writes anything, and only then lets its own dependents start.
-// With 2, a call's last kernel (fs_grid8_*, fs_grid4_f32, fs_split_*,
+// A call's last kernel (fs_grid8_*, fs_grid4_f32, fs_split_*,
 // fs_scan_*) also lets the stream's next kernel launch as it starts
 // (CHAIN_TRIGGER): a programmatic successor waits for this grid's completion
 // anyway. Not fs_grid_*, whose CTA takes a whole SM's registers, so no CTA
 // of the next kernel can wait beside it: there the early launch measured
-// +0.3 us on 1 x 1,048,576 (132 CTAs), and 3 is that (perf-log, thirteenth
-// session).
-#if PDL_ON && FS_PDL_CHAIN >= 1
+// +0.3 us on 1 x 1,048,576 (132 CTAs).
+#if PDL_ON
 #define CHAIN_WAIT() PDL_WAIT()
 #else
 #define CHAIN_WAIT() ((void)0)
 #endif
-#if PDL_ON && FS_PDL_CHAIN >= 2
+#if PDL_ON
 #define CHAIN_TRIGGER() PDL_TRIGGER()
 #else
 #define CHAIN_TRIGGER() ((void)0)
@@ -286,9 +153,9 @@ typedef unsigned long long u64;
 // Two scan CTAs per SM (<= 64 registers) with a shared buffer; the global-
 // buffer variant (large k) addresses the buffer generically and gets room.
 #if FS_GLOBAL_BUF
-#define FS_SCAN_MIN_CTAS 1
+#define SCAN_MIN_CTAS 1
 #else
-#define FS_SCAN_MIN_CTAS 2
+#define SCAN_MIN_CTAS 2
 #endif
 
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -305,11 +172,11 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // 9 last-CTA merge cycles, 10/11/12 finish: exact compaction / sort / write
 // cycles, 13 candidates at the finish, 14 bucket-rank finishes, 16 histogram passes (thread 0 of each CTA counts).
 // Grid rows (CTA 0 of each row, %globaltimer ns): 20 rows, 21 passes, 22 load,
-// 23 pass work, 24 pass barrier waits (FS_GRID_POLL=0), 25 pass decisions
-// (with FS_GRID_POLL, the histogram reads that wait for the row's CTAs),
+// 23 pass work, 25 pass decisions (the histogram reads that wait for the
+// row's CTAs),
 // 26 gather, 27 gather barrier wait, 30 staging and T, 18 placement's counts,
 // 28 its writes, 29 whole CTA; 19 whole CTA in cycles; 32 the row sample's
-// load and bound (FS_GRID_SAMPLE), 33 rows whose sampled pass resolved, 34
+// load and bound (the sampled pass), 33 rows whose sampled pass resolved, 34
 // rows that fell back from it to the exact passes; 36 the sample's loads
 // (thread 0's), 40 the warps' top sample keys and the CTA barrier after
 // them, 37 the bound's rank, then 32 holds the PDL wait only; 38 the
@@ -335,7 +202,7 @@ __device__ unsigned long long fs_prof[48];
         }                                     \
     } while (0)
 
-#define FS_WARPS (FS_BLOCK / 32)
+enum : int { WARPS = FS_BLOCK / 32 };
 #define FULL_MASK 0xffffffffu
 
 // ---------------------------------------------------------------------------
@@ -578,7 +445,7 @@ __device__ __forceinline__ u32 ring_offset(int cap) { return (((u32)cap + 2u) & 
 // Composites of scratch the finish may use from the buffer's start: the
 // buffer, or, once the stream is over, the ring's room too.
 __device__ __forceinline__ int finish_cap(int cap, int stage) {
-    return FS_FINISH_RING && stage ? (int)((ring_offset(cap) + FS_HOST_STAGE_BYTES) / 8u) : cap;
+    return stage ? (int)((ring_offset(cap) + FS_HOST_STAGE_BYTES) / 8u) : cap;
 }
 
 // Warp-aggregated push: every lane of the warp must call it.
@@ -616,8 +483,7 @@ __device__ __forceinline__ u32 pick(const uint4 (&cur)[NV], u32 b) {
     for (int j = 1; j < NV; ++j) v = (w_i >> 2) == (u32)j ? cur[j] : v;
     const u32 lo = (w_i & 1) ? v.y : v.x, hi = (w_i & 1) ? v.w : v.z;
     const u32 w = (w_i & 2) ? hi : lo;
-    if (TAG == 32 || FS_PUSH_WORD) return w;
-    return (b & 1) ? (w >> 16) : (w & 0xffffu);
+    return w;
 }
 
 // An element's raw bits from the word pick() gave for it. 16-bit types:
@@ -625,7 +491,7 @@ __device__ __forceinline__ u32 pick(const uint4 (&cur)[NV], u32 b) {
 // (tiles and 16-byte groups hold an even number of elements).
 template <int TAG>
 __device__ __forceinline__ u32 raw_bits(u32 w, u32 col, u32 start) {
-    if (TAG == 32 || !FS_PUSH_WORD) return w;
+    if (TAG == 32) return w;
     return ((col ^ start) & 1u) ? (w >> 16) : (w & 0xffffu);
 }
 
@@ -967,82 +833,60 @@ __device__ void sort_desc(u64* buf, u32 m, int order_index) {
 // tmp (n composites) and two NB-entry u32 tables, per level.
 // Cost: ~6 barriers, 3 passes over n, and a bucket's size in shared reads per
 // element.
-#ifndef FS_NB_BITS
-#define FS_NB_BITS 11
-#endif
-#ifndef FS_RANK_MAX
-#define FS_RANK_MAX 64
-#endif
-#define NB_BITS FS_NB_BITS
+enum : int { NB_BITS = 11 };  // bucket-rank buckets, bits (10 and 12 measured slower)
 #define NB (1 << NB_BITS)
-#define RANK_MAX FS_RANK_MAX
+enum : int { RANK_MAX = 64 };  // largest bucket ranked in place (32 and 128 measured no faster)
 #define BIG_MAX 4
 #define BIG_LIST 128  // sh.hist[BIG_LIST ..]: the big buckets' ids
 static_assert(NB % FS_BLOCK == 0, "bucket table must split evenly over the threads");
 
 __device__ __forceinline__ int bit_len(u32 x) { return 32 - __clz(x); }
 
-#ifndef FS_BUCKET_SCALE
-#define FS_BUCKET_SCALE 1  // buckets: the (key, column) offset scaled onto all NB buckets (0: power-of-two shifts)
-#endif
 
 // The bucket of a composite, monotone in it (a larger composite never falls
 // in a lower bucket).
-// FS_BUCKET_SCALE: p = key offset << t | column offset >> s2 (where the
+// p = key offset << t | column offset >> s2 (where the
 // key offsets span fewer than NB_BITS bits, as many column bits as fit in 32;
 // else none), and the bucket p * scale
 // / 2^32 with scale = floor(NB 2^32 / (pmax + 1)): the whole range of p
-// spread over all NB buckets (p itself when pmax < NB). The shift form
-// rounds the range up to a power of two and leaves up to half the buckets
-// empty. Measured (H200, 2048 x 131,072, k 2048): the rank step 6.8K -> 5.8K
-// cycles (f32) and 7.0K -> 6.0K (bf16), the row -0.8% and -2.7%; ReLU-few
-// +0.6% (the scale's divide, in each of its two passes).
-// Else: the top NB_BITS bits of the key offset, or of key offset and column
-// offset where the keys span fewer bits.
+// spread over all NB buckets (p itself when pmax < NB). Power-of-two
+// shifts instead round the range up and leave up to half the buckets empty:
+// measured (H200, 2048 x 131,072, k 2048) the rank step 6.8K -> 5.8K cycles
+// (f32) and 7.0K -> 6.0K (bf16) with the scale, the row -0.8% and -2.7%;
+// ReLU-few +0.6% (the scale's divide, in each of its two passes).
 struct Buckets {
     u32 kmin, lmin;
     int s1, s2, t2;
     u32 scale;
     __device__ __forceinline__ u32 of(u64 c) const {
         const u32 kd = (u32)(c >> 32) - kmin;
-        if (FS_BUCKET_SCALE) {
-            const u32 p = t2 ? (kd << t2) | (((u32)c - lmin) >> s2) : kd;
-            return scale ? __umulhi(p, scale) : p;
-        }
-        if (t2 == 0) return kd >> s1;
-        return (kd << t2) | (((u32)c - lmin) >> s2);
+        const u32 p = t2 ? (kd << t2) | (((u32)c - lmin) >> s2) : kd;
+        return scale ? __umulhi(p, scale) : p;
     }
     __device__ __forceinline__ void init(u32 kmin_, u32 kmax, u32 lmin_, u32 lmax) {
         kmin = kmin_;
         lmin = lmin_;
         const int kb = bit_len(kmax - kmin), lb = bit_len(lmax - lmin);
-        if (FS_BUCKET_SCALE) {
-            // Column bits only where the keys span fewer than NB_BITS bits
-            // (as below): a plateau of tied keys among spread ones stays one
-            // bucket (one second pass), not a few. t2 <= 31: the composites
-            // are unique and bucket_rank takes n >= 2, so kb >= 1 when the
-            // low words span 32 bits (index order's swapped words).
-            if (kb >= NB_BITS) {
-                t2 = 0;  // p = kd
-                s2 = 0;
-            } else {
-                s2 = kb + lb > 32 ? kb + lb - 32 : 0;
-                t2 = lb - s2;
-            }
-            s1 = 0;
-            const u32 pmax = t2 ? ((kmax - kmin) << t2) | ((lmax - lmin) >> s2) : kmax - kmin;  // >= every p
-            // In float, from below (the u64 division cost ~750 cycles a
-            // pass): the approximate divide is within 2 ulp, the rounding of
-            // pmax 1, so 0.99998 keeps scale under the exact quotient and
-            // every bucket under NB. Exactness needs only monotone buckets.
-            scale = pmax < (u32)NB ? 0u
-                                   : (u32)(__fdividef((float)NB * 4294967296.0f, (float)pmax + 1.0f) * 0.99998f);
+        // Column bits only where the keys span fewer than NB_BITS bits
+        // (as below): a plateau of tied keys among spread ones stays one
+        // bucket (one second pass), not a few. t2 <= 31: the composites
+        // are unique and bucket_rank takes n >= 2, so kb >= 1 when the
+        // low words span 32 bits (index order's swapped words).
+        if (kb >= NB_BITS) {
+            t2 = 0;  // p = kd
+            s2 = 0;
         } else {
-            s1 = kb > NB_BITS ? kb - NB_BITS : 0;
-            t2 = kb >= NB_BITS ? 0 : NB_BITS - kb;
-            s2 = lb > t2 ? lb - t2 : 0;
-            scale = 0;
+            s2 = kb + lb > 32 ? kb + lb - 32 : 0;
+            t2 = lb - s2;
         }
+        s1 = 0;
+        const u32 pmax = t2 ? ((kmax - kmin) << t2) | ((lmax - lmin) >> s2) : kmax - kmin;  // >= every p
+        // In float, from below (the u64 division cost ~750 cycles a
+        // pass): the approximate divide is within 2 ulp, the rounding of
+        // pmax 1, so 0.99998 keeps scale under the exact quotient and
+        // every bucket under NB. Exactness needs only monotone buckets.
+        scale = pmax < (u32)NB ? 0u
+                               : (u32)(__fdividef((float)NB * 4294967296.0f, (float)pmax + 1.0f) * 0.99998f);
     }
 };
 
@@ -1054,7 +898,7 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     u32* cnt = tab;
     u32* pos = tab + NB;
-    u32* red = sh.hist;  // 4 x FS_WARPS partials (the histogram is free here)
+    u32* red = sh.hist;  // 4 x WARPS partials (the histogram is free here)
     long long t_prof = PROF_CLOCK();
     // Cycles since the last stamp into fs_prof[slot] (thread 0).
 #define BUCKET_STAMP(slot) PROF_STAMP(tid == 0, PROF_CLOCK(), t_prof, slot)
@@ -1074,22 +918,22 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
     lmax = __reduce_max_sync(FULL_MASK, lmax);
     if (lane == 0) {
         red[warp] = kmin;
-        red[FS_WARPS + warp] = kmax;
-        red[2 * FS_WARPS + warp] = lmin;
-        red[3 * FS_WARPS + warp] = lmax;
+        red[WARPS + warp] = kmax;
+        red[2 * WARPS + warp] = lmin;
+        red[3 * WARPS + warp] = lmax;
     }
     for (u32 i = tid; i < NB; i += FS_BLOCK) cnt[i] = 0;
     if (tid == 0) sh.above = 0;  // big buckets reaching into the top m
     __syncthreads();
     Buckets bk;
     // Every warp reduces the partials, a lane each.
-    static_assert(FS_WARPS <= 32, "one lane per warp partial");
+    static_assert(WARPS <= 32, "one lane per warp partial");
     {
-        const bool in = lane < FS_WARPS;
+        const bool in = lane < WARPS;
         kmin = __reduce_min_sync(FULL_MASK, in ? red[lane] : ~0u);
-        kmax = __reduce_max_sync(FULL_MASK, in ? red[FS_WARPS + lane] : 0u);
-        lmin = __reduce_min_sync(FULL_MASK, in ? red[2 * FS_WARPS + lane] : ~0u);
-        lmax = __reduce_max_sync(FULL_MASK, in ? red[3 * FS_WARPS + lane] : 0u);
+        kmax = __reduce_max_sync(FULL_MASK, in ? red[WARPS + lane] : 0u);
+        lmin = __reduce_min_sync(FULL_MASK, in ? red[2 * WARPS + lane] : ~0u);
+        lmax = __reduce_max_sync(FULL_MASK, in ? red[3 * WARPS + lane] : 0u);
     }
     bk.init(kmin, kmax, lmin, lmax);
     BUCKET_STAMP(8);
@@ -1205,7 +1049,8 @@ __device__ void finish_row(u64* buf, Shared& sh, int k, int cap, int order_index
         n = sh.count;
     }
     const long long t1 = PROF_CLOCK();
-    bool sorted = FS_BUCKET && bucket_rank(buf, sh, n, m, (u32)cap);
+    // (!!: the form of the measured build; a plain bool from the call compiles differently.)
+    bool sorted = !!bucket_rank(buf, sh, n, m, (u32)cap);
     if (sorted && order_index) {
         for (u32 i = threadIdx.x; i < m; i += FS_BLOCK) buf[i] = (buf[i] << 32) | (buf[i] >> 32);
         __syncthreads();
@@ -1244,7 +1089,7 @@ __device__ __forceinline__ void reset(Shared& sh) {
 // is the same on the buffer width).
 template <int TAG>
 __device__ __forceinline__ bool sampling_applies(long long range, int k) {
-    return FS_SAMPLE && range >= 16LL * FS_BLOCK * Elem<TAG>::ITEMS && 8LL * k <= range;
+    return range >= 16LL * FS_BLOCK * Elem<TAG>::ITEMS && 8LL * k <= range;
 }
 
 // A sampled bound let fewer than min(k, len) elements through: empty the
@@ -1259,13 +1104,13 @@ __device__ __forceinline__ void restart(Shared& sh, int slot) {
 // Seeds sh.lb from a sample of [start, end): 16 blocks spread over the range,
 // ST tiles in all (S elements), held in registers. The bound is the key of
 // sample rank j, with j chosen so that clearly more than k elements of the
-// range are expected above it (expected j * range / S; j adds FS_SAMPLE_SD standard
+// range are expected above it (expected j * range / S; j adds SAMPLE_SD standard
 // deviations and 4), found by compact's MSD descent with its histograms
 // filled from the registers: the buffer is not touched. Out of line: it runs
 // once per range and would otherwise crowd the streaming loop's registers.
 template <int TAG, int ST>
 __device__ __noinline__ u32 sample_lb(Shared& sh, const void* row_scores, long long start, long long end, bool aligned,
-                                       int k, int nan_largest, float sd = (float)FS_SAMPLE_SD) {
+                                       int k, int nan_largest, float sd = (float)SAMPLE_SD) {
     typedef Elem<TAG> E;
     constexpr int VEC = E::VEC;
     static_assert(ST >= 1 && ST <= 16, "eligible ranges (>= 16 tiles) hold 16 sample blocks of ST / 16 tiles");
@@ -1373,7 +1218,7 @@ __device__ __forceinline__ u32 exact_mask(const uint4 (&cur)[NV], u32 tile0, u32
 // packed_gt: greater, packed_ge: greater or equal (either one or unordered
 // with UNORD); packed_eq: equal. One body for the ordered pair, by the PTX
 // comparison's name.
-#define FS_PACKED_COMPARE(NAME, OP)                                                          \
+#define PACKED_COMPARE(NAME, OP)                                                          \
     template <int TAG, bool UNORD>                                                           \
     __device__ __forceinline__ u32 NAME(u32 w, u32 t2) {                                     \
         u32 d;                                                                               \
@@ -1386,9 +1231,9 @@ __device__ __forceinline__ u32 exact_mask(const uint4 (&cur)[NV], u32 tile0, u32
         }                                                                                    \
         return d;                                                                            \
     }
-FS_PACKED_COMPARE(packed_gt, "gt")
-FS_PACKED_COMPARE(packed_ge, "ge")
-#undef FS_PACKED_COMPARE
+PACKED_COMPARE(packed_gt, "gt")
+PACKED_COMPARE(packed_ge, "ge")
+#undef PACKED_COMPARE
 template <int TAG>
 __device__ __forceinline__ u32 packed_eq(u32 w, u32 t2) {
     u32 d;
@@ -1412,22 +1257,22 @@ __device__ __forceinline__ u32 fold_pairs(u32 acc) {
 
 // bf16x2 compares need sm_90; f16x2 ones run everywhere.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FS_PACKED_BF16 FS_PACKED
+#define PACKED_BF16 1
 #else
-#define FS_PACKED_BF16 0
+#define PACKED_BF16 0
 #endif
 
 // The filter over one full tile in the float domain (see Bound). Without
 // TIES: one compare per element plus an equality flag (`tie`); a warp where
 // some element equals t runs it again WITH TIES, which adds the column test
 // for those elements. Exact whenever the bound is `fast`.
-// 16-bit types (FS_PACKED) compare two elements per instruction on the
+// 16-bit types compare two elements per instruction on the
 // untied pass, with the same NaN and signed-zero semantics (IEEE compares of
 // the exact bf16 / f16 values; no flush of subnormals).
 template <int TAG, bool UNORD, bool TIES, int NV>
 __device__ __forceinline__ u32 fast_mask(const uint4 (&cur)[NV], const Bound& bd, u32 tile0, bool& tie) {
     constexpr int VEC = Elem<TAG>::VEC;
-    if constexpr (TAG != 32 && !TIES && (TAG == 16 ? FS_PACKED_BF16 : FS_PACKED)) {
+    if constexpr (TAG != 32 && !TIES && (TAG == 16 ? PACKED_BF16 : 1)) {
         u32 acc = 0, eq = 0;  // see pair_bits
 #pragma unroll
         for (int j = 0; j < NV; ++j) {
@@ -1462,11 +1307,11 @@ __device__ __forceinline__ u32 fast_mask(const uint4 (&cur)[NV], const Bound& bd
 
 // The filter over one full tile when every tie at t passes (Bound::
 // all_ties, `fast`): x >= t, or unordered (UNORD); no tie flag, no second
-// pass. 16-bit types (FS_PACKED) two at a time, as in fast_mask.
+// pass. 16-bit types two at a time, as in fast_mask.
 template <int TAG, bool UNORD, int NV>
 __device__ __forceinline__ u32 ge_mask(const uint4 (&cur)[NV], const Bound& bd) {
     constexpr int VEC = Elem<TAG>::VEC;
-    if constexpr (TAG != 32 && (TAG == 16 ? FS_PACKED_BF16 : FS_PACKED)) {
+    if constexpr (TAG != 32 && (TAG == 16 ? PACKED_BF16 : 1)) {
         u32 acc = 0;  // see pair_bits
 #pragma unroll
         for (int j = 0; j < NV; ++j) {
@@ -1496,7 +1341,7 @@ __device__ __forceinline__ void load_tile(uint4 (&v)[Elem<TAG>::ITEMS / Elem<TAG
                              aligned);
 }
 
-// THE LOAD RING (FS_STAGE, the row path's shared buffers): FS_HOST_STAGE_BYTES
+// THE LOAD RING (the row path's shared buffers): FS_HOST_STAGE_BYTES
 // of dynamic shared memory after the buffer hold DEPTH tiles; tile t of a
 // stream sits in slot t % DEPTH. Each thread copies its own 16-byte groups of
 // a tile there with cp.async (sm_80+) and later reads back only those: no
@@ -1645,27 +1490,25 @@ __device__ __forceinline__ void fast_run(Stage<TAG>& ring, u64* buf, Shared& sh,
     constexpr int NV = Elem<TAG>::ITEMS / Elem<TAG>::VEC;
     constexpr int TILE = FS_BLOCK * Elem<TAG>::ITEMS;
     constexpr int DEPTH = Stage<TAG>::DEPTH;
-    if (FS_RUN_UNROLL) {
-        // Single tiles until the ring is at slot 0, then DEPTH tiles a round
-        // with every slot a constant.
-        for (; r > 0 && ring.slot != 0; --r, base += TILE) {  // uniform
-            uint4 cur[NV];
-            ring.next_whole(cur, row_scores, base);
-            push_tile<TAG>(buf, sh, ge_mask<TAG, UNORD>(cur, bd), cur, base, cap);
-        }
-        const char* ahead = (const char*)row_scores +
-                            (size_t)(base + (u32)((DEPTH - 1) * TILE) + threadIdx.x * Elem<TAG>::VEC) *
-                                sizeof(typename Elem<TAG>::raw);
-        constexpr size_t STEP = (size_t)TILE * sizeof(typename Elem<TAG>::raw);
-        for (; r >= (u32)DEPTH; r -= DEPTH) {
+    // Single tiles until the ring is at slot 0, then DEPTH tiles a round
+    // with every slot a constant.
+    for (; r > 0 && ring.slot != 0; --r, base += TILE) {  // uniform
+        uint4 cur[NV];
+        ring.next_whole(cur, row_scores, base);
+        push_tile<TAG>(buf, sh, ge_mask<TAG, UNORD>(cur, bd), cur, base, cap);
+    }
+    const char* ahead = (const char*)row_scores +
+                        (size_t)(base + (u32)((DEPTH - 1) * TILE) + threadIdx.x * Elem<TAG>::VEC) *
+                            sizeof(typename Elem<TAG>::raw);
+    constexpr size_t STEP = (size_t)TILE * sizeof(typename Elem<TAG>::raw);
+    for (; r >= (u32)DEPTH; r -= DEPTH) {
 #pragma unroll
-            for (int s = 0; s < DEPTH; ++s) {
-                uint4 cur[NV];
-                ring.next_at(cur, ahead, (u32)s);
-                push_tile<TAG>(buf, sh, ge_mask<TAG, UNORD>(cur, bd), cur, base, cap);
-                ahead += STEP;
-                base += TILE;
-            }
+        for (int s = 0; s < DEPTH; ++s) {
+            uint4 cur[NV];
+            ring.next_at(cur, ahead, (u32)s);
+            push_tile<TAG>(buf, sh, ge_mask<TAG, UNORD>(cur, bd), cur, base, cap);
+            ahead += STEP;
+            base += TILE;
         }
     }
     for (u32 t = 0; t < r; ++t, base += TILE) {
@@ -1683,7 +1526,7 @@ __device__ __forceinline__ void fast_run(Stage<TAG>& ring, u64* buf, Shared& sh,
 // checkpoint with n composites buffered, (cap - n) / TILE tiles fit whatever
 // passes (a safe segment); when the last segment pushed few, a longer,
 // optimistic segment runs, sized for twice the measured pushes per tile
-// (at most FS_SEG tiles). Pushes past cap are not kept; if the count
+// (at most SEG tiles). Pushes past cap are not kept; if the count
 // exceeds cap at the next checkpoint, the segment is discarded (count reset)
 // and streamed again as a safe one. Either way nothing is lost, and lb is read
 // only at checkpoints (between them it is stale-low: admits more, never fewer).
@@ -1749,7 +1592,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
             }
             const u32 safe = ((u32)cap - n) / TILE;
             const u32 opt = ((u32)cap - n) / (2 * rate + 64);
-            left = safe > (opt < FS_SEG ? opt : FS_SEG) ? safe : (opt < FS_SEG ? opt : FS_SEG);
+            left = safe > (opt < SEG ? opt : SEG) ? safe : (opt < SEG ? opt : SEG);
             seg_base = base;
             seg_n = n;
             bd = make_bound<TAG>(sh.lb, nan_largest);
@@ -1762,7 +1605,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
                 // test of the loop below hoisted out (per tile: the ring,
                 // ge_mask, the pushes). Tested here, once per segment, so the
                 // loop below pays nothing for it.
-                if (FS_FAST && FS_GE && FS_RUN && aligned && bd.fast && bd.all_ties &&
+                if (aligned && bd.fast && bd.all_ties &&
                     end - base >= (u32)(Stage<TAG>::DEPTH * TILE)) {  // uniform
                     u32 r = (end - base - (u32)((Stage<TAG>::DEPTH - 1) * TILE)) / TILE;
                     r = r < left ? r : left;
@@ -1789,9 +1632,9 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
         const u32 tile0 = base;
         const bool full = base + TILE <= end;
         u32 pass;
-        if (FS_FAST && FS_GE && full && bd.fast && bd.all_ties) {  // uniform
+        if (full && bd.fast && bd.all_ties) {  // uniform
             pass = bd.unord ? ge_mask<TAG, true>(cur, bd) : ge_mask<TAG, false>(cur, bd);
-        } else if (FS_FAST && full && bd.fast) {  // uniform
+        } else if (full && bd.fast) {  // uniform
             bool tie = false;
             pass = bd.unord ? fast_mask<TAG, true, false>(cur, bd, tile0, tie)
                             : fast_mask<TAG, false, false>(cur, bd, tile0, tie);
@@ -1818,7 +1661,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
 template <int TAG, bool RING>
 __device__ __forceinline__ void stream(u64* buf, Shared& sh, const void* row_scores, u32 start, u32 end,
                                        bool aligned, const ScanParams& P, u32 rate0) {
-    if constexpr (RING && FS_STAGE && !FS_GLOBAL_BUF && Stage<TAG>::DEPTH >= 2) {
+    if constexpr (RING && !FS_GLOBAL_BUF && Stage<TAG>::DEPTH >= 2) {
         if (P.stage) {  // uniform
             stream_range<TAG, true>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest, rate0);
             return;
@@ -1830,7 +1673,7 @@ __device__ __forceinline__ void stream(u64* buf, Shared& sh, const void* row_sco
 // A sampled bound let fewer than `want` elements of [start, end) through, so
 // it may have dropped some of the top k: the buffer is emptied and the range
 // selected again, first from a fresh sample's bound with a margin of
-// FS_RESCUE_SD deviations (about twice the survivors; a cache checked the
+// RESCUE_SD deviations (about twice the survivors; a cache checked the
 // same way), and from lb = 0 only if that one fails too. The cost of a
 // failure is then about one more sampled stream, not an exact stream from
 // lb = 0 that pushes and compacts most of the range. fs_prof[slot] counts
@@ -1845,11 +1688,10 @@ __device__ __noinline__ void rescue(u64* buf, Shared& sh, const void* row_scores
     constexpr int TILE = FS_BLOCK * Elem<TAG>::ITEMS;
     const long long range = end - start;
     restart(sh, slot);
-    if (FS_RESCUE_SD > 0 && sampling_applies<TAG>(range, k)) {  // uniform
-        const u32 rate = sample_lb<TAG, 1>(sh, row_scores, start, end, aligned, k, nan_largest, (float)FS_RESCUE_SD);
+    if (sampling_applies<TAG>(range, k)) {  // uniform
+        const u32 rate = sample_lb<TAG, 1>(sh, row_scores, start, end, aligned, k, nan_largest, (float)RESCUE_SD);
         __syncthreads();
-        stream_range<TAG, false>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest,
-                                 FS_SAMPLE_RATE ? rate : (u32)TILE);
+        stream_range<TAG, false>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest, rate);
         __syncthreads();
         if ((long long)sh.count >= want) return;  // uniform
         restart(sh, 30);
@@ -1903,10 +1745,10 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
     reset(sh);
     // With room for every candidate and a tile to spare, nothing is compacted
     // and lb stays 0, so the filter below would keep them all: copy them
-    // (FS_MERGE_COPY; the buffer's order does not matter to the finish).
+    // (the buffer's order does not matter to the finish).
     // (The two loops below are the two ways, one of them empty; the measured
     // build has this form, an if/else compiles differently.)
-    const bool copy = FS_MERGE_COPY && total + TILE <= (u32)P.cap;  // uniform
+    const bool copy = total + TILE <= (u32)P.cap;  // uniform
     for (u32 base = 0; copy && base < total; base += TILE) {
         u64 c[ITEMS];
         load_slots(c, slots, base, total);
@@ -1935,7 +1777,7 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
     const int len = row_length(P.lengths, row, P.cols);
     if (P.row_lb[row] != 0ull && (int)sh.count < (len < P.k ? len : P.k)) {
         // The row's sampled bound admitted fewer than min(k, len) elements (a
-        // sample unrepresentative by over FS_SAMPLE_SD standard deviations:
+        // sample unrepresentative by over SAMPLE_SD standard deviations:
         // ~1.6e-4 of random rows; flashsel check builds such data): this CTA
         // selects the whole row again (rescue).
         rescue<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest, len < P.k ? len : P.k, 7);
@@ -1960,7 +1802,7 @@ __device__ void scan_impl(const ScanParams& P) {
     const int p = blockIdx.x;
     constexpr bool split = SPLIT;  // the host launches fs_split_* iff chunks > 1
     // A row-path call's only kernel: wait for the stream's previous kernel
-    // (FS_PDL_CHAIN) before the lengths and scores. Both kernels let the
+    // (the call chain) before the lengths and scores. Both kernels let the
     // next call's first kernel launch now; it waits for this grid.
     if (!split) CHAIN_WAIT();
     CHAIN_TRIGGER();
@@ -1998,23 +1840,21 @@ __device__ void scan_impl(const ScanParams& P) {
         const long long want = range < P.k ? range : P.k;
         // Attempts (one call site each for the sample and the stream: the
         // kernel is at its register limit): the sampled bound; if it lets
-        // fewer than `want` through, a fresh sample's bound FS_RESCUE_SD
+        // fewer than `want` through, a fresh sample's bound RESCUE_SD
         // deviations wide (about twice the survivors); then lb = 0.
-        float sd = (float)FS_SAMPLE_SD;
+        float sd = (float)SAMPLE_SD;
         for (int attempt = 0;; ++attempt) {  // uniform
             u32 rate0 = TILE;  // the first segment's pushes per tile, before any is measured
             if (sampled) {
-                const u32 expected =
-                    sample_lb<TAG, FS_ROW_SAMPLE>(sh, row_scores, start, end, aligned, P.k, P.nan_largest, sd);
-                if (FS_SAMPLE_RATE) rate0 = expected;
+                rate0 = sample_lb<TAG, ROW_SAMPLE>(sh, row_scores, start, end, aligned, P.k, P.nan_largest, sd);
                 __syncthreads();
             }
             stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P, rate0);
             __syncthreads();
             if (!sampled || (long long)sh.count >= want) break;
             restart(sh, attempt == 0 ? 6 : 30);
-            sampled = FS_RESCUE_SD > 0 && attempt == 0;
-            sd = (float)FS_RESCUE_SD;
+            sampled = attempt == 0;
+            sd = (float)RESCUE_SD;
         }
         const long long t_fin = PROF_CLOCK();
         if (split) {
@@ -2054,7 +1894,7 @@ __device__ void prep_impl(const ScanParams& P) {
         const bool aligned = aligned16(row_scores);
         const bool eligible = sampling_applies<TAG>(len, P.k);
         if (eligible) {
-            sample_lb<TAG, FS_PREP_SAMPLE>(sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
+            sample_lb<TAG, PREP_SAMPLE>(sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
         if (threadIdx.x == 0) {
@@ -2075,7 +1915,7 @@ __device__ void prep_impl(const ScanParams& P) {
 // ALGORITHM
 //   Every CTA loads its chunk once, into registers, as order keys, and with
 //   it the row-wide sample: the same VEC elements per thread in every CTA of
-//   the row (FS_GRID_SAMPLE; rows of at least 4 x 512 x VEC elements whose
+//   the row (rows of at least 4 x 512 x VEC elements whose
 //   k needs at most GRID_SAMPLE_TOPS sample keys a warp). The row's
 //   CTAs then run an exact MSD radix select together on the grid composite
 //       g = key << 32 | (len - 1 - column)
@@ -2086,8 +1926,8 @@ __device__ void prep_impl(const ScanParams& P) {
 //   far and adds the non-zero bins to the row's global histogram of that
 //   pass; then each CTA reads the whole histogram until its counts add up to
 //   the composites the pass counts (len, then the previous crossing bin's
-//   count: no barrier needed, counts only grow; FS_GRID_POLL=0 meets the
-//   row's CTAs at a barrier first) and, identically, finds the crossing bin:
+//   count: no barrier needed, counts only grow) and, identically, finds
+//   the crossing bin:
 //   the one that holds the r-th largest (r: how many the prefix still
 //   needs). The passes stop
 //   when that bin is wanted whole or holds at most GRID_SMALL composites
@@ -2096,7 +1936,7 @@ __device__ void prep_impl(const ScanParams& P) {
 //   The sampled pass, where a row has its sample, comes first: each CTA
 //   takes its warps' largest sample keys (a warp's top `tops`), and the
 //   rs-th largest of those (ranked by warp 0 alone), rs = the sample keys
-//   expected at or above the k-th plus FS_GRID_SAMPLE_SD deviations, is the
+//   expected at or above the k-th plus GRID_SAMPLE_SD deviations, is the
 //   bound s_lo: at least rs sample keys reach it. Bins of 2^s_shift keys
 //   from s_lo (s_lo a multiple
 //   of it; the sample's largest key in the lower half of the 2048 bins; the
@@ -2113,8 +1953,8 @@ __device__ void prep_impl(const ScanParams& P) {
 //   lower edge to the row's list (<= k - 1 + GRID_SMALL entries: the bins
 //   above, then the crossing bin), one global atomic per CTA; one more
 //   barrier. Where the sampled pass decided the crossing bin (random rows),
-//   the list is laid out by its bins instead, with no counter
-//   (FS_GRID_BIN_LIST): bin d starts at the count of the bins above it,
+//   the list is laid out by its bins instead, with no counter:
+//   bin d starts at the count of the bins above it,
 //   each CTA's keys of d at the place its flush's atomic on d returned.
 //   Every CTA copies the list to shared memory. Index order only: if the
 //   crossing bin is not wanted whole, its r-th largest T is found there by
@@ -2158,58 +1998,17 @@ __device__ void prep_impl(const ScanParams& P) {
 //   shared histogram over the CTA's matching composites, <= 2048 global
 //   atomics per CTA, reads of the global histogram (one 16-byte load per
 //   thread each) until it is complete (the sampled pass: one thread polls
-//   the tally word until every CTA has added, FS_GRID_TALLY_SPIN). Then one
+//   the tally word until every CTA has added). Then one
 //   atomic (none with the bin layout) and one barrier for the list, and the
 //   placement: about (k + GRID_SMALL)^2 / chunks compares per CTA (the
 //   planner bounds it). The work per element is unrolled over a thread's
 //   elements: fs_grid8_* (8 a thread) for chunks of at most FS_BLOCK x 8
 //   issue about half the instructions of fs_grid_*'s 16 in those phases.
 
-#ifndef FS_GRID_SLEEP
-#define FS_GRID_SLEEP 0  // ns between barrier polls (0: spin; 32 was 2% slower on 1 x 262,144)
-#endif
-#ifndef FS_GRID_KEY32
-#define FS_GRID_KEY32 1  // key digits and a key edge in 32-bit arithmetic (0: on the 64-bit composite)
-#endif
-#ifndef FS_GRID_POLL
-#define FS_GRID_POLL 1  // a pass's histogram is read until complete instead of a grid barrier first (0: barrier)
-#endif
-#ifndef FS_GRID_POLL_NS
-#define FS_GRID_POLL_NS 0  // FS_GRID_POLL: ns between a pass's reads of its histogram (0: none)
-#endif
-#ifndef FS_GRID_SPARSE_GATHER
-#define FS_GRID_SPARSE_GATHER 1  // the gather's warps vote only on items some lane selected (0: on all 16)
-#endif
-#ifndef FS_GRID_SAMPLE
-#define FS_GRID_SAMPLE 1  // a first pass over the keys at or above a bound from a row-wide sample (0: top digit of all)
-#endif
-#ifndef FS_GRID_SAMPLE_SD
-#define FS_GRID_SAMPLE_SD 4  // FS_GRID_SAMPLE: standard deviations of margin in the sample's rank
-#endif
-#ifndef FS_GRID_SAMPLE_RUNS
-#define FS_GRID_SAMPLE_RUNS 0  // FS_GRID_SAMPLE: one VEC group a thread, spread over the row (1: 128-byte runs of 8 threads)
-#endif
-#ifndef FS_GRID_BIN_LIST
-#define FS_GRID_BIN_LIST 1  // FS_GRID_SAMPLE: a list laid out by bin where the sampled pass decides (0: list counter)
-#endif
-#ifndef FS_GRID_TALLY_SPIN
-#define FS_GRID_TALLY_SPIN 1  // FS_GRID_SAMPLE: poll the tally word alone until all CTAs added (0: every poll reads the bins)
-#endif
-#ifndef FS_GRID_BOUND_WARP0
-#define FS_GRID_BOUND_WARP0 1  // FS_GRID_SAMPLE: warp 0 alone ranks the sample's candidates (0: every warp)
-#endif
-#ifndef FS_GRID_PLATEAU
-#define FS_GRID_PLATEAU 1  // FS_GRID_SAMPLE: a bound tied in the sample takes one key a bin (0: as any other)
-#endif
-#ifndef FS_GRID_PLACE_PAIR
-#define FS_GRID_PLACE_PAIR 32768  // a CTA whose placement reads at least this many staged entries places two a warp (0: one)
-#endif
-#ifndef FS_GRID_SCORE_T
-#define FS_GRID_SCORE_T 0  // grid rows, score order: find the crossing bin's r-th largest anyway (0: no T)
-#endif
-#ifndef FS_GRID_STOP
-#define FS_GRID_STOP 0  // timing only (wrong results): 1 return after the load, 2 after the passes, 3 after the gather
-#endif
+enum : int { GRID_SAMPLE_SD = 4 };  // the sampled pass's margin in its rank, standard deviations
+// A CTA whose placement reads at least this many staged entries (its entries
+// x the padded list) places two a warp (see the placement's measurements).
+enum : int { GRID_PLACE_PAIR = 32768 };
 // The host's grid layout (compile.rs passes plan::GRID_MAX_K, GRID_SMALL and
 // GRID_STATE_WORDS): the most k, the list's room past k, the state per row.
 #if !defined(FS_HOST_GRID_MAX_K) || !defined(FS_HOST_GRID_SMALL) || !defined(FS_HOST_GRID_STATE_WORDS)
@@ -2222,20 +2021,18 @@ __device__ void prep_impl(const ScanParams& P) {
 // FS_BLOCK threads.
 #define GRID_STAGE_ROUNDS \
     ((FS_HOST_GRID_MAX_K + FS_HOST_GRID_SMALL + GRID_STEP - 1) / GRID_STEP * GRID_STEP / FS_BLOCK + 1)
-#ifndef FS_GRID_SMALL
-#define FS_GRID_SMALL 256  // a crossing bin this small ends the passes
-#endif
+enum : int { GRID_SMALL = 256 };  // a crossing bin this small ends the passes (the most the host sizes for)
 #define GRID_ITEMS 16   // elements per thread in registers
 #define GRID_BINS 2048  // 11-bit digits
 #define GRID_PASSES 6   // ceil(32 / 11) key passes + ceil(31 / 11) column passes
 #define GRID_SLOTS (1 + GRID_PASSES)  // histograms: slot 0 the sampled pass's, slot 1 + i pass i's
-#define GRID_SAMPLE_TOPS 4  // FS_GRID_SAMPLE: at most this many sample keys a warp (else no sample)
+#define GRID_SAMPLE_TOPS 4  // the sampled pass: at most this many sample keys a warp (else no sample)
 // Per row: barrier and list counters (line 0), the sampled pass's tally
 // (line 1), then GRID_SLOTS histograms.
 #define GRID_HDR 64  // two 128-byte lines: barrier and list counters; the sampled pass's tally
 #define GRID_STATE_WORDS (GRID_HDR + GRID_SLOTS * GRID_BINS)
 static_assert(FS_BLOCK == 512, "grid_crossing: one 16-byte histogram load per thread, 16 warps");
-static_assert(FS_GRID_SMALL >= 0 && FS_GRID_SMALL <= FS_HOST_GRID_SMALL, "the host sizes each row's list for k + FS_HOST_GRID_SMALL");
+static_assert(GRID_SMALL <= FS_HOST_GRID_SMALL, "the host sizes each row's list for k + FS_HOST_GRID_SMALL");
 static_assert(GRID_STATE_WORDS == FS_HOST_GRID_STATE_WORDS, "the host's state layout differs");
 
 __device__ __forceinline__ u32 ld_acquire_u32(const u32* p) {
@@ -2257,7 +2054,6 @@ __device__ __forceinline__ void grid_barrier(u32* counter, u32 target) {
         red_release_add(counter, 1u);
         const unsigned long long t0 = global_ns();
         while (ld_acquire_u32(counter) < target) {
-            if (FS_GRID_SLEEP) __nanosleep(FS_GRID_SLEEP);
             if (global_ns() - t0 > 4000000000ull) __trap();
         }
     }
@@ -2266,17 +2062,17 @@ __device__ __forceinline__ void grid_barrier(u32* counter, u32 target) {
 
 struct GridShared {
     u32 hist[GRID_BINS];
-    u32 part[FS_WARPS];
+    u32 part[WARPS];
     u32 bin, above, cnt, base, nsmall;
-    u32 scand[GRID_SAMPLE_TOPS * FS_WARPS];  // FS_GRID_SAMPLE: each warp's largest sample keys
-    u32 admitted;                             // FS_GRID_SAMPLE: the CTA's keys in the sampled pass
-    u32 s_lo, s_shift;                        // FS_GRID_BOUND_WARP0: warp 0's bound for the CTA
+    u32 scand[GRID_SAMPLE_TOPS * WARPS];  // each warp's largest sample keys
+    u32 admitted;                             // the CTA's keys in the sampled pass
+    u32 s_lo, s_shift;                        // warp 0's bound for the CTA
     u64 T;
-    u64 tally;  // FS_GRID_SAMPLE: the row's tally word as last read
-    u64 small[FS_GRID_SMALL > 0 ? FS_GRID_SMALL : 1];
-    // FS_GRID_BIN_LIST: bin b's first list entry for this CTA (the keys of
+    u64 tally;  // the row's tally word as last read
+    u64 small[GRID_SMALL];
+    // The list by bin: bin b's first list entry for this CTA (the keys of
     // the row in bins above b, then the other CTAs' keys in b before it).
-    u32 binpos[FS_GRID_BIN_LIST ? GRID_BINS : 1];
+    u32 binpos[GRID_BINS];
 };
 
 struct GridInitParams {
@@ -2325,7 +2121,7 @@ __device__ __forceinline__ u64 ld_relaxed_u64(const u64* p) {
 // count in bins above b. Every thread returns the same (b, above, cnt);
 // b = GRID_NO_BIN where the histogram holds fewer than r.
 // expected == 0 and no tally: complete (a grid barrier came first).
-// expected > 0 (FS_GRID_POLL): the row's CTAs may still be adding to it; it
+// expected > 0: the row's CTAs may still be adding to it; it
 // is read again until its counts add up to `expected`, the composites the
 // pass counts. Counts only grow, so a read whose total is `expected` saw
 // every bin's final count: the reads replace the pass's grid barrier.
@@ -2360,10 +2156,10 @@ __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, 
     const bool poll = expected || tally;  // uniform
     const unsigned long long t0 = poll && tid == 0 ? global_ns() : 0ull;
     if (tid == 0) gs.bin = GRID_NO_BIN;  // read after the loop's CTA barriers
-    // FS_GRID_TALLY_SPIN: until every CTA has added to the tally, one thread
+    // Until every CTA has added to the tally, one thread
     // reads its word alone; the histogram reads below then start from a
     // total that is final (the bins themselves may still lag behind it).
-    if (FS_GRID_TALLY_SPIN && tally) {
+    if (tally) {
         if (tid == 0) {
             while ((u32)(ld_relaxed_u64(tally) / GRID_TALLY_ONE) < chunks) {
                 if (global_ns() - t0 > 4000000000ull) __trap();
@@ -2396,7 +2192,7 @@ __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, 
         }
         if (lane == 31) gs.part[warp] = incl;
         __syncthreads();
-        const u32 part = lane < FS_WARPS ? gs.part[lane] : 0u;
+        const u32 part = lane < WARPS ? gs.part[lane] : 0u;
         before = __reduce_add_sync(FULL_MASK, lane < warp ? part : 0u) + incl - s;
         if (!poll) break;
         u32 want = expected;
@@ -2407,7 +2203,6 @@ __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, 
         if (__reduce_add_sync(FULL_MASK, part) == want) break;
         // The same co-residency guard as grid_barrier's.
         if (tid == 0 && global_ns() - t0 > 4000000000ull) __trap();
-        if (FS_GRID_POLL_NS) __nanosleep(FS_GRID_POLL_NS);
         __syncthreads();  // gs.part is rewritten by the next read
     }
     if (above_out) {  // each bin's count of the bins above it
@@ -2438,7 +2233,7 @@ __device__ __forceinline__ void grid_crossing(GridShared& gs, const u32* ghist, 
 // PLACE (grid rows): entries [e_lo, e_hi) of the row's staged list, a warp
 // per EPW entries, its lanes counting the entries ahead of each in the n_pad
 // staged ones (every staged entry read is compared with the EPW entries: EPW
-// 2 halves the shared reads, FS_GRID_PLACE_PAIR). Score order: ahead is the
+// 2 halves the shared reads, GRID_PLACE_PAIR). Score order: ahead is the
 // entry's rank in the list, and it is selected iff ahead < m. Index order:
 // only entries >= T are selected, and ahead counts the selected ones with
 // lower columns. Either way the count is the entry's output slot.
@@ -2447,7 +2242,7 @@ __device__ __forceinline__ void grid_place(const ScanParams& P, const u64* stage
                                            u32 m, int row, u32 lenm1, const void* row_scores, bool prof,
                                            unsigned long long& t_prev) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (u32 e = e_lo + warp * EPW; e < e_hi; e += FS_WARPS * EPW) {
+    for (u32 e = e_lo + warp * EPW; e < e_hi; e += WARPS * EPW) {
         // Past the share, or (index order) below T: an entry that is never
         // written; ~0 counts nothing. (Score order: T is not known; an entry
         // is written iff fewer than m are above it.)
@@ -2456,7 +2251,7 @@ __device__ __forceinline__ void grid_place(const ScanParams& P, const u64* stage
 #pragma unroll
         for (int a = 0; a < EPW; ++a) {
             const u64 x0 = e + a < e_hi ? stage[e + a] : 0ull;
-            x[a] = e + a < e_hi && ((!P.order_index && !FS_GRID_SCORE_T) || x0 >= T) ? x0 : ~0ull;
+            x[a] = e + a < e_hi && (!P.order_index || x0 >= T) ? x0 : ~0ull;
             c[a] = 0u;
         }
         // GRID_STEP entries a round: the loads first, then the compares.
@@ -2522,29 +2317,29 @@ __device__ void grid_impl(const ScanParams& P) {
     const bool aligned = aligned16(row_scores);
     // The planner keeps every chunk within the registers; never drop elements.
     if (end - start > (u32)(FS_BLOCK * ITEMS)) __trap();
-    // The next call's first kernel waits for this grid (FS_PDL_CHAIN).
-    if (ITEMS < GRID_ITEMS || FS_PDL_CHAIN >= 3) CHAIN_TRIGGER();
+    // The next call's first kernel waits for this grid (the call chain).
+    if (ITEMS < GRID_ITEMS) CHAIN_TRIGGER();
 
-    // The row-wide sample (FS_GRID_SAMPLE): every CTA of the row reads the
+    // The row-wide sample: every CTA of the row reads the
     // same VEC elements per thread with its chunk, thread t's at t * len /
-    // FS_BLOCK rounded down to VEC (FS_GRID_SAMPLE_RUNS=1: 128-byte runs of
-    // 8 threads instead, measured slower). Rows too short for distinct
+    // FS_BLOCK rounded down to VEC (128-byte runs of 8 threads instead
+    // measured slower). Rows too short for distinct
     // groups, or whose k needs more than GRID_SAMPLE_TOPS sample keys a
     // warp, go without.
     // rs: the sample keys expected at or above the row's k-th, plus
-    // FS_GRID_SAMPLE_SD deviations and one; `tops` per warp cover it.
+    // GRID_SAMPLE_SD deviations and one; `tops` per warp cover it.
     constexpr u32 SAMPLE = FS_BLOCK * VEC;
     const float s_ex = (float)SAMPLE * (float)m / (float)(len > 0 ? len : 1);
-    const u32 rs = (u32)(s_ex + (float)FS_GRID_SAMPLE_SD * sqrtf(s_ex)) + 1u;
-    const u32 tops = (rs + FS_WARPS - 1) / FS_WARPS;
+    const u32 rs = (u32)(s_ex + (float)GRID_SAMPLE_SD * sqrtf(s_ex)) + 1u;
+    const u32 tops = (rs + WARPS - 1) / WARPS;
+    // (true &&: the form of the measured build; without it the operands'
+    // order in the code generated changes.)
     const bool sampled =
-        FS_GRID_SAMPLE && m > 0 && m < (u32)len && (u32)len >= 4u * SAMPLE && tops <= GRID_SAMPLE_TOPS;  // uniform
+        true && m > 0 && m < (u32)len && (u32)len >= 4u * SAMPLE && tops <= GRID_SAMPLE_TOPS;  // uniform
     uint4 sample_vec = make_uint4(0u, 0u, 0u, 0u);
     if (sampled) {
-        constexpr u32 PER = FS_GRID_SAMPLE_RUNS ? 8 : 1;  // threads a run
-        constexpr u32 RUNS = FS_BLOCK / PER, RUN = PER * VEC;
-        const u32 run0 = (u32)((u64)(tid / PER) * (u32)len / RUNS) & ~(RUN - 1u);
-        sample_vec = load_vec<TAG>(row_scores, run0 + (u32)(tid % PER) * VEC, (u32)len, aligned);
+        const u32 e0 = (u32)((u64)(u32)tid * (u32)len / FS_BLOCK) & ~(VEC - 1u);
+        sample_vec = load_vec<TAG>(row_scores, e0, (u32)len, aligned);
     }
 
     // Load: element i = j * VEC + q of this thread sits at
@@ -2575,7 +2370,7 @@ __device__ void grid_impl(const ScanParams& P) {
         GRID_STAMP(22);
         // Each warp's `tops` largest sample keys (a round: the warp's
         // largest, struck from the lane that holds it) into gs.scand; the
-        // bound is the rs-th largest of those nc = tops * FS_WARPS keys, so
+        // bound is the rs-th largest of those nc = tops * WARPS keys, so
         // at least rs sample keys are at or above it, and smax the largest.
         u32 sk[VEC];
 #pragma unroll
@@ -2596,33 +2391,33 @@ __device__ void grid_impl(const ScanParams& P) {
                     struck |= hit;
                 }
             }
-            if (lane == 0) gs.scand[t * FS_WARPS + warp] = wm;
+            if (lane == 0) gs.scand[t * WARPS + warp] = wm;
         }
         __syncthreads();
         GRID_STAMP(40);
         // The rank and the bins' shift: one warp's work, the same in every
-        // warp (FS_GRID_BOUND_WARP0: warp 0 alone, its result shared by
+        // warp (warp 0 alone, its result shared by
         // the CTA barrier after the PDL wait; the other warps go on).
-        if (!FS_GRID_BOUND_WARP0 || warp == 0) {
+        if (warp == 0) {
             // Rank of candidate i: those above it, and those equal before it
             // (unique ranks): one lane holds the candidate of rank rs - 1.
-            const u32 nc = tops * FS_WARPS;
+            const u32 nc = tops * WARPS;
             u32 found = 0, bound = 0, next_found = 0, next = 0;
 #pragma unroll
-            for (u32 h = 0; h < (GRID_SAMPLE_TOPS * FS_WARPS + 31) / 32; ++h) {
+            for (u32 h = 0; h < (GRID_SAMPLE_TOPS * WARPS + 31) / 32; ++h) {
                 const u32 i = lane + 32u * h;
                 if (i < nc) {
                     const u32 x = gs.scand[i];
                     u32 rank = 0;
-                    // nc is a multiple of FS_WARPS: the reads of a round issue
+                    // nc is a multiple of WARPS: the reads of a round issue
                     // back to back (a run-time loop over single reads measured
                     // ~0.6 us).
-                    for (u32 j0 = 0; j0 < nc; j0 += FS_WARPS) {
-                        u32 y[FS_WARPS];
+                    for (u32 j0 = 0; j0 < nc; j0 += WARPS) {
+                        u32 y[WARPS];
 #pragma unroll
-                        for (int jj = 0; jj < FS_WARPS; ++jj) y[jj] = gs.scand[j0 + jj];
+                        for (int jj = 0; jj < WARPS; ++jj) y[jj] = gs.scand[j0 + jj];
 #pragma unroll
-                        for (int jj = 0; jj < FS_WARPS; ++jj)
+                        for (int jj = 0; jj < WARPS; ++jj)
                             rank += (u32)(y[jj] > x) | ((u32)(y[jj] == x) & (u32)(j0 + jj < i));
                     }
                     if (rank == rs - 1) found = 1, bound = x;
@@ -2632,14 +2427,14 @@ __device__ void grid_impl(const ScanParams& P) {
             bound = __shfl_sync(FULL_MASK, bound, __ffs(__ballot_sync(FULL_MASK, found)) - 1);
             const u32 next_lanes = __ballot_sync(FULL_MASK, next_found);  // none where nc == rs
             next = next_lanes ? __shfl_sync(FULL_MASK, next, __ffs(next_lanes) - 1) : ~bound;
-            const u32 smax = __reduce_max_sync(FULL_MASK, lane < FS_WARPS ? gs.scand[lane] : 0u);
+            const u32 smax = __reduce_max_sync(FULL_MASK, lane < WARPS ? gs.scand[lane] : 0u);
             // A plateau at the bound (the next candidate equal to it: ReLU zeros,
             // equal rows, coarse bf16 steps) likely holds the k-th: one key a
             // bin, so the plateau's key is decided by this pass.
             const int span_bits = bit_len(smax - bound);
-            s_shift = span_bits > 10 && (!FS_GRID_PLATEAU || next != bound) ? (u32)(span_bits - 10) : 0u;
+            s_shift = span_bits > 10 && (next != bound) ? (u32)(span_bits - 10) : 0u;
             s_lo = bound & ~((1u << s_shift) - 1u);
-            if (FS_GRID_BOUND_WARP0 && lane == 0) {
+            if (lane == 0) {
                 gs.s_lo = s_lo;
                 gs.s_shift = s_shift;
             }
@@ -2663,19 +2458,18 @@ __device__ void grid_impl(const ScanParams& P) {
     u64* list = P.cand + (long long)row * (P.k + FS_HOST_GRID_SMALL);
     u32 barriers = 0;
     __syncthreads();
-    if (FS_GRID_BOUND_WARP0 && sampled) {  // uniform; written by warp 0 before the barrier
+    if (sampled) {  // uniform; written by warp 0 before the barrier
         s_lo = gs.s_lo;
         s_shift = gs.s_shift;
     }
     GRID_STAMP(sampled ? 32 : 22);  // sampled: 32 holds the wait for fs_grid_init_all's zeroes
-    if (FS_GRID_STOP == 1) return;
 
     // SELECT: the crossing bin's lower edge `edge`, how many of it are wanted
     // (r) and how many it holds (cnt). m == len: all of them (edge 0).
     u64 edge = 0;
     u32 r = 0, cnt = 0;
     int lo_last = 0;  // the crossing bin is [edge, edge + 2^lo_last)
-    // FS_GRID_BIN_LIST: the sampled pass decided the crossing bin, and the
+    // The sampled pass decided the crossing bin, and the
     // list is laid out by its bins (gs.binpos). Uniform over the row.
     bool bin_list = false;
     if (m > 0 && m < (u32)len) {
@@ -2711,14 +2505,14 @@ __device__ void grid_impl(const ScanParams& P) {
             GRID_STAMP(23);
             u32 b, above;
             grid_crossing(gs, ghist, GRID_BINS, r, b, above, cnt, 0u, tally, (u32)chunks,
-                          FS_GRID_BIN_LIST ? gs.binpos : nullptr);
+                          gs.binpos);
             if (b != GRID_NO_BIN && b != GRID_BINS - 1u) {  // uniform
                 r -= above;
                 matching = cnt;
                 edge = (u64)(((s_lo >> s_shift) + b) << s_shift) << 32;
                 lo_last = 32 + (int)s_shift;
                 hi = s_shift == 0 ? lbits : 32 + (int)s_shift;
-                passes = cnt != r && cnt > FS_GRID_SMALL;
+                passes = cnt != r && cnt > GRID_SMALL;
                 if (prof) PROF_ADD(33, 1);
             } else if (prof) {
                 PROF_ADD(34, 1);
@@ -2728,7 +2522,7 @@ __device__ void grid_impl(const ScanParams& P) {
             // place in d (its flush's atomic) plus their order within the
             // CTA (the gather's shared counter). The selected bins (>= b)
             // thus fill the list's first above + cnt = n entries exactly.
-            bin_list = FS_GRID_BIN_LIST && b != GRID_NO_BIN && b != GRID_BINS - 1u && !passes;
+            bin_list = b != GRID_NO_BIN && b != GRID_BINS - 1u && !passes;
             if (bin_list) {
 #pragma unroll
                 for (int j = 0; j < GRID_FLUSH_J; ++j) gs.binpos[tid + j * FS_BLOCK] += place[j];
@@ -2742,7 +2536,7 @@ __device__ void grid_impl(const ScanParams& P) {
             const int lo = hi - 11 > floor_bit ? hi - 11 : floor_bit;
             const u32 nbins = 1u << (hi - lo);
             const u64 pre = hi >= 64 ? 0ull : edge >> hi;
-            if (FS_GRID_KEY32 && lo >= 32) {  // uniform: a digit of the key, the low word plays no part
+            if (lo >= 32) {  // uniform: a digit of the key, the low word plays no part
                 const int khi = hi - 32, klo = lo - 32;
                 const u32 kpre = (u32)pre;  // edge >> hi < 2^(64 - hi)
 #pragma unroll
@@ -2764,14 +2558,9 @@ __device__ void grid_impl(const ScanParams& P) {
             u32 unused[GRID_FLUSH_J];
             grid_flush(gs, ghist, nbins, unused);
             GRID_STAMP(23);
-            if (!FS_GRID_POLL) {
-                barriers += (u32)chunks;
-                grid_barrier(bar, barriers);
-            }
-            GRID_STAMP(24);
             if (prof) PROF_ADD(21, 1);
             u32 b, above;
-            grid_crossing(gs, ghist, nbins, r, b, above, cnt, FS_GRID_POLL ? matching : 0u);
+            grid_crossing(gs, ghist, nbins, r, b, above, cnt, matching);
             matching = cnt;
             r -= above;
             edge |= (u64)b << lo;
@@ -2779,19 +2568,18 @@ __device__ void grid_impl(const ScanParams& P) {
             GRID_STAMP(25);
             // Done when the bin is wanted whole (always so once lo == 0) or
             // small enough to resolve by counting.
-            if (cnt == r || cnt <= FS_GRID_SMALL) break;
+            if (cnt == r || cnt <= GRID_SMALL) break;
             hi = lo == 32 ? lbits : lo;
         }
     }
 
-    if (FS_GRID_STOP == 2) return;
     // GATHER: this CTA's composites >= edge into the row's list: one global
     // atomic per CTA, warp offsets from a shared counter. A warp votes only
     // on the items some lane of it selected (few: about k / chunks per CTA).
     u32 sel_mask = 0;
     // Once the crossing bin is a range of keys (lo_last >= 32), edge's low
     // word is zero and the test is one 32-bit compare of the key.
-    const bool key_edge = FS_GRID_KEY32 && lo_last >= 32;  // uniform
+    const bool key_edge = lo_last >= 32;  // uniform
     const u32 edge_key = (u32)(edge >> 32);
     // Branch-free: a mask bit per item (the edge test hoisted).
     if (key_edge) {
@@ -2816,7 +2604,7 @@ __device__ void grid_impl(const ScanParams& P) {
         GRID_STAMP(38);
     } else {
         const u32 nsel = __reduce_add_sync(FULL_MASK, (u32)__popc(sel_mask));
-        const u32 warp_sel = FS_GRID_SPARSE_GATHER ? __reduce_or_sync(FULL_MASK, sel_mask) : (1u << ITEMS) - 1u;
+        const u32 warp_sel = __reduce_or_sync(FULL_MASK, sel_mask);
         u32 wbase = 0;
         if (lane == 0 && nsel) wbase = atomicAdd(&gs.nsmall, nsel);  // nsmall doubles as the CTA's count
         __syncthreads();
@@ -2849,7 +2637,6 @@ __device__ void grid_impl(const ScanParams& P) {
     barriers += (u32)chunks;
     grid_barrier(bar, barriers);
     GRID_STAMP(27);
-    if (FS_GRID_STOP == 3) return;
     {
         u64 v[GRID_STAGE_ROUNDS];
 #pragma unroll
@@ -2872,7 +2659,7 @@ __device__ void grid_impl(const ScanParams& P) {
     // its rank in the list, and it is selected iff that rank is below m
     // (the crossing bin's r-th largest and above). Only index order, whose
     // counts are of the selected entries with lower columns, finds T.
-    if (cnt != r && (P.order_index || FS_GRID_SCORE_T)) {  // uniform; then cnt <= FS_GRID_SMALL
+    if (cnt != r && P.order_index) {  // uniform; then cnt <= GRID_SMALL
         for (u32 j = tid; j < n; j += FS_BLOCK) {
             const u64 x = stage[j];
             if (x - edge < (1ull << lo_last)) gs.small[atomicAdd(&gs.nsmall, 1u)] = x;
@@ -2893,7 +2680,7 @@ __device__ void grid_impl(const ScanParams& P) {
     // Pairs where the CTA's shared reads (its entries x the staged list)
     // are many: 1 x 1,048,576 k 2048 (16 x 2,304) -0.2 us, 1 x 131,072 k
     // 2048 -1.2 us; a CTA of 10 entries of 1,280 measured 0.2 us slower.
-    if (FS_GRID_PLACE_PAIR && (u64)(e_hi - e_lo) * n_pad >= (u64)FS_GRID_PLACE_PAIR)
+    if ((u64)(e_hi - e_lo) * n_pad >= (u64)GRID_PLACE_PAIR)
         grid_place<TAG, 2>(P, stage, e_lo, e_hi, n_pad, T, m, row, lenm1, row_scores, prof, t_prev);
     else
         grid_place<TAG, 1>(P, stage, e_lo, e_hi, n_pad, T, m, row, lenm1, row_scores, prof, t_prev);
@@ -2911,9 +2698,9 @@ __device__ void grid_impl(const ScanParams& P) {
 
 // Row path (one CTA per row): two CTAs per SM. Split path: room for the last
 // CTA's merge; its grids are small (one row's CTAs spread over the GPU).
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f32(const ScanParams p) { scan_impl<32, false>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_bf16(const ScanParams p) { scan_impl<16, false>(p); }
-extern "C" __global__ void __launch_bounds__(FS_BLOCK, FS_SCAN_MIN_CTAS) fs_scan_f16(const ScanParams p) { scan_impl<15, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, SCAN_MIN_CTAS) fs_scan_f32(const ScanParams p) { scan_impl<32, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, SCAN_MIN_CTAS) fs_scan_bf16(const ScanParams p) { scan_impl<16, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_BLOCK, SCAN_MIN_CTAS) fs_scan_f16(const ScanParams p) { scan_impl<15, false>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_split_f32(const ScanParams p) { scan_impl<32, true>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_split_bf16(const ScanParams p) { scan_impl<16, true>(p); }
 extern "C" __global__ void __launch_bounds__(FS_BLOCK, 1) fs_split_f16(const ScanParams p) { scan_impl<15, true>(p); }
