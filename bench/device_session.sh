@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # One GPU-machine session, run through the device tool over a copy of the tree
 # with these built here and carried: target/release/flashsel,
-# target/release/examples/device_run, python/dist/*.whl.
+# target/release/flashsel-dev (crates/flashsel-dev), python/dist/*.whl.
 #   1. the Python package's GPU tests (torch CUDA tensors, streams, graphs)
 #      and bench/py_overhead.py (host time per call; SKIP_PY=1 skips both)
 #   2. bench/peers.py: flashsel beside torch.topk on the standard shapes
 #      (SKIP_PEERS=1 skips it)
 #   3. compute-sanitizer memcheck and racecheck over a subset of the check cases
 #      (SKIP_SAN=1 skips them when they already ran on the same kernels)
-#   4. `flashsel check --quick` (every path, adversarial data, CPU parity;
-#      SKIP_CHECK=1 skips it when the same suite already ran this session)
+#   4. `flashsel check` (every path, adversarial data, CPU parity; CHECK=--quick
+#      for the quick suite; SKIP_CHECK=1 skips it)
 #   5. the same check on the portable build forced on this GPU
 #      (FLASHSEL_ARCH=sm_90; SKIP_PORTABLE=1 skips it)
-#   6. device_run timings of the standard shapes (SKIP_TIME=1 skips them)
+#   6. `flashsel-dev time`: the target shapes (SKIP_TIME=1 skips them)
+#   7. `flashsel bench --backend cuda`, the main job (SKIP_BENCH=1 skips it)
 # Logs and results go to $OUT (at the end: session.tgz with all of them, plus
 # time.log, check.log and peers.md). Each step has its own time limit.
 set -u
@@ -43,24 +44,27 @@ if [ -z "${SKIP_PEERS:-}" ]; then
 fi
 if [ -z "${SKIP_SAN:-}" ]; then
     step "memcheck"
-    timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool memcheck --leak-check no target/release/examples/device_run small >"$OUT/memcheck.log" 2>&1
+    timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool memcheck --leak-check no target/release/flashsel-dev small >"$OUT/memcheck.log" 2>&1
     echo "rc=$?"; grep -E "ERROR SUMMARY|SMALL" "$OUT/memcheck.log" | tail -3
     step "racecheck"
-    timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool racecheck target/release/examples/device_run small >"$OUT/racecheck.log" 2>&1
+    timeout "${SAN_TIMEOUT:-150}" "$SAN" --tool racecheck target/release/flashsel-dev small >"$OUT/racecheck.log" 2>&1
     echo "rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|SMALL" "$OUT/racecheck.log" | tail -3
 fi
-step "flashsel check --quick"
-[ -n "${SKIP_CHECK:-}" ] || timeout 150 target/release/flashsel check --quick --seed 3 >"$OUT/check.log" 2>&1
+step "flashsel check ${CHECK:-}"
+[ -n "${SKIP_CHECK:-}" ] || timeout "${CHECK_TIMEOUT:-300}" target/release/flashsel check ${CHECK:-} --seed 3 >"$OUT/check.log" 2>&1
 echo "rc=$?"; tail -2 "$OUT/check.log"
 step "portable build (FLASHSEL_ARCH=sm_90): flashsel check --quick"
 [ -n "${SKIP_PORTABLE:-}" ] || FLASHSEL_ARCH=sm_90 timeout 150 target/release/flashsel check --quick --seed 5 >"$OUT/check-sm90.log" 2>&1
 echo "rc=$?"; tail -1 "$OUT/check-sm90.log"
-step "timings (device_run time)"
-[ -n "${SKIP_TIME:-}" ] || timeout 200 target/release/examples/device_run none time >"$OUT/time.log" 2>&1
+step "timings (flashsel-dev time)"
+[ -n "${SKIP_TIME:-}" ] || timeout 200 target/release/flashsel-dev time >"$OUT/time.log" 2>&1
 echo "rc=$?"; grep -E "TIME|bandwidth" "$OUT/time.log"
+step "flashsel bench --backend cuda"
+[ -n "${SKIP_BENCH:-}" ] || timeout 300 target/release/flashsel bench --backend cuda --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
+echo "rc=$?"; tail -45 "$OUT/bench.log"
 # The device tool returns at most 8 files: everything goes into one archive,
 # and the summaries most often read stay beside it.
 ( cd "$OUT" && tar czf /tmp/session.tgz --exclude=session.tgz . && mv /tmp/session.tgz . \
-    && find . -type f ! -name session.tgz ! -name time.log ! -name check.log ! -name peers.md ! -name py_overhead.log -delete \
+    && find . -type f ! -name session.tgz ! -name time.log ! -name check.log ! -name bench.log ! -name peers.md ! -name py_overhead.log -delete \
     && { [ ! -f peers/peers.md ] || mv peers/peers.md .; } && find . -mindepth 1 -type d -empty -delete )
 echo "=== $OUT: $(ls "$OUT" | tr '\n' ' ')"

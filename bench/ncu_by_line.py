@@ -4,7 +4,8 @@
 Input: the CSV of `ncu --section WarpStateStats --section SourceCounters
 --page source --print-source sass --csv` (one kernel), and the SASS of the
 same cubin disassembled with line info (`nvdisasm -c -g`, e.g. of the cubin
-`cargo run --example kres -- sm_90a "" out.cubin` writes). Instructions are
+`flashsel-dev cubin sm_90a select/filter out.cubin` writes; profile the kernel
+with `ncu --clock-control none ... flashsel-dev time`). Instructions are
 matched by their offset from the kernel's first instruction.
 
 Usage: ncu_by_line.py NCU.csv KERNEL.sass KERNEL_NAME [TOP]

@@ -8,8 +8,9 @@
 //! call from Python raises instead of reading out of bounds.
 //!
 //! Errors: a `flashsel::Error` caused by the request (shape, k, lengths,
-//! options) becomes `ValueError` with the library's message; a backend that
-//! cannot run or a CUDA driver failure becomes `RuntimeError`.
+//! options) becomes `ValueError` with the library's message; an allocation
+//! that failed, `MemoryError`; a backend that cannot run or a CUDA driver
+//! failure, `RuntimeError`.
 
 use std::collections::HashMap;
 use std::mem::{align_of, size_of};
@@ -21,12 +22,13 @@ use half::{bf16, f16};
 use numpy::{
     Element, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray2, PyUntypedArrayMethods,
 };
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
 /// `flashsel::Error` to a Python exception.
 fn to_py(e: Error) -> PyErr {
     match e {
+        Error::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
         Error::BackendUnavailable(_) | Error::Cuda(_) | Error::Io(_) => PyRuntimeError::new_err(e.to_string()),
         _ => PyValueError::new_err(e.to_string()),
     }
@@ -199,6 +201,7 @@ fn select_cpu(
         DType::F32 => select_host::<f32, f32>(py, scores, k, order, nan, lengths, idx, out_values),
         DType::F16 => select_host::<f16, u16>(py, scores, k, order, nan, lengths, idx, out_values),
         DType::BF16 => select_host::<bf16, u16>(py, scores, k, order, nan, lengths, idx, out_values),
+        other => Err(value_err(format!("select takes f32, bf16 or f16 scores, not {other}"))),
     }
 }
 

@@ -301,10 +301,6 @@ except MemoryError as e:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc/self/statm are Linux's")
-@pytest.mark.xfail(
-    strict=True,
-    reason="the CPU engine's scratch is allocated infallibly: the process aborts (SIGABRT) instead of raising",
-)
 def test_out_of_memory_is_a_memory_error_not_an_abort():
     """A request whose memory cannot be had raises MemoryError (or fits) and
     leaves the interpreter running: never an abort (in a child process with a

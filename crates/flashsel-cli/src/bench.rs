@@ -24,9 +24,6 @@ use std::time::Instant;
 use flashsel::{Backend, DType, ScoreElem, ScoresView, SelectSpec, Selection};
 use half::bf16;
 use indicatif::{ProgressBar, ProgressStyle};
-use rand::rngs::Xoshiro256PlusPlus;
-use rand::{RngExt, SeedableRng};
-use rand_distr::StandardNormal;
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -267,7 +264,7 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
     let mut rows = Vec::new();
     for (si, s) in shapes.iter().enumerate() {
         pb.set_message(format!("generating {}x{}", s.rows, s.cols));
-        let mut normal = gen_normal(s.rows * s.cols, a.seed, si as u64);
+        let mut normal = flashsel::data::normal_scores(s.rows * s.cols, a.seed, si as u64);
         let mut bf = s.dtypes.contains(&DType::BF16).then(|| to_bf16(&normal));
 
         let mut emit = |row: Row| {
@@ -532,7 +529,7 @@ fn rows_to_check(rows: usize, cols: usize, seed: u64) -> Vec<usize> {
     let mut out = vec![0, rows - 1];
     let mut state = seed;
     while out.len() < 8 {
-        let r = (splitmix(&mut state) % rows as u64) as usize;
+        let r = (flashsel::data::splitmix64(&mut state) % rows as u64) as usize;
         if !out.contains(&r) {
             out.push(r);
         }
@@ -557,28 +554,6 @@ fn row_equal<T: ScoreElem>(a: &Selection<T>, ra: usize, b: &Selection<T>, rb: us
     let (ia, va) = (&a.indices[ra * k..(ra + 1) * k], &a.values[ra * k..(ra + 1) * k]);
     let (ib, vb) = (&b.indices[rb * k..(rb + 1) * k], &b.values[rb * k..(rb + 1) * k]);
     ia == ib && va.iter().zip(vb).all(|(x, y)| x.bits() == y.bits())
-}
-
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Standard normal f32s, seeded per 64K-element chunk so the data does not
-/// depend on the thread count.
-fn gen_normal(n: usize, seed: u64, stream: u64) -> Vec<f32> {
-    let mut v = vec![0f32; n];
-    v.par_chunks_mut(1 << 16).enumerate().for_each(|(i, chunk)| {
-        let mut st = seed ^ stream.wrapping_mul(0xA24B_AED4_963E_E407) ^ (i as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25);
-        let mut rng = Xoshiro256PlusPlus::seed_from_u64(splitmix(&mut st));
-        for x in chunk {
-            *x = rng.sample(StandardNormal);
-        }
-    });
-    v
 }
 
 fn to_bf16(v: &[f32]) -> Vec<bf16> {
@@ -624,9 +599,9 @@ mod tests {
 
     #[test]
     fn data_is_seeded_and_relu_has_zero_plateau() {
-        let a = gen_normal(200_000, 7, 1);
-        assert_eq!(a, gen_normal(200_000, 7, 1));
-        assert_ne!(a, gen_normal(200_000, 8, 1));
+        let a = flashsel::data::normal_scores(200_000, 7, 1);
+        assert_eq!(a, flashsel::data::normal_scores(200_000, 7, 1));
+        assert_ne!(a, flashsel::data::normal_scores(200_000, 8, 1));
         let mut r = a.clone();
         to_kind_in_place(&mut r, DataKind::Relu);
         let zeros = r.iter().filter(|x| x.to_bits() == 0).count();

@@ -89,6 +89,11 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
     if args.json {
         let mut v = serde_json::to_value(&p).map_err(|e| e.to_string())?;
         v["device"] = serde_json::to_value(dev).map_err(|e| e.to_string())?;
+        v["device_assumed"] = source.clone().into();
+        // The fields every path has, beside the path's own.
+        v["merge_levels"] = p.merge_levels().into();
+        v["sampled"] = p.sampled().into();
+        v["buffer"] = serde_json::to_value(p.buffer()).map_err(|e| e.to_string())?;
         v["rows"] = args.rows.into();
         v["cols"] = args.cols.into();
         v["k"] = args.k.into();
@@ -96,32 +101,34 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
         println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
     } else {
         println!("plan for {} x {}, k {}, {} ({source})", args.rows, args.cols, args.k, args.dtype.name());
-        println!("  path            {:?}", p.path);
-        println!("  ctas_per_row    {}", p.ctas_per_row);
-        let (merge_note, buffer_note) = match p.path {
+        println!("  path            {:?}", p.path());
+        println!("  ctas_per_row    {}", p.ctas_per_row());
+        let (merge_note, buffer_note) = match p.path() {
             flashsel::plan::Path::Split => ("a split row's last CTA merges its candidates", "candidate buffer"),
             flashsel::plan::Path::Grid => ("the row's CTAs select it together: no merge", "staged list"),
             flashsel::plan::Path::Row => ("one CTA per row: no merge", "candidate buffer"),
         };
-        println!("  merge_levels    {} ({merge_note})", p.merge_levels);
-        println!("  sampled         {}", p.sampled);
-        let ring = if p.stage_bytes > 0 { format!(" + {} B load ring", p.stage_bytes) } else { String::new() };
+        println!("  merge_levels    {} ({merge_note})", p.merge_levels());
+        println!("  sampled         {}", p.sampled());
+        let ring = if p.stage_bytes() > 0 { format!(" + {} B load ring", p.stage_bytes()) } else { String::new() };
         println!(
             "  buffer          {:?}, {} composites ({} B shared: {buffer_note}{ring})",
-            p.buffer, p.cap, p.smem_bytes
+            p.buffer(),
+            p.cap(),
+            p.smem_bytes()
         );
-        if let Some(g) = p.layout.grid {
+        if let Some(g) = p.grid() {
             println!("  grid kernel     {} ({} elements a thread)", plan::grid_kernel_name(g.items), g.items);
         }
-        println!("  fit             {} columns", p.fit);
-        println!("  row_slots       {}", p.row_slots);
-        println!("  workspace_bytes {}", p.workspace_bytes);
+        println!("  fit             {} columns", p.fit());
+        println!("  row_slots       {}", p.row_slots());
+        println!("  workspace_bytes {}", p.workspace_bytes());
     }
     Ok(())
 }
 
 pub fn kernels(args: &KernelsArgs) -> Result<(), String> {
-    use flashsel::cuda::compile::{self, Variant, ARCHS};
+    use flashsel::cuda::compile::{self, ARCHS};
     compile::nvrtc_available()?;
     let archs: Vec<&'static str> = if args.arch.is_empty() {
         ARCHS.to_vec()
@@ -138,9 +145,10 @@ pub fn kernels(args: &KernelsArgs) -> Result<(), String> {
     );
     let mut problems = Vec::new();
     for arch in archs {
-        for global_buffer in [false, true] {
-            let v = Variant::new(arch, global_buffer);
+        for v in compile::shipped_variants(arch) {
+            let t = std::time::Instant::now();
             let c = compile::compile(&v).map_err(|e| format!("{}: {e}", v.name()))?;
+            eprintln!("{}: {:.1} s{}", v.name(), t.elapsed().as_secs_f64(), if c.from_cache { " (cache)" } else { "" });
             for r in &c.resources {
                 println!(
                     "{:<44} {:<16} {:>5} {:>7} {:>7} {:>6} {:>6}",
@@ -179,7 +187,7 @@ fn short(name: &str) -> String {
 }
 
 pub fn check(args: &CheckArgs) -> Result<(), String> {
-    use flashsel::cuda::check;
+    use flashsel::ops::select::check;
     if args.backend == flashsel::BackendChoice::Cpu {
         return Err("check compares a GPU backend with the CPU engine: use --backend cuda".into());
     }

@@ -6,7 +6,8 @@
 
 use std::time::Instant;
 
-use crate::contract::{Error, Result, ScoreElem, ScoresView, SelectSpec, Selection};
+use crate::contract::{Error, Result, ScoreElem, ScoresView};
+use crate::ops::select::{SelectSpec, Selection};
 
 /// What the caller asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -71,7 +72,7 @@ impl Backend {
         lengths: Option<&[i32]>,
     ) -> Result<Selection<T>> {
         match self {
-            Backend::Cpu => crate::cpu::select(scores, spec, lengths),
+            Backend::Cpu => crate::ops::select::cpu::select(scores, spec, lengths),
             Backend::Cuda(e) => e.select_host(scores, spec, lengths),
         }
     }
@@ -89,11 +90,11 @@ impl Backend {
     ) -> Result<(Selection<T>, Vec<f64>)> {
         match self {
             Backend::Cpu => {
-                let mut out = crate::cpu::select(scores, spec, lengths)?;
+                let mut out = crate::ops::select::cpu::select(scores, spec, lengths)?;
                 let mut times = Vec::with_capacity(iters);
                 for _ in 0..iters {
                     let t = Instant::now();
-                    out = crate::cpu::select(scores, spec, lengths)?;
+                    out = crate::ops::select::cpu::select(scores, spec, lengths)?;
                     times.push(t.elapsed().as_secs_f64());
                 }
                 Ok((out, times))

@@ -1,13 +1,13 @@
-use std::fmt;
-
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Every way a selection request can be rejected, or a backend can fail.
+/// Every way a request can be rejected, or a backend can fail.
 ///
 /// Bad input is always one of these, with a message naming the offending value;
-/// no backend panics on, or silently clamps, a bad request.
+/// no backend panics on, or silently clamps, a bad request. New variants may
+/// be added: match with a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// `k` was zero.
     #[error("k must be at least 1 (got 0)")]
@@ -30,26 +30,64 @@ pub enum Error {
     /// A length below zero or beyond `cols`.
     #[error("lengths[{row}] = {len} is outside 0..={cols}")]
     LengthOutOfRange { row: usize, len: i64, cols: usize },
-    /// A dtype name or file format this library does not read.
+    /// A dtype name or file format this library does not read, or a dtype
+    /// an operation does not take.
     #[error("unsupported dtype: {0}")]
     UnknownDType(String),
     /// A bad option value (order, NaN policy, backend ...).
     #[error("invalid {what}: {value:?} (expected {expected})")]
     InvalidOption { what: &'static str, value: String, expected: &'static str },
+    /// An allocation the request needs could not be made (host memory; device
+    /// memory is reported by the driver as [`CudaError::Driver`]).
+    #[error("out of memory: {what} needs {bytes} bytes")]
+    OutOfMemory { what: &'static str, bytes: u128 },
     /// A backend that cannot run here, with the reason.
     #[error("backend unavailable: {0}")]
     BackendUnavailable(String),
-    /// An error reported by the CUDA driver or NVRTC.
+    /// A failure reported by the CUDA driver or NVRTC.
     #[error("CUDA: {0}")]
-    Cuda(String),
+    Cuda(CudaError),
     /// Reading or writing a file.
     #[error("{0}")]
     Io(String),
 }
 
+/// What failed on the CUDA side, kept apart so callers can tell a driver
+/// error code from a compile error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CudaError {
+    /// A driver API call returned an error code (`CUresult`).
+    #[error("{call}: {name} (code {code})")]
+    Driver { call: String, code: u32, name: String },
+    /// NVRTC rejected the kernel source; `log` is its compile log.
+    #[error("NVRTC could not compile {module}:\n{log}")]
+    Compile { module: String, log: String },
+    /// An NVRTC call other than the compile failed.
+    #[error("NVRTC {call}: {name}")]
+    Nvrtc { call: String, name: String },
+    /// Anything else (a missing kernel in a module, an empty graph capture ...).
+    #[error("{0}")]
+    Other(String),
+}
+
+impl CudaError {
+    /// The driver's error code, when a driver call failed.
+    pub fn driver_code(&self) -> Option<u32> {
+        match self {
+            CudaError::Driver { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
 impl Error {
     pub(crate) fn too_large(what: &'static str, value: impl Into<u128>) -> Self {
         Error::TooLarge { what, value: value.into() }
+    }
+    /// A CUDA failure that is neither a driver code nor a compile error.
+    pub(crate) fn cuda_other(msg: impl Into<String>) -> Self {
+        Error::Cuda(CudaError::Other(msg.into()))
     }
 }
 
@@ -59,7 +97,29 @@ impl From<std::io::Error> for Error {
     }
 }
 
-/// Helper so a `Display` error from another crate becomes a CUDA error.
-pub(crate) fn cuda_err(e: impl fmt::Debug) -> Error {
-    Error::Cuda(format!("{e:?}"))
+impl From<cudarc::driver::DriverError> for Error {
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        driver_error("CUDA driver call", e.0)
+    }
+}
+
+/// A driver error code from the call named `call`.
+pub(crate) fn driver_error(call: &str, r: cudarc::driver::sys::CUresult) -> Error {
+    Error::Cuda(CudaError::Driver { call: call.to_string(), code: r as u32, name: format!("{r:?}") })
+}
+
+/// Maps a cudarc driver error (the usual `map_err` argument) to [`Error::Cuda`].
+pub(crate) fn cuda_err(e: cudarc::driver::DriverError) -> Error {
+    Error::from(e)
+}
+
+/// Reserves a vector of `n` elements or reports [`Error::OutOfMemory`] for
+/// `what`: every allocation sized by the request goes through here, so an
+/// impossible request is an error, never an abort.
+pub fn try_vec<T: Clone>(what: &'static str, n: usize, fill: T) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::OutOfMemory { what, bytes: n as u128 * std::mem::size_of::<T>() as u128 })?;
+    v.resize(n, fill);
+    Ok(v)
 }

@@ -31,22 +31,31 @@ impl NanPolicy {
     }
 }
 
-/// The score element types.
+/// Element types of the tensors the operations read.
+///
+/// `F32`, `BF16` and `F16` are score types (they implement [`ScoreElem`]);
+/// `F8E4M3` (OCP fp8, 4 exponent bits, 3 mantissa bits, no infinities) is a
+/// storage type for indexer keys: no operation ranks fp8 scores, and one that
+/// does not take a dtype says so ([`Error::UnknownDType`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum DType {
     F32,
     BF16,
     F16,
+    F8E4M3,
 }
 
 impl DType {
+    /// Parses `f32`/`float32`, `bf16`/`bfloat16`, `f16`/`float16`, `f8e4m3`/`float8_e4m3fn`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "f32" | "float32" => Ok(Self::F32),
             "bf16" | "bfloat16" => Ok(Self::BF16),
             "f16" | "float16" => Ok(Self::F16),
-            _ => Err(Error::UnknownDType(format!("{s:?} (expected f32, bf16 or f16)"))),
+            "f8e4m3" | "float8_e4m3fn" => Ok(Self::F8E4M3),
+            _ => Err(Error::UnknownDType(format!("{s:?} (expected f32, bf16, f16 or f8e4m3)"))),
         }
     }
     pub fn name(self) -> &'static str {
@@ -54,6 +63,7 @@ impl DType {
             Self::F32 => "f32",
             Self::BF16 => "bf16",
             Self::F16 => "f16",
+            Self::F8E4M3 => "f8e4m3",
         }
     }
     /// Bytes per element.
@@ -61,11 +71,22 @@ impl DType {
         match self {
             Self::F32 => 4,
             Self::BF16 | Self::F16 => 2,
+            Self::F8E4M3 => 1,
         }
+    }
+    /// Whether this is a score type (one of the [`ScoreElem`] types).
+    pub fn is_score(self) -> bool {
+        matches!(self, Self::F32 | Self::BF16 | Self::F16)
     }
     /// Significant bits of the key: [`ScoreElem::key`] fits in this many bits.
     pub fn key_bits(self) -> u32 {
         (self.size() * 8) as u32
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 

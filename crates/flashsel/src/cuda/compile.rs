@@ -1,115 +1,89 @@
-//! Run-time compilation of the kernels with NVRTC, to a cubin for the device's
-//! architecture, cached on disk.
+//! Run-time compilation of the kernel modules with NVRTC, to a cubin for the
+//! device's architecture, cached on disk.
 //!
-//! Works without a GPU (NVRTC needs no driver), so CI compiles every variant
-//! and checks the resource report: `flashsel kernels --compile-only`.
+//! A *module* is one NVRTC program: an entry file (`kernels/<op>/<name>.cu`)
+//! and the headers it includes (`kernels/common/*.cuh`, the op's own). Every
+//! file under `kernels/` is embedded at build time (build.rs); NVRTC gets the
+//! headers in memory, so nothing is read from disk at run time.
 //!
-//! Cache key: SHA-256 of the source, the options, the NVRTC version and the
+//! Works without a GPU (NVRTC needs no driver), so CI compiles every module
+//! that ships and checks ptxas' resource report (`tests/kernels_compile.rs`,
+//! `flashsel kernels --compile-only`).
+//!
+//! Cache key: SHA-256 of the entry file's name and text, every embedded
+//! header's name and text, the options, the NVRTC version and the
 //! architecture. Cache directory: `$FLASHSEL_CACHE_DIR`, else
-//! `$XDG_CACHE_HOME/flashsel`, else `~/.cache/flashsel`; `FLASHSEL_CACHE_DIR=off`
-//! disables it.
+//! `$XDG_CACHE_HOME/flashsel`, else `~/.cache/flashsel`;
+//! `FLASHSEL_CACHE_DIR=off` disables it.
 
-use std::ffi::CString;
+use std::ffi::{c_char, CString};
 use std::path::PathBuf;
 
 use cudarc::nvrtc::{result as nvrtc, sys as nvrtc_sys};
 use sha2::{Digest, Sha256};
 
-use crate::contract::{Error, Result};
+use crate::contract::{CudaError, Error, Result};
+use crate::ops::select::plan;
 
-/// The kernel source, embedded at build time.
-pub const SELECT_SOURCE: &str = include_str!("../../kernels/select.cu");
+include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
 
-/// Every kernel entry point in [`SELECT_SOURCE`].
-pub const SELECT_KERNELS: [&str; 17] = [
-    "fs_scan_f32",
-    "fs_scan_bf16",
-    "fs_scan_f16",
-    "fs_split_f32",
-    "fs_split_bf16",
-    "fs_split_f16",
-    "fs_prep_f32",
-    "fs_prep_bf16",
-    "fs_prep_f16",
-    "fs_grid_f32",
-    "fs_grid_bf16",
-    "fs_grid_f16",
-    "fs_grid8_f32",
-    "fs_grid8_bf16",
-    "fs_grid8_f16",
-    "fs_grid4_f32",
-    "fs_grid_init_all",
-];
-
-/// One compiled variant of the kernel source.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Variant {
-    /// e.g. `sm_90a`, `sm_80`.
-    pub arch: &'static str,
-    pub block: u32,
-    pub global_buffer: bool,
-    /// Extra `NAME=VALUE` macro definitions, comma separated (tuning and
-    /// profiling switches such as `FS_HIST=1,FS_PROFILE=1`); empty by default.
-    /// Items that start with a lower-case letter are host switches, never
-    /// macros ([`is_host_switch`]): `src=PATH` compiles the source at PATH in
-    /// place of [`SELECT_SOURCE`] (A/B timing against another version of the
-    /// kernels); `grid=0`, `gridchunk=N`, `gridplace=N` and `grid8=0` are
-    /// planner switches (plans keep off the grid path; its smallest share of
-    /// a row per CTA; its placement bound; grid rows keep to the 16-element
-    /// kernels).
-    pub defines: String,
+/// The kernel modules, one NVRTC program each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Module {
+    /// The select operation's streaming filter: the row path (`fs_scan_*`)
+    /// and the split path (`fs_prep_*`, `fs_split_*`).
+    SelectFilter,
+    /// The select operation's grid path (`fs_grid_init_all`, `fs_grid*_*`).
+    SelectGrid,
 }
 
-/// The items of a comma-separated [`Variant::defines`] string, trimmed,
-/// empty ones skipped.
-pub fn define_items(defines: &str) -> impl Iterator<Item = &str> {
-    defines.split(',').map(str::trim).filter(|d| !d.is_empty())
-}
+impl Module {
+    pub const ALL: [Module; 2] = [Module::SelectFilter, Module::SelectGrid];
 
-/// Whether an item of [`Variant::defines`] is a host switch (lower case:
-/// `src=`, `grid=`, ...) rather than a kernel macro (`FS_...`).
-pub fn is_host_switch(item: &str) -> bool {
-    item.starts_with(|c: char| c.is_ascii_lowercase())
-}
-
-impl Variant {
-    /// The default variant of an architecture and buffer kind.
-    pub fn new(arch: &'static str, global_buffer: bool) -> Self {
-        Self { arch, block: crate::plan::BLOCK, global_buffer, defines: String::new() }
+    /// The module's name: its entry file under `kernels/`, without `.cu`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Module::SelectFilter => "select/filter",
+            Module::SelectGrid => "select/grid",
+        }
     }
 
-    pub fn name(&self) -> String {
-        format!(
-            "select[{} block={} buffer={}{}{}]",
-            self.arch,
-            self.block,
-            if self.global_buffer { "global" } else { "shared" },
-            if self.defines.is_empty() { "" } else { " " },
-            self.defines
-        )
+    /// Every kernel entry point of the module.
+    pub fn entry_points(self) -> &'static [&'static str] {
+        match self {
+            Module::SelectFilter => &[
+                "fs_scan_f32",
+                "fs_scan_bf16",
+                "fs_scan_f16",
+                "fs_split_f32",
+                "fs_split_bf16",
+                "fs_split_f16",
+                "fs_prep_f32",
+                "fs_prep_bf16",
+                "fs_prep_f16",
+            ],
+            Module::SelectGrid => &[
+                "fs_grid_f32",
+                "fs_grid_bf16",
+                "fs_grid_f16",
+                "fs_grid8_f32",
+                "fs_grid8_bf16",
+                "fs_grid8_f16",
+                "fs_grid4_f32",
+                "fs_grid_init_all",
+            ],
+        }
     }
 
-    /// The `src=PATH` item of `defines`, if any.
-    fn source_path(&self) -> Option<&str> {
-        define_items(&self.defines).find_map(|d| d.strip_prefix("src="))
+    /// Whether the module is built twice, with its candidate buffers in
+    /// shared memory or in global memory (`FS_GLOBAL_BUF`).
+    pub fn has_buffer_variants(self) -> bool {
+        self == Module::SelectFilter
     }
 
-    fn options(&self) -> Vec<String> {
-        let extra = define_items(&self.defines).filter(|d| !is_host_switch(d)).map(|d| format!("-D{d}"));
-        let mut o = vec![
-            format!("--gpu-architecture={}", self.arch),
-            "-std=c++17".into(),
-            "--ptxas-options=-v".into(),
-            "-lineinfo".into(),
-            format!("-DFS_BLOCK={}", self.block),
-            format!("-DFS_GLOBAL_BUF={}", self.global_buffer as u32),
-            format!("-DFS_HOST_GRID_MAX_K={}", crate::plan::GRID_MAX_K),
-            format!("-DFS_HOST_GRID_SMALL={}", crate::plan::GRID_SMALL),
-            format!("-DFS_HOST_GRID_STATE_WORDS={}", crate::plan::GRID_STATE_WORDS),
-            format!("-DFS_HOST_STAGE_BYTES={}", crate::plan::STAGE_BYTES),
-        ];
-        o.extend(extra);
-        o
+    /// The entry file's path under `kernels/`.
+    fn entry_file(self) -> String {
+        format!("{}.cu", self.name())
     }
 }
 
@@ -117,6 +91,80 @@ impl Variant {
 /// portable build forced on Hopper with `FLASHSEL_ARCH=sm_90`) and the portable
 /// sm_80+ family.
 pub const ARCHS: [&str; 5] = ["sm_90a", "sm_90", "sm_80", "sm_86", "sm_89"];
+
+/// One compiled variant of a module.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Variant {
+    pub module: Module,
+    /// e.g. `sm_90a`, `sm_80`.
+    pub arch: &'static str,
+    /// The global-buffer build (modules with [`Module::has_buffer_variants`]).
+    pub global_buffer: bool,
+    /// With the phase counters (`FS_PROFILE=1`).
+    pub profile: bool,
+}
+
+impl Variant {
+    /// The shipped variant of a module for an architecture and buffer kind.
+    pub fn new(module: Module, arch: &'static str, global_buffer: bool) -> Self {
+        Self { module, arch, global_buffer: global_buffer && module.has_buffer_variants(), profile: false }
+    }
+
+    pub fn name(&self) -> String {
+        let buffer = if !self.module.has_buffer_variants() {
+            ""
+        } else if self.global_buffer {
+            " buffer=global"
+        } else {
+            " buffer=shared"
+        };
+        format!("{}[{}{buffer}{}]", self.module.name(), self.arch, if self.profile { " profile" } else { "" })
+    }
+
+    fn options(&self) -> Vec<String> {
+        let mut o = vec![
+            format!("--gpu-architecture={}", self.arch),
+            "-std=c++17".into(),
+            "--ptxas-options=-v".into(),
+            "-lineinfo".into(),
+            format!("-DFS_BLOCK={}", plan::BLOCK),
+            format!("-DFS_HOST_GRID_MAX_K={}", plan::GRID_MAX_K),
+            format!("-DFS_HOST_GRID_SMALL={}", plan::GRID_SMALL),
+            format!("-DFS_HOST_GRID_STATE_WORDS={}", plan::GRID_STATE_WORDS),
+            format!("-DFS_HOST_STAGE_BYTES={}", plan::STAGE_BYTES),
+        ];
+        if self.module.has_buffer_variants() {
+            o.push(format!("-DFS_GLOBAL_BUF={}", self.global_buffer as u32));
+        }
+        if self.profile {
+            o.push("-DFS_PROFILE=1".into());
+        }
+        o
+    }
+}
+
+/// Every variant that ships for `arch`: each module, in each buffer kind it
+/// has, without profiling.
+pub fn shipped_variants(arch: &'static str) -> Vec<Variant> {
+    Module::ALL
+        .into_iter()
+        .flat_map(|m| {
+            let kinds: &[bool] = if m.has_buffer_variants() { &[false, true] } else { &[false] };
+            kinds.iter().map(move |&g| Variant::new(m, arch, g))
+        })
+        .collect()
+}
+
+/// The embedded text of a kernel source (path relative to `kernels/`).
+fn source(path: &str) -> Option<&'static str> {
+    SOURCES.iter().find(|(p, _)| *p == path).map(|(_, s)| *s)
+}
+
+/// The headers handed to NVRTC with the program of `entry`: every other
+/// embedded source.
+fn headers(entry: &str) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
+    SOURCES.iter().copied().filter(move |(p, _)| *p != entry)
+}
 
 /// Resource use of one kernel, parsed from ptxas' report.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -150,6 +198,10 @@ pub fn nvrtc_available() -> std::result::Result<(), String> {
     }
 }
 
+fn nvrtc_error(call: &str, r: nvrtc_sys::nvrtcResult) -> Error {
+    Error::Cuda(CudaError::Nvrtc { call: call.into(), name: format!("{r:?}") })
+}
+
 /// NVRTC's version, e.g. (13, 0).
 pub fn nvrtc_version() -> Result<(i32, i32)> {
     nvrtc_available().map_err(Error::BackendUnavailable)?;
@@ -157,7 +209,7 @@ pub fn nvrtc_version() -> Result<(i32, i32)> {
     // SAFETY: two out-pointers to live ints.
     let r = unsafe { nvrtc_sys::nvrtcVersion(&mut a, &mut b) };
     if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
-        return Err(Error::Cuda(format!("nvrtcVersion: {r:?}")));
+        return Err(nvrtc_error("nvrtcVersion", r));
     }
     Ok((a, b))
 }
@@ -172,24 +224,35 @@ fn cache_dir() -> Option<PathBuf> {
     }
 }
 
+/// The cache key of a program: every input that can change the cubin.
+fn cache_key(entry: &str, entry_text: &str, headers: &[(&str, &str)], opts: &[String], nvrtc: (i32, i32)) -> String {
+    let mut h = Sha256::new();
+    let mut field = |b: &[u8]| {
+        h.update((b.len() as u64).to_le_bytes());
+        h.update(b);
+    };
+    field(entry.as_bytes());
+    field(entry_text.as_bytes());
+    for (name, text) in headers {
+        field(name.as_bytes());
+        field(text.as_bytes());
+    }
+    for o in opts {
+        field(o.as_bytes());
+    }
+    field(format!("nvrtc {}.{}", nvrtc.0, nvrtc.1).as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Compiles (or loads from the cache) one variant.
 pub fn compile(v: &Variant) -> Result<Compiled> {
     let version = nvrtc_version()?;
     let opts = v.options();
-    let source = match v.source_path() {
-        Some(p) => std::borrow::Cow::Owned(
-            std::fs::read_to_string(p).map_err(|e| Error::Cuda(format!("kernel source {p}: {e}")))?,
-        ),
-        None => std::borrow::Cow::Borrowed(SELECT_SOURCE),
-    };
-    let mut h = Sha256::new();
-    h.update(source.as_bytes());
-    for o in &opts {
-        h.update(o.as_bytes());
-        h.update([0]);
-    }
-    h.update(format!("nvrtc {}.{}", version.0, version.1).as_bytes());
-    let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let entry = v.module.entry_file();
+    let text = source(&entry)
+        .ok_or_else(|| Error::cuda_other(format!("no kernel source {entry} is embedded (kernels/{entry})")))?;
+    let headers: Vec<(&str, &str)> = headers(&entry).collect();
+    let key = cache_key(&entry, text, &headers, &opts, version);
     let dir = cache_dir();
     if let Some(d) = &dir {
         let (bin, log) = (d.join(format!("{key}.cubin")), d.join(format!("{key}.log")));
@@ -198,26 +261,57 @@ pub fn compile(v: &Variant) -> Result<Compiled> {
             return Ok(Compiled { cubin, log, resources, from_cache: true });
         }
     }
-    let (cubin, log) = nvrtc_compile(&source, "select.cu", &opts)?;
+    let (cubin, log) = nvrtc_compile(&v.name(), &entry, text, &headers, &opts)?;
     if let Some(d) = &dir {
         // The cache is an optimisation: failures to write it are ignored.
+        // The log goes first: a cubin is only read beside its log.
         if std::fs::create_dir_all(d).is_ok() {
+            let _ = std::fs::write(d.join(format!("{key}.log")), &log);
             let tmp = d.join(format!("{key}.{}.tmp", std::process::id()));
             if std::fs::write(&tmp, &cubin).is_ok() {
                 let _ = std::fs::rename(&tmp, d.join(format!("{key}.cubin")));
             }
-            let _ = std::fs::write(d.join(format!("{key}.log")), &log);
         }
     }
     let resources = parse_ptxas(&log);
     Ok(Compiled { cubin, log, resources, from_cache: false })
 }
 
-fn nvrtc_compile(src: &str, name: &str, opts: &[String]) -> Result<(Vec<u8>, String)> {
-    let csrc = CString::new(src).map_err(|e| Error::Cuda(e.to_string()))?;
-    let cname = CString::new(name).map_err(|e| Error::Cuda(e.to_string()))?;
-    let prog = nvrtc::create_program(&csrc, Some(&cname)).map_err(|e| Error::Cuda(format!("{e:?}")))?;
-    // SAFETY: `prog` is live until destroy_program below; csrc/cname outlive it.
+fn cstring(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|e| Error::cuda_other(format!("a kernel source holds a NUL byte: {e}")))
+}
+
+/// One NVRTC program: `entry` (named `name`) with `headers` in memory, to a cubin.
+fn nvrtc_compile(
+    module: &str,
+    name: &str,
+    src: &str,
+    headers: &[(&str, &str)],
+    opts: &[String],
+) -> Result<(Vec<u8>, String)> {
+    let csrc = cstring(src)?;
+    let cname = cstring(name)?;
+    let texts: Vec<CString> = headers.iter().map(|(_, t)| cstring(t)).collect::<Result<_>>()?;
+    let names: Vec<CString> = headers.iter().map(|(n, _)| cstring(n)).collect::<Result<_>>()?;
+    let text_ptrs: Vec<*const c_char> = texts.iter().map(|c| c.as_ptr()).collect();
+    let name_ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
+    let mut prog: nvrtc_sys::nvrtcProgram = std::ptr::null_mut();
+    // SAFETY: every pointer is a live NUL-terminated string that outlives
+    // the program (destroyed below); the two arrays hold `headers.len()` each.
+    let r = unsafe {
+        nvrtc_sys::nvrtcCreateProgram(
+            &mut prog,
+            csrc.as_ptr(),
+            cname.as_ptr(),
+            headers.len() as i32,
+            text_ptrs.as_ptr(),
+            name_ptrs.as_ptr(),
+        )
+    };
+    if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(nvrtc_error("nvrtcCreateProgram", r));
+    }
+    // SAFETY: `prog` is live until destroy_program below.
     unsafe {
         let compiled = nvrtc::compile_program(prog, opts);
         let log = nvrtc::get_program_log(prog)
@@ -226,21 +320,21 @@ fn nvrtc_compile(src: &str, name: &str, opts: &[String]) -> Result<(Vec<u8>, Str
                 String::from_utf8_lossy(&bytes).into_owned()
             })
             .unwrap_or_default();
-        if let Err(e) = compiled {
+        if compiled.is_err() {
             let _ = nvrtc::destroy_program(prog);
-            return Err(Error::Cuda(format!("NVRTC failed to compile {name} ({e:?}):\n{log}")));
+            return Err(Error::Cuda(CudaError::Compile { module: module.into(), log }));
         }
         let mut size = 0usize;
         let r = nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size);
         if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
             let _ = nvrtc::destroy_program(prog);
-            return Err(Error::Cuda(format!("nvrtcGetCUBINSize: {r:?} (was a real sm_XX architecture given?)")));
+            return Err(nvrtc_error("nvrtcGetCUBINSize (was a real sm_XX architecture given?)", r));
         }
         let mut cubin = vec![0u8; size];
         let r = nvrtc_sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut _);
         let _ = nvrtc::destroy_program(prog);
         if r != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
-            return Err(Error::Cuda(format!("nvrtcGetCUBIN: {r:?}")));
+            return Err(nvrtc_error("nvrtcGetCUBIN", r));
         }
         Ok((cubin, log))
     }
@@ -319,19 +413,66 @@ ptxas info    : Used 32 registers, 2096 bytes smem, 496 bytes cmem[0]\n";
         assert_eq!((r[1].registers, r[1].spill_stores), (32, 0));
     }
 
+    /// Every module's entry file is embedded, and every `#include "..."` in
+    /// every embedded file names an embedded header: NVRTC sees exactly the
+    /// sources the cache key hashes.
     #[test]
-    fn a_source_override_is_not_a_macro() {
-        let v =
-            Variant { defines: "FS_SEG=16, src=/tmp/other.cu,FS_PROFILE=1".into(), ..Variant::new("sm_90a", false) };
-        assert_eq!(v.source_path(), Some("/tmp/other.cu"));
-        let o = v.options();
-        assert!(o.contains(&"-DFS_SEG=16".to_string()) && o.contains(&"-DFS_PROFILE=1".to_string()));
-        assert!(!o.iter().any(|x| x.contains("src=")), "{o:?}");
-        let v = Variant { defines: "grid=0,gridchunk=4096,FS_PDL=0".into(), ..Variant::new("sm_90a", false) };
-        let o = v.options();
-        assert!(!o.iter().any(|x| x.contains("grid")), "{o:?}");
-        assert!(o.contains(&"-DFS_PDL=0".to_string()));
-        assert_eq!(Variant::new("sm_80", true).source_path(), None);
-        assert_eq!(define_items(" FS_SEG=8, ,grid=0,").collect::<Vec<_>>(), ["FS_SEG=8", "grid=0"]);
+    fn every_include_resolves_to_an_embedded_header() {
+        for m in Module::ALL {
+            assert!(source(&m.entry_file()).is_some(), "{} is not embedded", m.entry_file());
+        }
+        for (path, text) in SOURCES {
+            for line in text.lines() {
+                let Some(rest) = line.trim_start().strip_prefix("#include") else { continue };
+                let rest = rest.trim();
+                // System headers (<...>) are NVRTC's own builtins.
+                let Some(name) = rest.strip_prefix('"').and_then(|r| r.split('"').next()) else { continue };
+                assert!(
+                    headers(path).any(|(h, _)| h == name),
+                    "{path} includes {name:?}, which is not an embedded source (paths are relative to kernels/)"
+                );
+            }
+        }
+    }
+
+    /// The key changes with any header's text, the entry, the options and
+    /// the NVRTC version.
+    #[test]
+    fn the_cache_key_covers_every_source() {
+        let opts = vec!["-DX=1".to_string()];
+        let hs = [("common/a.cuh", "int a;"), ("select/b.cuh", "int b;")];
+        let base = cache_key("select/filter.cu", "src", &hs, &opts, (13, 0));
+        assert_eq!(base, cache_key("select/filter.cu", "src", &hs, &opts, (13, 0)));
+        let edited = [("common/a.cuh", "int a;"), ("select/b.cuh", "int b ;")];
+        assert_ne!(base, cache_key("select/filter.cu", "src", &edited, &opts, (13, 0)));
+        let renamed = [("common/a.cuh", "int a;"), ("select/c.cuh", "int b;")];
+        assert_ne!(base, cache_key("select/filter.cu", "src", &renamed, &opts, (13, 0)));
+        assert_ne!(base, cache_key("select/filter.cu", "src", &hs[..1], &opts, (13, 0)));
+        assert_ne!(base, cache_key("select/grid.cu", "src", &hs, &opts, (13, 0)));
+        assert_ne!(base, cache_key("select/filter.cu", "src2", &hs, &opts, (13, 0)));
+        assert_ne!(base, cache_key("select/filter.cu", "src", &hs, &["-DX=2".to_string()], (13, 0)));
+        assert_ne!(base, cache_key("select/filter.cu", "src", &hs, &opts, (13, 1)));
+        // Field boundaries count: moving a byte between fields changes the key.
+        assert_ne!(cache_key("ab", "c", &[], &[], (13, 0)), cache_key("a", "bc", &[], &[], (13, 0)));
+    }
+
+    #[test]
+    fn variants_and_options() {
+        let v = shipped_variants("sm_90a");
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert_eq!(v.iter().filter(|v| v.module == Module::SelectGrid).count(), 1);
+        let grid = Variant::new(Module::SelectGrid, "sm_80", true);
+        assert!(!grid.global_buffer, "the grid module has no global-buffer build");
+        assert!(!grid.options().iter().any(|o| o.starts_with("-DFS_GLOBAL_BUF")));
+        let f = Variant::new(Module::SelectFilter, "sm_80", true);
+        assert!(f.options().contains(&"-DFS_GLOBAL_BUF=1".to_string()));
+        assert!(!f.options().iter().any(|o| o.contains("FS_PROFILE")));
+        let p = Variant { profile: true, ..f.clone() };
+        assert!(p.options().contains(&"-DFS_PROFILE=1".to_string()) && p.name() != f.name());
+        assert_eq!(f.name(), "select/filter[sm_80 buffer=global]");
+        let mut entries: Vec<&str> = Module::ALL.iter().flat_map(|m| m.entry_points().iter().copied()).collect();
+        entries.sort_unstable();
+        entries.dedup();
+        assert_eq!(entries.len(), 17, "entry points are unique across modules");
     }
 }

@@ -66,7 +66,8 @@ impl Thr {
         let v = match T::DTYPE {
             DType::F32 => f32::from_bits(bits),
             DType::BF16 => f32::from_bits(bits << 16),
-            DType::F16 => 0.0,
+            // f16 compares `s`, not a float.
+            _ => 0.0,
         };
         Self { t, v, s: ordered16(bits as u16), all, none }
     }
@@ -90,7 +91,8 @@ pub(crate) fn beats<T: ScoreElem, const FAST: bool, const LARGEST: bool>(kf: &Ke
                 f > th.v
             }
         }
-        DType::F16 => {
+        // f16 (the only other score type).
+        _ => {
             let b = x.bits() as u16;
             let gt = ordered16(b) > th.s;
             let nan = (b & 0x7fff) > 0x7c00;
@@ -408,14 +410,7 @@ mod x86 {
 mod tests {
     use super::*;
 
-    /// splitmix64.
-    fn rng(state: &mut u64) -> u64 {
-        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = *state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
+    use crate::data::splitmix64 as rng;
 
     /// Every level on this CPU gives the masks of `beats`, and `beats` is
     /// `key > t`, for random tiles salted with specials, at thresholds taken from

@@ -2,8 +2,10 @@
 //! over adversarial inputs, explicit cases for each category, the within-row
 //! split, and the error paths.
 
-use flashsel::cpu::{self, ChunkPlan, Simd, Tuning};
-use flashsel::{reference_select, DType, Error, NanPolicy, OutputOrder, ScoreElem, ScoresView, SelectSpec};
+use super::{self as cpu, ChunkPlan, Simd, Tuning};
+use crate::contract::{DType, Error, NanPolicy, ScoreElem, ScoresView};
+use crate::data::Rng;
+use crate::ops::select::{reference_select, OutputOrder, SelectSpec};
 use half::{bf16, f16};
 use proptest::prelude::*;
 
@@ -37,27 +39,6 @@ impl Elem for f16 {
         f16::from_bits(b as u16)
     }
     const FIELDS: (u32, u32, u32) = (0x8000, 0x7c00, 0x03ff);
-}
-
-/// splitmix64: deterministic data from a proptest-chosen seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    /// Roughly normal, in about [-4, 4].
-    fn normal(&mut self) -> f32 {
-        let s: f32 = (0..4).map(|_| (self.next() >> 40) as f32 / (1u64 << 24) as f32).sum();
-        (s - 2.0) * 2.0
-    }
 }
 
 /// Bit patterns that stress the key mapping: both zeros, both infinities, NaNs
@@ -134,7 +115,7 @@ fn gen<T: Elem>(mode: u8, n: usize, rng: &mut Rng) -> Vec<T> {
             5 => T::from_f32([-1.0, 0.0, 1.0, 2.0][rng.below(4) as usize]),
             6 => T::from_f32(i as f32 * 0.25 - 8.0),
             7 => T::from_f32(8.0 - i as f32 * 0.25),
-            8 => T::from_bits(rng.next() as u32 & (sign | (sign - 1))),
+            8 => T::from_bits(rng.next_u64() as u32 & (sign | (sign - 1))),
             9 => T::from_bits(if rng.below(2) == 0 { 0 } else { sign }),
             _ => T::from_bits((rng.below(man as u64) as u32 + 1) | if rng.below(2) == 0 { 0 } else { sign }),
         })
@@ -291,7 +272,7 @@ fn build<T: Elem>(
     lengths: Option<&[u8]>,
     seed: u64,
 ) -> Case<T> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let stride = cols + gap;
     let mut data = Vec::new();
     for r in 0..rows {

@@ -48,7 +48,8 @@
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
 //!   append nothing).
 
-use crate::contract::{Error, Result, SelectSpec};
+use super::SelectSpec;
+use crate::contract::{Error, Result};
 
 /// Threads per CTA of every kernel.
 pub const BLOCK: u32 = 512;
@@ -159,70 +160,52 @@ pub enum Buffer {
     Global,
 }
 
-/// A launch plan. Workspace offsets are bytes from the workspace start.
+/// A launch plan, one variant per path. Workspace offsets are bytes from the
+/// workspace start, each region 256-byte aligned.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Plan {
-    pub path: Path,
+#[serde(tag = "path", rename_all = "lowercase")]
+pub enum Plan {
+    /// One CTA per row: the streaming filter, the result written directly.
+    Row(FilterPlan),
+    /// Several filter CTAs per row; the row's last CTA merges their top-k lists.
+    Split(SplitPlan),
+    /// Several CTAs per row, all resident, selecting the row together.
+    Grid(GridPlan),
+}
+
+/// The streaming filter's launch (`fs_scan_*` on the row path, `fs_split_*`
+/// on the split path).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FilterPlan {
     pub buffer: Buffer,
     pub ctas_per_row: u32,
-    /// Merge rounds after the scan: 1 for a split row (its last CTA merges the
-    /// row's candidates), 0 otherwise (a grid row is selected as a whole).
-    pub merge_levels: usize,
-    /// Grid `y` of every launch: row slots, each CTA looping over rows.
+    /// Grid `y` of the launch: row slots, each CTA looping over rows.
     pub row_slots: u32,
-    pub block: u32,
-    /// Scan tile, elements.
-    pub tile: u32,
-    /// Candidate buffer capacity, composites (grid path: the staged list,
-    /// `k + GRID_SMALL`).
+    /// Candidate buffer capacity, composites.
     pub cap: u32,
     /// Dynamic shared memory per CTA, bytes: for a shared buffer,
-    /// [`shared_bytes`]`(cap, stage_bytes)`.
+    /// [`shared_bytes`]`(cap, stage_bytes)`; 0 for a global one.
     pub smem_bytes: u32,
     /// The load ring's bytes, after the buffer in the dynamic shared memory
     /// ([`STAGE_BYTES`] on the row path where it fits, else 0).
     pub stage_bytes: u32,
     /// Shortest range worth a CTA of its own, columns.
     pub fit: u64,
-    /// Whether split rows of the full width take the row-wide sample in
-    /// `fs_prep_*` (whose key bound every scan CTA of the row starts from).
-    pub sampled: bool,
-    pub workspace_bytes: u64,
-    #[serde(skip)]
-    pub layout: Layout,
-}
-
-/// Workspace regions, byte offsets from the workspace start.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Layout {
-    /// Split rows' shared state, when `Path::Split`.
-    pub split: Option<SplitLayout>,
-    /// Global candidate buffers, when `Buffer::Global`.
+    /// The per-CTA global candidate buffers (`Buffer::Global`): `cap + 1`
+    /// composites for each of `ctas_per_row x row_slots` CTAs.
     pub gbuf: Option<u64>,
-    /// Grid rows' shared state, when `Path::Grid`.
-    pub grid: Option<GridLayout>,
+    pub workspace_bytes: u64,
 }
 
-/// The per-row regions of a grid plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GridLayout {
-    /// `rows x (k + GRID_SMALL)` composites (`u64`): the bins above the
-    /// crossing bin and the crossing bin.
-    pub list: u64,
-    /// `rows x GRID_STATE_WORDS` `u32` words, zeroed by each run.
-    pub state: u64,
-    /// Bytes of the state region.
-    pub state_bytes: u64,
-    /// Elements a thread holds: [`GRID_ITEMS`] (`fs_grid_*`),
-    /// [`GRID_ITEMS_SMALL`] (`fs_grid8_*`, chunks of at most `BLOCK x
-    /// GRID_ITEMS_SMALL`) or [`GRID_ITEMS_TINY`] (`fs_grid4_f32`); see
-    /// [`grid_items`].
-    pub items: u32,
-}
-
-/// The per-row regions of a split plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SplitLayout {
+/// A split plan: the filter launch and the rows' shared state, filled by
+/// `fs_prep_*` before it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SplitPlan {
+    #[serde(flatten)]
+    pub filter: FilterPlan,
+    /// Whether rows of the full width take the row-wide sample in
+    /// `fs_prep_*` (whose key bound every CTA of the row starts from).
+    pub sampled: bool,
     /// `rows x ctas_per_row x k` candidate slots (`u64` composites).
     pub cand: u64,
     /// `rows` counters of appended candidates (`u32`).
@@ -233,8 +216,108 @@ pub struct SplitLayout {
     pub row_lb: u64,
 }
 
-fn align(x: u64) -> u64 {
-    x.div_ceil(256) * 256
+/// A grid plan: `fs_grid_init_all`, then one cooperative launch of the grid
+/// kernel of width `items`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GridPlan {
+    pub ctas_per_row: u32,
+    /// Grid `y` of the launch: one per row.
+    pub row_slots: u32,
+    /// Elements a thread holds: [`GRID_ITEMS`] (`fs_grid_*`),
+    /// [`GRID_ITEMS_SMALL`] (`fs_grid8_*`) or [`GRID_ITEMS_TINY`]
+    /// (`fs_grid4_f32`); see [`grid_items`].
+    pub items: u32,
+    /// Entries of a row's list (and of each CTA's staged copy): `k + GRID_SMALL`.
+    pub list_len: u32,
+    /// Dynamic shared memory per CTA: the staged list ([`grid_smem_bytes`]).
+    pub smem_bytes: u32,
+    pub fit: u64,
+    /// `rows x list_len` composites (`u64`): the bins above the crossing bin
+    /// and the crossing bin.
+    pub list: u64,
+    /// `rows x GRID_STATE_WORDS` `u32` words, zeroed by each run.
+    pub state: u64,
+    /// Bytes of the state region.
+    pub state_bytes: u64,
+    pub workspace_bytes: u64,
+}
+
+impl Plan {
+    pub fn path(&self) -> Path {
+        match self {
+            Plan::Row(_) => Path::Row,
+            Plan::Split(_) => Path::Split,
+            Plan::Grid(_) => Path::Grid,
+        }
+    }
+    /// The filter launch of a row or split plan.
+    pub fn filter(&self) -> Option<&FilterPlan> {
+        match self {
+            Plan::Row(f) => Some(f),
+            Plan::Split(s) => Some(&s.filter),
+            Plan::Grid(_) => None,
+        }
+    }
+    pub fn split(&self) -> Option<&SplitPlan> {
+        match self {
+            Plan::Split(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn grid(&self) -> Option<&GridPlan> {
+        match self {
+            Plan::Grid(g) => Some(g),
+            _ => None,
+        }
+    }
+    /// Threads per CTA of every launch.
+    pub fn block(&self) -> u32 {
+        BLOCK
+    }
+    pub fn ctas_per_row(&self) -> u32 {
+        self.filter().map_or_else(|| self.grid().map_or(1, |g| g.ctas_per_row), |f| f.ctas_per_row)
+    }
+    pub fn row_slots(&self) -> u32 {
+        self.filter().map_or_else(|| self.grid().map_or(1, |g| g.row_slots), |f| f.row_slots)
+    }
+    /// Where each CTA's candidate buffer lives (a grid CTA stages its list in
+    /// shared memory).
+    pub fn buffer(&self) -> Buffer {
+        self.filter().map_or(Buffer::Shared, |f| f.buffer)
+    }
+    /// Candidate buffer capacity (grid: the list's entries).
+    pub fn cap(&self) -> u32 {
+        self.filter().map_or_else(|| self.grid().map_or(0, |g| g.list_len), |f| f.cap)
+    }
+    pub fn smem_bytes(&self) -> u32 {
+        self.filter().map_or_else(|| self.grid().map_or(0, |g| g.smem_bytes), |f| f.smem_bytes)
+    }
+    pub fn stage_bytes(&self) -> u32 {
+        self.filter().map_or(0, |f| f.stage_bytes)
+    }
+    pub fn fit(&self) -> u64 {
+        self.filter().map_or_else(|| self.grid().map_or(0, |g| g.fit), |f| f.fit)
+    }
+    /// Merge rounds after the filter: 1 for a split row (its last CTA merges
+    /// the row's candidates), 0 otherwise.
+    pub fn merge_levels(&self) -> usize {
+        matches!(self, Plan::Split(_)) as usize
+    }
+    /// Whether split rows take the row-wide sample.
+    pub fn sampled(&self) -> bool {
+        self.split().is_some_and(|s| s.sampled)
+    }
+    /// The global candidate buffers' region, when `Buffer::Global`.
+    pub fn gbuf(&self) -> Option<u64> {
+        self.filter().and_then(|f| f.gbuf)
+    }
+    pub fn workspace_bytes(&self) -> u64 {
+        match self {
+            Plan::Row(f) => f.workspace_bytes,
+            Plan::Split(s) => s.filter.workspace_bytes,
+            Plan::Grid(g) => g.workspace_bytes,
+        }
+    }
 }
 
 /// The smallest candidate buffer that works, in composites: it must hold k
@@ -270,9 +353,9 @@ pub fn plan(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps) -> Result<P
     plan_with(spec, has_lengths, dev, &PathOptions::default())
 }
 
-/// Planner switches for checking and timing one path against another.
+/// Planner switches, for the tests that pin one path against another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PathOptions {
+pub(crate) struct PathOptions {
     /// `false`: geometries the grid path would take get the split plan they
     /// took before it.
     pub grid: bool,
@@ -293,7 +376,7 @@ impl Default for PathOptions {
 }
 
 /// [`plan`] with [`PathOptions`].
-pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: &PathOptions) -> Result<Plan> {
+pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: &PathOptions) -> Result<Plan> {
     spec.validate()?;
     let _ = has_lengths; // lengths change the work, not the launch geometry
     if dev.sm_count == 0 {
@@ -320,7 +403,7 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
     let path = if ctas_per_row == 1 { Path::Row } else { Path::Split };
     if path == Path::Split && opts.grid {
         if let Some((g, chunk)) = grid_ctas(rows, cols, k, spec.dtype, dev, opts) {
-            return Ok(grid_plan(rows, k, g, fit, grid_items(chunk, spec.dtype, opts)));
+            return Ok(Plan::Grid(grid_plan(rows, k, g, fit, grid_items(chunk, spec.dtype, opts))));
         }
     }
 
@@ -362,47 +445,31 @@ pub fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps, opts: 
         Buffer::Global => rows_nz.min(target.div_ceil(ctas_per_row as u64).max(1)).min(MAX_GRID_Y as u64),
     } as u32;
 
-    let mut off = 0u64;
-    let mut region = |bytes: u64| {
-        let o = off;
-        off = align(off + bytes);
-        o
-    };
-    let split = if path == Path::Split {
-        Some(SplitLayout {
-            cand: region(rows * ctas_per_row as u64 * k * 8),
-            row_count: region(rows * 4),
-            row_done: region(rows * 4),
-            row_lb: region(rows * 8),
-        })
-    } else {
-        None
-    };
+    let mut ws = crate::cuda::workspace::Regions::new();
+    let split = (path == Path::Split)
+        .then(|| (ws.add(rows * ctas_per_row as u64 * k * 8), ws.add(rows * 4), ws.add(rows * 4), ws.add(rows * 8)));
     // A global buffer: cap + 1 composites per CTA (the spare slot, as in
     // shared_bytes).
-    let gbuf = if buffer == Buffer::Global {
-        Some(region(ctas_per_row as u64 * row_slots as u64 * (cap64 + 1) * 8))
-    } else {
-        None
-    };
-    // The kernel decides per row (against its active length) whether the
-    // row-wide sample runs; this is the same test on the buffer width.
-    let sampled = path == Path::Split && cols >= 16 * tile as u64 && 8 * k <= cols;
-    Ok(Plan {
-        path,
+    let gbuf = (buffer == Buffer::Global).then(|| ws.add(ctas_per_row as u64 * row_slots as u64 * (cap64 + 1) * 8));
+    let filter = FilterPlan {
         buffer,
         ctas_per_row,
-        merge_levels: (path == Path::Split) as usize,
         row_slots,
-        block,
-        tile,
         cap,
         smem_bytes,
         stage_bytes,
         fit,
-        sampled,
-        workspace_bytes: off,
-        layout: Layout { split, gbuf, grid: None },
+        gbuf,
+        workspace_bytes: ws.total(),
+    };
+    Ok(match split {
+        None => Plan::Row(filter),
+        Some((cand, row_count, row_done, row_lb)) => {
+            // The kernel decides per row (against its active length) whether
+            // the row-wide sample runs; this is the same test on the buffer width.
+            let sampled = cols >= 16 * tile as u64 && 8 * k <= cols;
+            Plan::Split(SplitPlan { filter, sampled, cand, row_count, row_done, row_lb })
+        }
     })
 }
 
@@ -432,7 +499,7 @@ fn grid_ctas(
 /// Elements a thread of the grid kernel holds for a chunk: the fewest of
 /// [`grid_items_narrowest`], [`GRID_ITEMS_SMALL`] and [`GRID_ITEMS`] that
 /// hold it (`grid8=0`: always [`GRID_ITEMS`]).
-pub fn grid_items(chunk: u64, dtype: crate::contract::DType, opts: &PathOptions) -> u32 {
+pub(crate) fn grid_items(chunk: u64, dtype: crate::contract::DType, opts: &PathOptions) -> u32 {
     let fits = |items: u32| chunk <= BLOCK as u64 * items as u64;
     if !opts.grid_small_items {
         return GRID_ITEMS;
@@ -456,25 +523,22 @@ pub fn grid_smem_bytes(k: u64) -> u32 {
     ((k + GRID_SMALL).div_ceil(256) * 256 * 8) as u32
 }
 
-fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64, items: u32) -> Plan {
-    let list = 0;
-    let state = align(rows * (k + GRID_SMALL) * 8);
+fn grid_plan(rows: u64, k: u64, ctas_per_row: u64, fit: u64, items: u32) -> GridPlan {
+    let mut ws = crate::cuda::workspace::Regions::new();
+    let list = ws.add(rows * (k + GRID_SMALL) * 8);
     let state_bytes = rows * GRID_STATE_WORDS * 4;
-    Plan {
-        path: Path::Grid,
-        buffer: Buffer::Shared,
+    let state = ws.add(state_bytes);
+    GridPlan {
         ctas_per_row: ctas_per_row as u32,
-        merge_levels: 0,
         row_slots: rows as u32,
-        block: BLOCK,
-        tile: TILE,
-        cap: (k + GRID_SMALL) as u32,
+        items,
+        list_len: (k + GRID_SMALL) as u32,
         smem_bytes: grid_smem_bytes(k),
-        stage_bytes: 0,
         fit,
-        sampled: false,
-        workspace_bytes: align(state + state_bytes),
-        layout: Layout { split: None, gbuf: None, grid: Some(GridLayout { list, state, state_bytes, items }) },
+        list,
+        state,
+        state_bytes,
+        workspace_bytes: ws.total(),
     }
 }
 

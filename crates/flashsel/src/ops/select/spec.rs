@@ -1,7 +1,6 @@
-//! What is asked (the spec), what it reads (a strided view) and what it returns.
+//! What a selection asks (the spec) and what it returns.
 
-use super::error::{Error, Result};
-use super::key::{composite_index, DType, NanPolicy, ScoreElem};
+use crate::contract::{composite_index, try_vec, DType, Error, NanPolicy, Result, ScoreElem, ScoresView, PAD};
 
 /// Order of each output row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
@@ -69,6 +68,9 @@ impl SelectSpec {
 
     /// Checks the shape-only rules: `k`, sizes that must fit `i32`, the stride.
     pub fn validate(&self) -> Result<()> {
+        if !self.dtype.is_score() {
+            return Err(Error::UnknownDType(format!("select ranks f32, bf16 or f16 scores, not {}", self.dtype)));
+        }
         if self.k == 0 {
             return Err(Error::ZeroK);
         }
@@ -125,16 +127,16 @@ impl SelectSpec {
                 T::DTYPE.name()
             )));
         }
-        if scores.rows != self.rows || scores.cols != self.cols || scores.row_stride != self.row_stride {
+        if scores.rows() != self.rows || scores.cols() != self.cols || scores.row_stride() != self.row_stride {
             return Err(Error::Shape(format!(
                 "view is {}x{} (stride {}) but the spec is {}x{} (stride {})",
-                scores.rows, scores.cols, scores.row_stride, self.rows, self.cols, self.row_stride
+                scores.rows(),
+                scores.cols(),
+                scores.row_stride(),
+                self.rows,
+                self.cols,
+                self.row_stride
             )));
-        }
-        // The view's fields are public: check the buffer against them again.
-        let need = self.elements_needed();
-        if scores.data.len() < need {
-            return Err(Error::BufferSize { what: "scores", got: scores.data.len(), need });
         }
         if let Some(l) = lengths {
             self.validate_lengths(l)?;
@@ -146,54 +148,6 @@ impl SelectSpec {
     #[inline]
     pub fn row_len(&self, r: usize, lengths: Option<&[i32]>) -> usize {
         lengths.map_or(self.cols, |l| l[r] as usize)
-    }
-}
-
-/// A read-only, row-major, strided view of a score matrix in host memory.
-#[derive(Debug, Clone, Copy)]
-pub struct ScoresView<'a, T> {
-    data: &'a [T],
-    pub rows: usize,
-    pub cols: usize,
-    pub row_stride: usize,
-}
-
-impl<'a, T: ScoreElem> ScoresView<'a, T> {
-    /// A dense view (`row_stride == cols`).
-    pub fn new(data: &'a [T], rows: usize, cols: usize) -> Result<Self> {
-        Self::with_stride(data, rows, cols, cols)
-    }
-
-    /// A strided view; the buffer must hold `(rows - 1) * row_stride + cols`
-    /// elements.
-    pub fn with_stride(data: &'a [T], rows: usize, cols: usize, row_stride: usize) -> Result<Self> {
-        if row_stride < cols {
-            return Err(Error::StrideTooShort { stride: row_stride, cols });
-        }
-        let need = if rows == 0 {
-            0
-        } else {
-            (rows - 1)
-                .checked_mul(row_stride)
-                .and_then(|x| x.checked_add(cols))
-                .ok_or_else(|| Error::Shape(format!("{rows}x{cols} with stride {row_stride} overflows")))?
-        };
-        if data.len() < need {
-            return Err(Error::BufferSize { what: "scores", got: data.len(), need });
-        }
-        Ok(Self { data, rows, cols, row_stride })
-    }
-
-    /// Row `r`, `cols` elements.
-    #[inline]
-    pub fn row(&self, r: usize) -> &'a [T] {
-        let s = r * self.row_stride;
-        &self.data[s..s + self.cols]
-    }
-
-    /// The spec for selecting `k` from this view, default order and NaN policy.
-    pub fn spec(&self, k: usize) -> SelectSpec {
-        SelectSpec::new(self.rows, self.cols, k, T::DTYPE).with_stride(self.row_stride)
     }
 }
 
@@ -209,10 +163,16 @@ pub struct Selection<T> {
 }
 
 impl<T: ScoreElem> Selection<T> {
-    /// All padding: indices `-1`, values `-inf`.
-    pub fn new_padded(spec: &SelectSpec) -> Self {
+    /// All padding: indices `-1`, values `-inf`; [`Error::OutOfMemory`] when
+    /// the `rows x k` outputs cannot be allocated.
+    pub fn new_padded(spec: &SelectSpec) -> Result<Self> {
         let n = spec.rows * spec.k;
-        Self { rows: spec.rows, k: spec.k, indices: vec![-1; n], values: vec![T::neg_inf(); n] }
+        Ok(Self {
+            rows: spec.rows,
+            k: spec.k,
+            indices: try_vec("the index output", n, PAD)?,
+            values: try_vec("the value output", n, T::neg_inf())?,
+        })
     }
 
     /// Writes row `r` from composites already in output order.
@@ -243,7 +203,14 @@ pub fn write_row_into<T: ScoreElem>(idx: &mut [i32], val: &mut [T], ordered: &[u
         val[j] = row[col];
     }
     for j in ordered.len()..idx.len() {
-        idx[j] = -1;
+        idx[j] = PAD;
         val[j] = T::neg_inf();
+    }
+}
+
+impl<T: ScoreElem> ScoresView<'_, T> {
+    /// The spec for selecting `k` from this view, default order and NaN policy.
+    pub fn spec(&self, k: usize) -> SelectSpec {
+        SelectSpec::new(self.rows(), self.cols(), k, T::DTYPE).with_stride(self.row_stride())
     }
 }

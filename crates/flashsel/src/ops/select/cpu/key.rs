@@ -31,6 +31,8 @@ const fn fields(dtype: DType) -> Fields {
         DType::F32 => Fields { sign: 0x8000_0000, exp: 0x7f80_0000, man: 0x007f_ffff },
         DType::BF16 => Fields { sign: 0x8000, exp: 0x7f80, man: 0x007f },
         DType::F16 => Fields { sign: 0x8000, exp: 0x7c00, man: 0x03ff },
+        // Scores are f32, bf16 or f16 (SelectSpec::validate); fp8 is storage only.
+        _ => panic!("no score key for a storage-only dtype"),
     }
 }
 

@@ -9,7 +9,7 @@
 //! # Algorithm (per row, or per chunk of a row)
 //! The row is streamed in ascending column order. Each score has a `u32`
 //! contract key (computed by a branch-free equivalent of
-//! [`ScoreElem::key`], proved equal in the unit
+//! [`ScoreElem::key`](crate::contract::ScoreElem::key), proved equal in the unit
 //! tests) and candidates are kept as [`composite`](crate::contract::composite)s
 //! (`key << 32 | (u32::MAX - col)`, larger = ranks higher) in a buffer of
 //! capacity `cap = min(len, max(4k, k + 1024))`.
@@ -48,10 +48,10 @@
 //!   row (plus the 2048 samples), except the `rows * k` output itself.
 //!
 //! # Splitting a long row
-//! When a row has at least [`Tuning::split_min_len`] (64 Ki) candidates and the
+//! When a row has at least `Tuning::split_min_len` (64 Ki) candidates and the
 //! pool has more threads than there are rows, the row is cut into
-//! [`ChunkPlan::chunks`] equal contiguous chunks, a pure function of the row
-//! length, `k` and the threads per row ([`Tuning::chunk_plan`]: one chunk per
+//! `ChunkPlan::chunks` equal contiguous chunks, a pure function of the row
+//! length, `k` and the threads per row (`Tuning::chunk_plan`: one chunk per
 //! thread, each at least `max(16 Ki, 8k)` long). Each chunk yields its exact top
 //! `k` (composites carry global columns); the partial sets are merged pairwise
 //! and pruned back to `k` after every merge. The top `k` of a union is the top
@@ -74,25 +74,26 @@ mod order;
 mod stream;
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
 
-use crate::contract::{composite_index, Error, OutputOrder, Result, ScoreElem, ScoresView, SelectSpec, Selection};
+use super::{OutputOrder, SelectSpec, Selection};
+use crate::contract::{composite_index, Error, Result, ScoreElem, ScoresView};
 
-#[doc(hidden)]
-pub use filter::Simd;
+pub(crate) use filter::Simd;
 use key::KeyFn;
 
 /// Exact top-k under the contract: the bytes of
-/// [`reference_select`](crate::contract::reference_select), in linear time.
+/// [`reference_select`](super::reference_select), in linear time.
 pub fn select<T: ScoreElem>(
     scores: &ScoresView<'_, T>,
     spec: &SelectSpec,
     lengths: Option<&[i32]>,
 ) -> Result<Selection<T>> {
     spec.validate_host(scores, lengths)?;
-    let mut out = Selection::<T>::new_padded(spec);
-    run(scores, spec, lengths, &mut out.indices, Some(&mut out.values), true, &Tuning::default());
+    let mut out = Selection::<T>::new_padded(spec)?;
+    run(scores, spec, lengths, &mut out.indices, Some(&mut out.values), true, &Tuning::default())?;
     Ok(out)
 }
 
@@ -109,10 +110,9 @@ pub fn select_into<T: ScoreElem>(
     select_into_tuned(scores, spec, lengths, out_indices, out_values, &Tuning::default())
 }
 
-/// [`select_into`] with explicit tuning (tests use it to force tiny buffers and
-/// the within-row split on short rows). The answer never depends on `tuning`.
-#[doc(hidden)]
-pub fn select_into_tuned<T: ScoreElem>(
+/// [`select_into`] with explicit tuning (the tests force tiny buffers and the
+/// within-row split on short rows). The answer never depends on `tuning`.
+pub(crate) fn select_into_tuned<T: ScoreElem>(
     scores: &ScoresView<'_, T>,
     spec: &SelectSpec,
     lengths: Option<&[i32]>,
@@ -130,15 +130,19 @@ pub fn select_into_tuned<T: ScoreElem>(
             return Err(Error::BufferSize { what: "out_values", got: v.len(), need });
         }
     }
-    run(scores, spec, lengths, out_indices, out_values, false, tuning);
-    Ok(())
+    run(scores, spec, lengths, out_indices, out_values, false, tuning)
+}
+
+/// The error of a request whose candidate buffers could not be allocated.
+fn scratch_oom(spec: &SelectSpec, tuning: &Tuning) -> Error {
+    let cap = tuning.capacity(spec.cols, spec.k) as u128;
+    Error::OutOfMemory { what: "the CPU engine's candidate buffers", bytes: 8 * (cap + spec.k.min(spec.cols) as u128) }
 }
 
 /// Knobs of the engine. None of them changes the answer, only the work split
 /// and how often the candidate buffer is compacted.
-#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tuning {
+pub(crate) struct Tuning {
     /// Threads the plan assumes; `0` = rayon's current pool size.
     pub threads: usize,
     /// Rows with fewer candidates than this are never split.
@@ -185,9 +189,8 @@ impl Default for Tuning {
 
 /// How one row is cut for the within-row split: `chunks` equal contiguous
 /// ranges of `0..len`.
-#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkPlan {
+pub(crate) struct ChunkPlan {
     pub len: usize,
     pub chunks: usize,
 }
@@ -231,6 +234,7 @@ impl Tuning {
 
     /// The plan the engine uses for a row of `len` candidates in a request of
     /// `rows` rows: [`Self::chunk_plan`] with [`Self::threads_per_row`].
+    #[cfg(test)]
     pub fn row_plan(&self, rows: usize, len: usize, k: usize) -> ChunkPlan {
         self.chunk_plan(len, k, self.threads_per_row(rows))
     }
@@ -253,6 +257,9 @@ impl Tuning {
 }
 
 /// Runs a validated request. `prepadded`: the outputs already hold padding.
+/// Every buffer sized by the request is reserved fallibly: a row whose
+/// buffers cannot be had is left unwritten and the request fails with
+/// [`Error::OutOfMemory`].
 fn run<T: ScoreElem>(
     scores: &ScoresView<'_, T>,
     spec: &SelectSpec,
@@ -261,9 +268,9 @@ fn run<T: ScoreElem>(
     out_values: Option<&mut [T]>,
     prepadded: bool,
     tuning: &Tuning,
-) {
+) -> Result<()> {
     if spec.rows == 0 {
-        return;
+        return Ok(());
     }
     let k = spec.k;
     let tuning = Tuning { simd: tuning.simd.available(), ..*tuning };
@@ -278,19 +285,24 @@ fn run<T: ScoreElem>(
     // Keep tasks of tiny rows from being scheduled one by one.
     let min_rows = ((1usize << 15) / spec.cols.max(1)).max(1);
     let row_of = |r: usize| &scores.row(r)[..spec.row_len(r, lengths)];
+    let oom = AtomicBool::new(false);
     match out_values {
         Some(values) => out_indices
             .par_chunks_mut(k)
             .zip(values.par_chunks_mut(k))
             .enumerate()
             .with_min_len(min_rows)
-            .for_each_init(Scratch::default, |s, (r, (idx, val))| ctx.row(row_of(r), s, idx, Some(val))),
+            .for_each_init(Scratch::default, |s, (r, (idx, val))| ctx.row(row_of(r), s, idx, Some(val), &oom)),
         None => out_indices
             .par_chunks_mut(k)
             .enumerate()
             .with_min_len(min_rows)
-            .for_each_init(Scratch::default, |s, (r, idx)| ctx.row(row_of(r), s, idx, None)),
+            .for_each_init(Scratch::default, |s, (r, idx)| ctx.row(row_of(r), s, idx, None, &oom)),
     }
+    if oom.load(Ordering::Relaxed) {
+        return Err(scratch_oom(spec, &tuning));
+    }
+    Ok(())
 }
 
 /// A worker's buffers, reused from row to row.
@@ -315,8 +327,31 @@ struct RowCtx {
 }
 
 impl RowCtx {
-    fn row<T: ScoreElem>(&self, row: &[T], scratch: &mut Scratch, idx: &mut [i32], val: Option<&mut [T]>) {
+    /// Selects one row into `idx` (and `val`). Its buffers are reserved
+    /// first, fallibly: when they cannot be had, `oom` is set and the row is
+    /// left as it is (the request then fails).
+    fn row<T: ScoreElem>(
+        &self,
+        row: &[T],
+        scratch: &mut Scratch,
+        idx: &mut [i32],
+        val: Option<&mut [T]>,
+        oom: &AtomicBool,
+    ) {
         let (k, kf) = (self.k, self.kf);
+        // The candidate buffer (the stream never grows it past its capacity)
+        // and the sort's scratch.
+        let reserve = |v: &mut Vec<u64>, n: usize| {
+            v.clear();
+            v.try_reserve(n).is_ok()
+        };
+        let sel = k.min(row.len());
+        if !reserve(&mut scratch.buf, self.tuning.stream_cfg(row.len(), k).cap.max(k + 1).min(row.len()))
+            || !reserve(&mut scratch.tmp, sel)
+        {
+            oom.store(true, Ordering::Relaxed);
+            return;
+        }
         let buf = &mut scratch.buf;
         // The same plan as `Tuning::row_plan(rows, len, k)`.
         let plan = self.tuning.chunk_plan(row.len(), k, self.threads);
@@ -328,11 +363,19 @@ impl RowCtx {
                 .into_par_iter()
                 .map(|i| {
                     let r = plan.range(i);
+                    let cfg = tuning.stream_cfg(r.len(), k);
                     let mut part = Vec::new();
-                    stream::top_set(&row[r.clone()], r.start as u32, k, tuning.stream_cfg(r.len(), k), kf, &mut part);
+                    if !reserve(&mut part, cfg.cap.max(k + 1).min(r.len())) {
+                        oom.store(true, Ordering::Relaxed);
+                        return part;
+                    }
+                    stream::top_set(&row[r.clone()], r.start as u32, k, cfg, kf, &mut part);
                     part
                 })
                 .reduce(Vec::new, |a, b| stream::merge(a, b, k));
+            if oom.load(Ordering::Relaxed) {
+                return;
+            }
         }
         match self.order {
             OutputOrder::Score => order::sort_desc(buf, &mut scratch.tmp, &mut scratch.counts),
@@ -367,3 +410,6 @@ fn write_row<T: ScoreElem>(sel: &[u64], row: &[T], idx: &mut [i32], val: Option<
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,5 +1,6 @@
 use super::*;
-use crate::contract::{DType, SelectSpec};
+use crate::contract::DType;
+use crate::ops::select::SelectSpec;
 
 fn h200() -> DeviceProps {
     DeviceProps::hopper(132)
@@ -16,22 +17,22 @@ fn p(rows: usize, cols: usize, k: usize) -> Plan {
 fn fit_boundaries_for_one_row() {
     for k in [512usize, 2048] {
         let fit = (4 * k).max(8192);
-        assert_eq!(p(1, 8, k).fit as usize, fit);
+        assert_eq!(p(1, 8, k).fit() as usize, fit);
         for cols in [fit - 1, fit, fit + 1, 2 * fit - 1] {
             let pl = p(1, cols, k);
-            assert_eq!(pl.path, Path::Row, "1 x {cols}, k {k}");
-            assert_eq!((pl.ctas_per_row, pl.merge_levels), (1, 0));
-            assert_eq!(pl.workspace_bytes, 0);
+            assert_eq!(pl.path(), Path::Row, "1 x {cols}, k {k}");
+            assert_eq!((pl.ctas_per_row(), pl.merge_levels()), (1, 0));
+            assert_eq!(pl.workspace_bytes(), 0);
         }
         // Two fits: the grid path for k 512 (one CTA per grid_min_chunk(f32)
         // = 2048 columns: 8); for k 2048 its placement bound (k^2 <=
         // GRID_PLACE_MAX x 8 CTAs) fails and the row splits.
         let pl = p(1, 2 * fit, k);
         let want = if k == 512 { (Path::Grid, 8, 0) } else { (Path::Split, 2, 1) };
-        assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), want);
+        assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), want);
         // Without it (grid=0), the split the geometry took before.
         let pl = plan_with(&SelectSpec::new(1, 2 * fit, k, DType::F32), false, &h200(), &NO_GRID).unwrap();
-        assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 2, 1));
+        assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Split, 2, 1));
     }
 }
 
@@ -40,77 +41,77 @@ fn wide_rows_never_run_on_one_cta() {
     // The seed-003 geometry: 1 x 262,144, k 512: 128 CTAs of 2048 columns
     // (f32), 64 of 4096 (bf16).
     let pl = p(1, 262_144, 512);
-    assert_eq!((pl.path, pl.buffer, pl.ctas_per_row, pl.merge_levels), (Path::Grid, Buffer::Shared, 128, 0));
+    assert_eq!((pl.path(), pl.buffer(), pl.ctas_per_row(), pl.merge_levels()), (Path::Grid, Buffer::Shared, 128, 0));
     let pl = plan(&SelectSpec::new(1, 262_144, 512, DType::BF16), false, &h200()).unwrap();
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Grid, 64, 0));
+    assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Grid, 64, 0));
     let pl = p(1, 1_048_576, 2048);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Grid, 132, 0));
+    assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Grid, 132, 0));
     let no_grid = |cols, k| plan_with(&SelectSpec::new(1, cols, k, DType::F32), false, &h200(), &NO_GRID).unwrap();
     let pl = no_grid(262_144, 512);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 32, 1));
+    assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Split, 32, 1));
     let pl = no_grid(1_048_576, 2048);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 128, 1));
+    assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Split, 128, 1));
     let pl = p(1, 4_194_304, 2048);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 132, 1));
+    assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Split, 132, 1));
     let pl = p(1, 4_194_304, 512);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 132, 1));
+    assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Split, 132, 1));
 }
 
 #[test]
 fn grid_path_boundaries() {
     let edge = 132 * GRID_CHUNK as usize;
     // A chunk of exactly GRID_CHUNK columns fits the registers; one more does not.
-    assert_eq!((p(1, edge, 2048).path, p(1, edge, 2048).ctas_per_row), (Path::Grid, 132));
-    assert_eq!(p(1, edge + 1, 2048).path, Path::Split);
+    assert_eq!((p(1, edge, 2048).path(), p(1, edge, 2048).ctas_per_row()), (Path::Grid, 132));
+    assert_eq!(p(1, edge + 1, 2048).path(), Path::Split);
     // k up to GRID_MAX_K.
-    assert_eq!(p(1, 1 << 20, GRID_MAX_K as usize).path, Path::Grid);
-    assert_eq!(p(1, 1 << 20, GRID_MAX_K as usize + 1).path, Path::Split);
+    assert_eq!(p(1, 1 << 20, GRID_MAX_K as usize).path(), Path::Grid);
+    assert_eq!(p(1, 1 << 20, GRID_MAX_K as usize + 1).path(), Path::Split);
     // The placement bound k^2 <= GRID_PLACE_MAX x ctas_per_row: 8 rows of
     // 65,536 get 16 CTAs each (chunks of 4096): k 1448 fits, k 1449 not.
-    assert_eq!((p(8, 65_536, 1448).path, p(8, 65_536, 1448).ctas_per_row), (Path::Grid, 16));
-    assert_eq!(p(8, 65_536, 1449).path, Path::Split);
+    assert_eq!((p(8, 65_536, 1448).path(), p(8, 65_536, 1448).ctas_per_row()), (Path::Grid, 16));
+    assert_eq!(p(8, 65_536, 1449).path(), Path::Split);
     // 1 x 65,536, k 2048: f32 on 32 grid CTAs of 2048 (k^2 <= GRID_PLACE_MAX
     // x 32; 13.0 us against 14.2 split), bf16 (16 CTAs of 4096) splits.
     let pl = p(1, 65_536, 2048);
-    assert_eq!((pl.path, pl.ctas_per_row), (Path::Grid, 32));
+    assert_eq!((pl.path(), pl.ctas_per_row()), (Path::Grid, 32));
     let pl = plan(&SelectSpec::new(1, 65_536, 2048, DType::BF16), false, &h200()).unwrap();
-    assert_eq!(pl.path, Path::Split);
+    assert_eq!(pl.path(), Path::Split);
     // Chunks of at least grid_min_chunk: 1 x 16,384 takes 8 CTAs (f32) or 4
     // (16-bit), not 132.
-    assert_eq!(p(1, 16_384, 64).ctas_per_row, 8);
+    assert_eq!(p(1, 16_384, 64).ctas_per_row(), 8);
     for dtype in [DType::BF16, DType::F16] {
-        assert_eq!(plan(&SelectSpec::new(1, 16_384, 64, dtype), false, &h200()).unwrap().ctas_per_row, 4);
+        assert_eq!(plan(&SelectSpec::new(1, 16_384, 64, dtype), false, &h200()).unwrap().ctas_per_row(), 4);
     }
     assert_eq!(grid_min_chunk(DType::F32), BLOCK as u64 * GRID_ITEMS_TINY as u64);
     assert_eq!(grid_min_chunk(DType::BF16), BLOCK as u64 * GRID_ITEMS_SMALL as u64);
     // Never more CTAs than SMs in all (cooperative: all resident).
     for rows in [1usize, 2, 3, 7, 33, 66] {
         let pl = p(rows, 16_384, 256);
-        assert_eq!(pl.path, Path::Grid, "{rows} rows");
-        assert!(rows as u32 * pl.ctas_per_row <= 132);
-        assert_eq!(pl.row_slots, rows as u32);
-        let g = pl.layout.grid.unwrap();
+        assert_eq!(pl.path(), Path::Grid, "{rows} rows");
+        assert!(rows as u32 * pl.ctas_per_row() <= 132);
+        assert_eq!(pl.row_slots(), rows as u32);
+        let g = pl.grid().unwrap().clone();
         assert_eq!(g.list % 256, 0);
         assert_eq!(g.state % 256, 0);
         assert!(g.state >= rows as u64 * (256 + GRID_SMALL) * 8);
         assert_eq!(g.state_bytes, rows as u64 * GRID_STATE_WORDS * 4);
-        assert!(pl.workspace_bytes >= g.state + g.state_bytes);
-        assert_eq!(pl.smem_bytes, (256 + GRID_SMALL as u32) * 8);
+        assert!(pl.workspace_bytes() >= g.state + g.state_bytes);
+        assert_eq!(pl.smem_bytes(), (256 + GRID_SMALL as u32) * 8);
     }
     // More rows than half the SMs: one CTA per row, as before.
-    assert_eq!(p(67, 16_384, 256).path, Path::Row);
+    assert_eq!(p(67, 16_384, 256).path(), Path::Row);
 }
 
 #[test]
 fn grid_kernel_items_follow_the_chunk() {
-    let items = |rows, cols, k| p(rows, cols, k).layout.grid.map(|g| g.items);
+    let items = |rows, cols, k| p(rows, cols, k).grid().map(|g| g.items);
     // 4096: the 8-element kernels' largest chunk.
     let small = BLOCK as usize * GRID_ITEMS_SMALL as usize;
     // 1 x 262,144, k 512: f32 128 chunks of 2048 on fs_grid4_f32; bf16 64
     // chunks of 4096 on fs_grid8_*.
     assert_eq!(items(1, 262_144, 512), Some(GRID_ITEMS_TINY));
     let bf16 = plan(&SelectSpec::new(1, 262_144, 512, DType::BF16), false, &h200()).unwrap();
-    assert_eq!(bf16.layout.grid.map(|g| g.items), Some(GRID_ITEMS_SMALL));
+    assert_eq!(bf16.grid().map(|g| g.items), Some(GRID_ITEMS_SMALL));
     // 1 x 1,048,576: 132 chunks of 7,944, the 16-element kernels.
     assert_eq!(items(1, 1_048_576, 2048), Some(GRID_ITEMS));
     // At the edge: 132 chunks of exactly 4096, then one 8-element group more.
@@ -124,7 +125,7 @@ fn grid_kernel_items_follow_the_chunk() {
     // grid8=0 keeps every grid row on the 16-element kernels.
     let wide = PathOptions { grid_small_items: false, ..PathOptions::default() };
     let pl = plan_with(&SelectSpec::new(1, 262_144, 512, DType::F32), false, &h200(), &wide).unwrap();
-    assert_eq!((pl.path, pl.ctas_per_row, pl.layout.grid.map(|g| g.items)), (Path::Grid, 128, Some(GRID_ITEMS)));
+    assert_eq!((pl.path(), pl.ctas_per_row(), pl.grid().map(|g| g.items)), (Path::Grid, 128, Some(GRID_ITEMS)));
     // Not a grid plan: no grid layout.
     assert_eq!(items(8192, 131_072, 2048), None);
 }
@@ -154,50 +155,51 @@ fn grid_kernel_width_rules() {
     ] {
         let o = PathOptions { grid_min_chunk: Some(chunk), ..d };
         let pl = plan_with(&SelectSpec::new(1, 262_144, 512, dtype), false, &h200(), &o).unwrap();
-        assert_eq!((pl.path, pl.ctas_per_row, pl.layout.grid.map(|g| g.items)), (Path::Grid, want.0, Some(want.1)));
+        assert_eq!((pl.path(), pl.ctas_per_row(), pl.grid().map(|g| g.items)), (Path::Grid, want.0, Some(want.1)));
     }
 }
 
 #[test]
 fn many_rows_take_one_cta_per_row() {
     let pl = p(8192, 131_072, 2048);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.row_slots), (Path::Row, 1, 8192));
-    assert_eq!(pl.workspace_bytes, 0);
+    assert_eq!((pl.path(), pl.ctas_per_row(), pl.row_slots()), (Path::Row, 1, 8192));
+    assert_eq!(pl.workspace_bytes(), 0);
     let pl = p(100_000, 4096, 64);
-    assert_eq!(pl.row_slots, MAX_GRID_Y);
+    assert_eq!(pl.row_slots(), MAX_GRID_Y);
     let pl = p(64, 131_072, 2048);
-    assert_eq!((pl.path, pl.ctas_per_row, pl.merge_levels), (Path::Split, 2, 1));
+    assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Split, 2, 1));
     // One wave: more rows than half the SMs take one CTA per row.
-    assert_eq!(p(67, 131_072, 2048).path, Path::Row);
-    assert_eq!(p(66, 131_072, 2048).ctas_per_row, 2);
+    assert_eq!(p(67, 131_072, 2048).path(), Path::Row);
+    assert_eq!(p(66, 131_072, 2048).ctas_per_row(), 2);
 }
 
 #[test]
 fn large_k_moves_the_buffer_to_global_memory_not_to_an_error() {
     let pl = p(4, 1 << 20, 100_000);
-    assert_eq!(pl.buffer, Buffer::Global);
-    assert_eq!(pl.smem_bytes, 0);
-    assert!(pl.layout.gbuf.is_some());
-    assert_eq!(pl.stage_bytes, 0);
-    assert!(pl.workspace_bytes >= pl.row_slots as u64 * (pl.cap as u64 + 1) * 8);
+    assert_eq!(pl.buffer(), Buffer::Global);
+    assert_eq!(pl.smem_bytes(), 0);
+    assert!(pl.gbuf().is_some());
+    assert_eq!(pl.stage_bytes(), 0);
+    assert!(pl.workspace_bytes() >= pl.row_slots() as u64 * (pl.cap() as u64 + 1) * 8);
     // The largest shared-memory k and the first global one: 2k + tile
     // composites and the spare slot fit the opt-in limit.
     let shared_max = ((h200().max_smem_per_block - STATIC_SMEM) as usize / 8 - 1 - TILE as usize) / 2;
-    assert_eq!(p(1, 1 << 20, shared_max).buffer, Buffer::Shared);
-    assert_eq!(p(1, 1 << 20, shared_max + 1).buffer, Buffer::Global);
+    assert_eq!(p(1, 1 << 20, shared_max).buffer(), Buffer::Shared);
+    assert_eq!(p(1, 1 << 20, shared_max + 1).buffer(), Buffer::Global);
 }
 
 #[test]
 fn workspace_holds_every_region() {
     let pl = p(3, 1_048_576, 2048);
-    let sl = pl.layout.split.expect("a split plan has split regions");
-    let cand_end = sl.cand + 3 * pl.ctas_per_row as u64 * 2048 * 8;
+    let sl = pl.split().cloned().expect("a split plan has split regions");
+    let cand_end = sl.cand + 3 * pl.ctas_per_row() as u64 * 2048 * 8;
     assert!(sl.row_count >= cand_end && sl.row_done >= sl.row_count + 3 * 4 && sl.row_lb >= sl.row_done + 3 * 4);
-    assert!(pl.workspace_bytes >= sl.row_lb + 3 * 8);
+    assert!(pl.workspace_bytes() >= sl.row_lb + 3 * 8);
     for off in [sl.cand, sl.row_count, sl.row_done, sl.row_lb] {
         assert_eq!(off % 256, 0);
     }
-    assert_eq!(p(8192, 131_072, 2048).layout, Layout::default());
+    let row = p(8192, 131_072, 2048);
+    assert!(row.split().is_none() && row.gbuf().is_none() && row.grid().is_none());
 }
 
 #[test]
@@ -205,22 +207,22 @@ fn plans_are_pure_and_validate() {
     assert_eq!(p(5, 300_000, 700), p(5, 300_000, 700));
     assert!(plan(&SelectSpec::new(1, 8, 0, DType::F32), false, &h200()).is_err());
     let bf = plan(&SelectSpec::new(1, 1 << 20, 2048, DType::BF16), true, &h200()).unwrap();
-    assert_eq!(bf.tile, BLOCK * 8);
+    assert_eq!((bf.path(), bf.block(), TILE), (Path::Grid, BLOCK, BLOCK * 8));
 }
 
 #[test]
 fn long_split_rows_are_sampled_first() {
     let pl = p(1, 4_194_304, 2048);
-    assert!(pl.sampled && pl.layout.split.is_some());
+    assert!(pl.sampled() && pl.split().is_some());
     let pl = p(2, 1_048_576, 512);
-    assert!(pl.sampled && pl.path == Path::Split);
+    assert!(pl.sampled() && pl.path() == Path::Split);
     // The grid path samples nothing.
-    assert!(!p(1, 1_048_576, 2048).sampled);
+    assert!(!p(1, 1_048_576, 2048).sampled());
     // Too short for 16 tiles, or k too large a share of the row, or one CTA per row.
-    assert!(!p(1, 32_768, 512).sampled);
-    assert!(!p(1, 262_144, 32_768 + 1).sampled);
-    assert!(!p(8192, 131_072, 2048).sampled);
-    assert!(p(1, 262_144, 8192).sampled);
+    assert!(!p(1, 32_768, 512).sampled());
+    assert!(!p(1, 262_144, 32_768 + 1).sampled());
+    assert!(!p(8192, 131_072, 2048).sampled());
+    assert!(p(1, 262_144, 8192).sampled());
 }
 
 #[test]
@@ -234,25 +236,25 @@ fn shared_buffers_take_the_room_there_is() {
     // Row path: a buffer as big as two CTAs per SM allow beside the load
     // ring, and two still fit.
     let pl = p(8192, 131_072, 2048);
-    assert_eq!((pl.buffer, pl.stage_bytes, pl.cap), (Buffer::Shared, STAGE_BYTES, 10_111));
-    assert_eq!(pl.smem_bytes, (pl.cap + 1) * 8 + STAGE_BYTES);
-    assert_eq!(2 * (pl.smem_bytes + STATIC_SMEM + 1024), dev.smem_per_sm);
+    assert_eq!((pl.buffer(), pl.stage_bytes(), pl.cap()), (Buffer::Shared, STAGE_BYTES, 10_111));
+    assert_eq!(pl.smem_bytes(), (pl.cap() + 1) * 8 + STAGE_BYTES);
+    assert_eq!(2 * (pl.smem_bytes() + STATIC_SMEM + 1024), dev.smem_per_sm);
     // Never below the minimum 2k + tile, even where that costs the second CTA;
     // the ring only where it fits beside the minimum.
     let pl = p(8192, 131_072, 6000);
-    assert_eq!((pl.cap, pl.stage_bytes), (2 * 6000 + TILE, 0));
-    assert_eq!(pl.smem_bytes, (pl.cap + 1).div_ceil(2) * 16);
+    assert_eq!((pl.cap(), pl.stage_bytes()), (2 * 6000 + TILE, 0));
+    assert_eq!(pl.smem_bytes(), (pl.cap() + 1).div_ceil(2) * 16);
     // Split path: the whole opt-in limit (one CTA per SM anyway), no ring.
     let pl = p(1, 4_194_304, 2048);
-    assert_eq!(pl.stage_bytes, 0);
-    assert_eq!(pl.cap, (dev.max_smem_per_block - STATIC_SMEM) / 8 - 1);
-    assert_eq!(pl.smem_bytes + STATIC_SMEM, dev.max_smem_per_block);
+    assert_eq!(pl.stage_bytes(), 0);
+    assert_eq!(pl.cap(), (dev.max_smem_per_block - STATIC_SMEM) / 8 - 1);
+    assert_eq!(pl.smem_bytes() + STATIC_SMEM, dev.max_smem_per_block);
     // Global buffers stay at the minimum: they are workspace.
     let pl = p(4, 1 << 20, 100_000);
-    assert_eq!((pl.buffer, pl.cap, pl.stage_bytes), (Buffer::Global, 2 * 100_000 + TILE, 0));
+    assert_eq!((pl.buffer(), pl.cap(), pl.stage_bytes()), (Buffer::Global, 2 * 100_000 + TILE, 0));
     // A smaller device (sm_86: 100 KiB per SM, 99 KiB per block): the minimum.
     let ampere =
         DeviceProps { sm_count: 84, max_smem_per_block: 101_376, smem_per_sm: 102_400, max_threads_per_sm: 1536 };
     let pl = plan(&SelectSpec::new(8192, 131_072, 2048, DType::F32), false, &ampere).unwrap();
-    assert_eq!((pl.buffer, pl.cap, pl.stage_bytes), (Buffer::Shared, 2 * 2048 + TILE, 0));
+    assert_eq!((pl.buffer(), pl.cap(), pl.stage_bytes()), (Buffer::Shared, 2 * 2048 + TILE, 0));
 }

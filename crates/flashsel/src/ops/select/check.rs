@@ -3,182 +3,11 @@
 
 use half::{bf16, f16};
 
-use super::CudaEngine;
-use crate::contract::{DType, NanPolicy, OutputOrder, Result, ScoreElem, ScoresView, SelectSpec};
-use crate::plan::Path;
-
-/// Input families.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Data {
-    Normal,
-    /// ReLU plateaus: `max(0, x)`, half the row exactly 0.0.
-    Relu,
-    /// `max(0, x - 3)`: about 0.13% positive, so for most k the k-th score is
-    /// one of a plateau of tied zeros (ties decided by column).
-    ReluFew,
-    AllEqual,
-    /// NaN on every fifth element.
-    Nan5,
-    /// +/-inf sprinkled, -0.0 beside +0.0.
-    InfZero,
-    Denormal,
-    /// Increasing: every element beats all before it (worst case for the filter).
-    Ascending,
-    /// A handful of distinct values: ties everywhere.
-    FewValues,
-    /// 1.0 on the first 256 elements of every `period` (where the samplers
-    /// look when a row is 16 periods long), far lower elsewhere: the sampled
-    /// bound admits too few elements and the exact fallback must run.
-    SampleTrap {
-        period: usize,
-    },
-    /// Normal, but 0.25 higher on the first 256 elements of every `period`
-    /// (again where the samplers look): a 131,072-column row's 3-sigma
-    /// bound for k 2048 then admits ~1,620 elements (too few), the rescue's
-    /// 8-sigma bound ~2,400 (enough, most rows): the rescue path that
-    /// succeeds, where SampleTrap defeats it too.
-    SampleHot {
-        period: usize,
-    },
-    /// Rows of `len`: 1.0 on the first two elements of each group the grid
-    /// path's row sample reads (see [`in_grid_sample`]), `x - 10` elsewhere:
-    /// at most 2,048 elements reach the sample's bound (1,024 where the f32
-    /// and bf16 groups start together), so for k 4096 (k 2048 there) the
-    /// sampled pass counts fewer than k and the exact passes must run.
-    GridSampleHigh {
-        len: usize,
-    },
-    /// Rows of `len`: normal, except that one element in 16 off the sample
-    /// groups is `1e6 + x`: the k-th falls in the sampled pass's last bin
-    /// (above the sample's range) and the exact passes must run.
-    GridSampleLow {
-        len: usize,
-    },
-}
-
-/// Whether column `pos` of a row of `len` is one of the first `first`
-/// elements of a group the grid path's row sample reads (select.cu,
-/// FS_GRID_SAMPLE): thread t < 512 reads the 4 (f32) or 8 (16-bit)
-/// elements at `t * len / 512` rounded down to the group; both widths count.
-pub fn in_grid_sample(pos: usize, len: usize, first: usize) -> bool {
-    let t0 = pos * 512 / len.max(1);
-    (t0.saturating_sub(1)..=t0 + 1).filter(|&t| t < 512).any(|t| {
-        [4usize, 8].iter().any(|&v| {
-            let e0 = (t * len / 512) & !(v - 1);
-            pos >= e0 && pos < e0 + first.min(v)
-        })
-    })
-}
-
-pub const ALL_DATA: [Data; 9] = [
-    Data::Normal,
-    Data::Relu,
-    Data::ReluFew,
-    Data::AllEqual,
-    Data::Nan5,
-    Data::InfZero,
-    Data::Denormal,
-    Data::Ascending,
-    Data::FewValues,
-];
-
-/// A small deterministic generator (splitmix64): test data only.
-pub struct Rng(u64);
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed ^ 0x9e37_79b9_7f4a_7c15)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn normal(&mut self) -> f32 {
-        let (u1, u2) = (self.uniform().max(1e-300), self.uniform());
-        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
-
-/// Fills `n` scores of family `d`.
-pub fn generate(d: Data, n: usize, rng: &mut Rng) -> Vec<f32> {
-    (0..n)
-        .map(|i| match d {
-            Data::Normal => rng.normal(),
-            Data::Relu => rng.normal().max(0.0),
-            Data::ReluFew => (rng.normal() - 3.0).max(0.0),
-            Data::AllEqual => 1.5,
-            Data::Nan5 => {
-                if i % 5 == 0 {
-                    f32::from_bits(0x7fc0_0000 | (rng.next_u64() as u32 & 0x3f_ffff) | ((i as u32 & 1) << 31))
-                } else {
-                    rng.normal()
-                }
-            }
-            Data::InfZero => match rng.below(8) {
-                0 => f32::INFINITY,
-                1 => f32::NEG_INFINITY,
-                2 => -0.0,
-                3 => 0.0,
-                _ => rng.normal(),
-            },
-            Data::Denormal => f32::from_bits((rng.next_u64() as u32 & 0x007f_ffff) | ((rng.below(2) as u32) << 31)),
-            Data::Ascending => i as f32,
-            Data::FewValues => (rng.below(4) as f32) * 0.5,
-            Data::SampleTrap { period } => {
-                if i % period < 256 {
-                    1.0
-                } else {
-                    rng.normal() - 10.0
-                }
-            }
-            Data::SampleHot { period } => rng.normal() + if i % period < 256 { 0.25 } else { 0.0 },
-            Data::GridSampleHigh { len } => {
-                if in_grid_sample(i % len, len, 2) {
-                    1.0
-                } else {
-                    rng.normal() - 10.0
-                }
-            }
-            Data::GridSampleLow { len } => {
-                let x = rng.normal();
-                if i % 16 == 5 && !in_grid_sample(i % len, len, 8) {
-                    1e6 + x
-                } else {
-                    x
-                }
-            }
-        })
-        .collect()
-}
-
-/// `n` scores of family `d` from `seed`, as `device_run` draws its shapes:
-/// parts of 2^20 elements, each from its own [`Rng`] (`seed ^ part *
-/// 0x9e37`), generated in parallel; `Ascending` counts up over the whole
-/// buffer. The same seed gives the same scores everywhere.
-pub fn generate_seeded(d: Data, n: usize, seed: u64) -> Vec<f32> {
-    use rayon::prelude::*;
-    const PART: usize = 1 << 20;
-    let parts: Vec<Vec<f32>> = (0..n.div_ceil(PART))
-        .into_par_iter()
-        .map(|i| {
-            let mut r = Rng::new(seed ^ (i as u64).wrapping_mul(0x9e37));
-            let mut v = generate(d, PART.min(n - i * PART), &mut r);
-            if d == Data::Ascending {
-                v.iter_mut().enumerate().for_each(|(j, x)| *x = (i * PART + j) as f32);
-            }
-            v
-        })
-        .collect();
-    parts.concat()
-}
+use super::plan::{self, Path, Plan};
+use super::{OutputOrder, SelectSpec, Selection};
+use crate::contract::{DType, NanPolicy, Result, ScoreElem, ScoresView};
+use crate::cuda::CudaEngine;
+pub use crate::data::{generate, Data, Rng, ALL_DATA};
 
 /// One check case.
 #[derive(Debug, Clone)]
@@ -259,13 +88,13 @@ pub struct Outcome {
 
 impl Outcome {
     /// The outcome of a case run under `plan`.
-    fn of_plan(case: String, plan: &crate::plan::Plan, ok: bool, detail: String) -> Self {
-        let grid_items = plan.layout.grid.map_or(0, |g| g.items);
-        Outcome { case, path: plan.path, ctas_per_row: plan.ctas_per_row, grid_items, ok, detail }
+    fn of_plan(case: String, plan: &Plan, ok: bool, detail: String) -> Self {
+        let grid_items = plan.grid().map_or(0, |g| g.items);
+        Outcome { case, path: plan.path(), ctas_per_row: plan.ctas_per_row(), grid_items, ok, detail }
     }
 
     /// A case that could not run (`path`: the path it was meant for).
-    fn error(case: String, path: Path, err: crate::Error) -> Self {
+    fn error(case: String, path: Path, err: crate::contract::Error) -> Self {
         Outcome { case, path, ctas_per_row: 0, grid_items: 0, ok: false, detail: format!("error: {err}") }
     }
 }
@@ -273,7 +102,7 @@ impl Outcome {
 /// Whether a downloaded f32 selection equals the CPU engine's, bit for bit.
 fn same_as_cpu(data: &[f32], spec: &SelectSpec, lengths: Option<&[i32]>, idx: &[i32], val: &[f32]) -> Result<bool> {
     let view = ScoresView::new(data, spec.rows, spec.cols)?;
-    let want = crate::cpu::select(&view, spec, lengths)?;
+    let want = super::cpu::select(&view, spec, lengths)?;
     Ok(want.indices == idx && want.values.iter().zip(val).all(|(a, b)| a.to_bits() == b.to_bits()))
 }
 
@@ -281,12 +110,12 @@ fn run_typed<T: ScoreElem>(e: &CudaEngine, c: &Case, data: &[f32], lengths: Opti
     let spec = c.spec();
     let typed: Vec<T> = data.iter().map(|&x| T::from_f32(x)).collect();
     let view = ScoresView::with_stride(&typed, c.rows, c.cols, spec.row_stride)?;
-    let want = crate::cpu::select(&view, &spec, lengths)?;
+    let want = super::cpu::select(&view, &spec, lengths)?;
     let got = e.select_host(&view, &spec, lengths)?;
     if want != got && want.indices.len() <= 1 << 22 {
         // Name the culprit: the naive reference decides.
-        let naive = crate::contract::reference_select(&view, &spec, lengths)?;
-        let bits = |s: &crate::Selection<T>| s.values.iter().map(|v| v.bits()).collect::<Vec<_>>();
+        let naive = super::reference_select(&view, &spec, lengths)?;
+        let bits = |s: &Selection<T>| s.values.iter().map(|v| v.bits()).collect::<Vec<_>>();
         let gpu_ok = naive.indices == got.indices && bits(&naive) == bits(&got);
         let cpu_ok = naive.indices == want.indices && bits(&naive) == bits(&want);
         if !gpu_ok || !cpu_ok {
@@ -319,6 +148,7 @@ pub fn run_case(e: &CudaEngine, c: &Case, rng: &mut Rng) -> Result<Outcome> {
         DType::F32 => run_typed::<f32>(e, c, &data, lengths.as_deref())?,
         DType::BF16 => run_typed::<bf16>(e, c, &data, lengths.as_deref())?,
         DType::F16 => run_typed::<f16>(e, c, &data, lengths.as_deref())?,
+        other => return Err(crate::contract::Error::UnknownDType(format!("no check cases for {other}"))),
     };
     Ok(Outcome::of_plan(c.describe(), &plan, ok, detail))
 }
@@ -361,7 +191,7 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
     }
     // Path boundaries for one row, k 512 and 2048.
     for k in [512usize, 2048] {
-        let fit = e.plan(&SelectSpec::new(1, 1 << 20, k, DType::F32), false).map(|p| p.fit as usize).unwrap_or(8192);
+        let fit = e.plan(&SelectSpec::new(1, 1 << 20, k, DType::F32), false).map(|p| p.fit() as usize).unwrap_or(8192);
         let mut widths = vec![fit - 1, fit, fit + 1, 2 * fit, 2 * fit + 1, 262_144, 1_048_576];
         if !quick {
             widths.push(4_194_304);
@@ -389,8 +219,8 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         c.lengths = Some(LengthRecipe::Edges);
         cases.push(c);
     }
-    let sms = e.props.sm_count as usize;
-    let edge = sms * crate::plan::GRID_CHUNK as usize;
+    let sms = e.props().sm_count as usize;
+    let edge = sms * plan::GRID_CHUNK as usize;
     for (cols, k) in [(edge, 2048), (edge + 1, 2048), (1 << 20, 4096), (1 << 20, 4097)] {
         for &data in &[Data::Normal, Data::ReluFew] {
             cases.push(base(1, cols, k, DType::F32, data));
@@ -542,7 +372,7 @@ pub fn chained_calls_check(e: &CudaEngine, rng: &mut Rng, rows: usize, cols: usi
     let spec = SelectSpec::new(rows, cols, k, DType::F32);
     let plan = e.plan(&spec, false)?;
     let case = chained_case(rows, cols, k);
-    e.kernels(false)?;
+    e.warm_up()?;
     let s = e.context().new_stream().map_err(cuda_err)?;
     let n = spec.elements_needed();
     let mut data = Vec::with_capacity(CHAINED_CALLS);
@@ -553,15 +383,15 @@ pub fn chained_calls_check(e: &CudaEngine, rng: &mut Rng, rows: usize, cols: usi
         didx.push(s.alloc_zeros::<i32>(rows * k).map_err(cuda_err)?);
         dval.push(s.alloc_zeros::<f32>(rows * k).map_err(cuda_err)?);
     }
-    let ws_bytes = (plan.workspace_bytes as usize).max(256);
+    let ws_bytes = (plan.workspace_bytes() as usize).max(256);
     let dws = s.alloc_zeros::<u8>(ws_bytes).map_err(cuda_err)?;
     let ws = dws.device_ptr(&s).0;
     // SAFETY: poisoning buffers of the stated sizes.
     unsafe {
-        super::launch::poison(ws, 0xa5, ws_bytes, s.cu_stream())?;
+        crate::cuda::launch::poison(ws, 0xa5, ws_bytes, s.cu_stream())?;
         for c in 0..CHAINED_CALLS {
-            super::launch::poison(didx[c].device_ptr(&s).0, 0x5a, rows * k * 4, s.cu_stream())?;
-            super::launch::poison(dval[c].device_ptr(&s).0, 0x5a, rows * k * 4, s.cu_stream())?;
+            crate::cuda::launch::poison(didx[c].device_ptr(&s).0, 0x5a, rows * k * 4, s.cu_stream())?;
+            crate::cuda::launch::poison(dval[c].device_ptr(&s).0, 0x5a, rows * k * 4, s.cu_stream())?;
         }
     }
     s.synchronize().map_err(cuda_err)?;
@@ -597,7 +427,7 @@ impl Report {
             self.failed += 1;
             self.failures.push(o.clone());
         }
-        self.grid_narrow += (o.grid_items > 0 && o.grid_items < crate::plan::GRID_ITEMS) as usize;
+        self.grid_narrow += (o.grid_items > 0 && o.grid_items < plan::GRID_ITEMS) as usize;
         match self.by_path.iter_mut().find(|(p, _)| *p == o.path) {
             Some((_, n)) => *n += 1,
             None => self.by_path.push((o.path, 1)),
@@ -613,7 +443,7 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
     use cudarc::driver::{sys, DevicePtr};
     let spec = SelectSpec::new(3, cols, 1024, DType::F32).with_order(OutputOrder::Index);
     let plan = e.plan(&spec, true)?;
-    e.kernels(false)?;
+    e.warm_up()?;
     let s = e.context().new_stream().map_err(cuda_err)?;
     let n = spec.elements_needed();
     let mut dscores = s.alloc_zeros::<f32>(n).map_err(cuda_err)?;
@@ -621,7 +451,7 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
     let dlen = s.clone_htod(&lengths).map_err(cuda_err)?;
     let didx = s.alloc_zeros::<i32>(spec.rows * spec.k).map_err(cuda_err)?;
     let dval = s.alloc_zeros::<f32>(spec.rows * spec.k).map_err(cuda_err)?;
-    let dws = s.alloc_zeros::<u8>(plan.workspace_bytes as usize).map_err(cuda_err)?;
+    let dws = s.alloc_zeros::<u8>(plan.workspace_bytes() as usize).map_err(cuda_err)?;
     let args = super::DeviceSelect {
         spec,
         scores: dscores.device_ptr(&s).0,
@@ -629,7 +459,7 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
         out_indices: didx.device_ptr(&s).0,
         out_values: Some(dval.device_ptr(&s).0),
         workspace: dws.device_ptr(&s).0,
-        workspace_bytes: plan.workspace_bytes as usize,
+        workspace_bytes: plan.workspace_bytes() as usize,
         stream: s.cu_stream() as u64,
     };
     s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(cuda_err)?;
@@ -637,12 +467,12 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
     let launched = unsafe { e.select_device(&args) };
     let graph = s.end_capture(sys::CUgraphInstantiate_flags(0)).map_err(cuda_err)?;
     launched?;
-    let graph = graph.ok_or_else(|| crate::Error::Cuda("capture produced no graph".into()))?;
+    let graph = graph.ok_or_else(|| crate::Error::cuda_other("capture produced no graph"))?;
     for rep in 0..3 {
         let data = generate(if rep == 1 { Data::Relu } else { Data::Normal }, n, rng);
         s.memcpy_htod(&data, &mut dscores).map_err(cuda_err)?;
         // SAFETY: poisoning buffers of the stated sizes.
-        unsafe { super::launch::poison(args.out_indices, 0x5a, spec.rows * spec.k * 4, s.cu_stream())? };
+        unsafe { crate::cuda::launch::poison(args.out_indices, 0x5a, spec.rows * spec.k * 4, s.cu_stream())? };
         graph.launch().map_err(cuda_err)?;
         let idx = s.clone_dtoh(&didx).map_err(cuda_err)?;
         let val = s.clone_dtoh(&dval).map_err(cuda_err)?;
@@ -657,87 +487,6 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
         }
     }
     Ok(Outcome::of_plan(format!("{} (3 replays)", graph_case(cols)), &plan, true, String::new()))
-}
-
-/// The outcome of the grid kernel's sampled pass on a row that resolves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SampledPass {
-    /// Keys in the crossing bin, and the bins' width in bits.
-    pub cnt: u32,
-    pub shift: u32,
-    /// The bound (the first bin's lower edge), the crossing bin, and
-    /// the keys in the bins above it.
-    pub s_lo: u32,
-    pub bin: u32,
-    pub above: u32,
-}
-
-/// What the grid kernel's sampled pass (select.cu, FS_GRID_SAMPLE) does
-/// with one row of `dtype`, emulated: `Some` where it resolves, `None`
-/// where it falls back to the exact passes. `bound_rank`: the bound is that
-/// candidate (1 = the largest) instead of the kernel's rs-th (what-if
-/// studies, `examples/rowstats.rs`). The tests check the kernel's design
-/// with it; it is not the kernel.
-///
-/// # Panics
-/// Where the kernel takes no sample for `k` (more than 4 keys a warp).
-pub fn grid_sampled_pass(row: &[f32], k: usize, dtype: DType, bound_rank: Option<usize>) -> Option<SampledPass> {
-    use crate::cpu::key::{key_of_bits, nan_key};
-    let bits = |x: f32| match dtype {
-        DType::F32 => x.to_bits(),
-        DType::BF16 => bf16::from_f32(x).to_bits() as u32,
-        DType::F16 => f16::from_f32(x).to_bits() as u32,
-    };
-    let key = |x: f32| key_of_bits(bits(x), dtype, nan_key(dtype, NanPolicy::Lowest));
-    let len = row.len();
-    // Elements a thread's 16-byte sample load holds.
-    let vec = if dtype == DType::F32 { 4usize } else { 8 };
-    let (block, bins) = (512usize, 2048usize);
-    let ex = (block * vec) as f32 * k as f32 / len as f32;
-    let rs = (ex + 4.0 * ex.sqrt()) as usize + 1;
-    let (warps, tops) = (block / 32, rs.div_ceil(block / 32));
-    assert!(tops <= 4, "the kernel takes no sample here");
-    // Each warp's `tops` largest sample keys (the kernel strikes them
-    // one at a time; the multiset is the same), then the rs-th largest.
-    let mut cand: Vec<u32> = (0..warps)
-        .flat_map(|w| {
-            let mut keys: Vec<u32> = (32 * w..32 * w + 32)
-                .flat_map(|t| (0..vec).map(move |q| ((t * len / block) & !(vec - 1)) + q))
-                .map(|i| key(row[i]))
-                .collect();
-            keys.sort_unstable_by(|a, b| b.cmp(a));
-            keys.truncate(tops);
-            keys
-        })
-        .collect();
-    cand.sort_unstable_by(|a, b| b.cmp(a));
-    let j = bound_rank.unwrap_or(rs);
-    let (bound, smax) = (cand[j - 1], cand[0]);
-    let tied = cand.get(j) == Some(&bound);
-    let crossing = |hist: &[u32], r: u32| {
-        let mut above = 0;
-        for b in (0..hist.len()).rev() {
-            if above < r && r <= above + hist[b] {
-                return Some((b as u32, above, hist[b]));
-            }
-            above += hist[b];
-        }
-        None
-    };
-    let span_bits: u32 = 32 - (smax - bound).leading_zeros();
-    let shift = if tied { 0 } else { span_bits.saturating_sub(10) };
-    let s_lo = bound & !((1u32 << shift) - 1);
-    let mut pass = vec![0u32; bins];
-    for &x in row {
-        let kx = key(x);
-        if kx >= s_lo {
-            pass[(((kx - s_lo) >> shift) as usize).min(bins - 1)] += 1;
-        }
-    }
-    match crossing(&pass, k as u32) {
-        Some((bin, above, cnt)) if bin != bins as u32 - 1 => Some(SampledPass { cnt, shift, s_lo, bin, above }),
-        _ => None,
-    }
 }
 
 #[cfg(test)]
@@ -755,117 +504,6 @@ mod tests {
         let j = (e + sd * e.sqrt() + 4.0) as usize;
         let bound = sample[j - 1];
         row.iter().filter(|&&x| x >= bound).count()
-    }
-
-    /// The list by bins (select.cu, FS_GRID_BIN_LIST), emulated with the
-    /// CTAs flushing in a random order: each CTA's place in a bin is the
-    /// row's count of that bin before its flush, bin d starts at the count
-    /// of the bins above d, and a CTA's keys of d follow in any order. The
-    /// selected keys (those in the crossing bin and above) must fill the
-    /// list's first above + cnt entries, each exactly once.
-    #[test]
-    fn grid_bin_list_places_are_a_permutation() {
-        use crate::cpu::key::{key_of_bits, nan_key};
-        let mut rng = Rng::new(33);
-        for (len, k, chunks) in [(262_144usize, 512usize, 64usize), (1 << 20, 2048, 132)] {
-            let row = generate(Data::Normal, len, &mut rng);
-            let sp = grid_sampled_pass(&row, k, DType::F32, None).expect("a normal row resolves");
-            let key = |x: f32| key_of_bits(x.to_bits(), DType::F32, nan_key(DType::F32, NanPolicy::Lowest));
-            let bin_of = |kx: u32| (((kx - sp.s_lo) >> sp.shift) as usize).min(2047);
-            let per = len.div_ceil(chunks).div_ceil(8) * 8;
-            // Each CTA's bins (keys >= s_lo), as its shared histogram holds them.
-            let cta_bins: Vec<Vec<u32>> = (0..chunks)
-                .map(|p| {
-                    let mut h = vec![0u32; 2048];
-                    for &x in &row[(p * per).min(len)..((p + 1) * per).min(len)] {
-                        if key(x) >= sp.s_lo {
-                            h[bin_of(key(x))] += 1;
-                        }
-                    }
-                    h
-                })
-                .collect();
-            // Flushes in a random order; `place[p][d]`: the count before p's add.
-            let mut order: Vec<usize> = (0..chunks).collect();
-            for i in (1..chunks).rev() {
-                order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
-            }
-            let mut global = vec![0u32; 2048];
-            let mut place = vec![vec![0u32; 2048]; chunks];
-            for &p in &order {
-                for d in 0..2048 {
-                    if cta_bins[p][d] > 0 {
-                        place[p][d] = global[d];
-                        global[d] += cta_bins[p][d];
-                    }
-                }
-            }
-            let mut start = vec![0u32; 2048]; // keys in the bins above d
-            for d in (0..2047).rev() {
-                start[d] = start[d + 1] + global[d + 1];
-            }
-            assert_eq!((start[sp.bin as usize], global[sp.bin as usize]), (sp.above, sp.cnt));
-            let n = (sp.above + sp.cnt) as usize;
-            let mut seen = vec![false; n];
-            for p in 0..chunks {
-                let mut local = vec![0u32; 2048];
-                for &x in &row[(p * per).min(len)..((p + 1) * per).min(len)] {
-                    let kx = key(x);
-                    if kx >= sp.s_lo && bin_of(kx) >= sp.bin as usize {
-                        let d = bin_of(kx);
-                        let pos = (start[d] + place[p][d] + local[d]) as usize;
-                        local[d] += 1;
-                        assert!(pos < n && !seen[pos], "{len}: place {pos} of {n} taken twice or out of range");
-                        seen[pos] = true;
-                    }
-                }
-            }
-            assert!(seen.iter().all(|&s| s), "{len}: a list entry left unwritten");
-        }
-    }
-
-    /// The grid sampled pass resolves normal rows to a crossing bin of at
-    /// most GRID_SMALL keys (so the row needs no further pass), decides the
-    /// key of a plateau's k-th (one key a bin: only column passes follow),
-    /// and the two trap families make it fall back (so `flashsel check`
-    /// runs the exact passes after it).
-    #[test]
-    fn grid_sample_resolves_normal_rows_and_the_traps_fall_back() {
-        let mut rng = Rng::new(21);
-        for dtype in [DType::F32, DType::BF16] {
-            for (len, k) in [(1usize << 20, 2048usize), (262_144, 512)] {
-                for _ in 0..4 {
-                    let row = generate(Data::Normal, len, &mut rng);
-                    let cnt = grid_sampled_pass(&row, k, dtype, None).map(|p| (p.cnt, p.shift));
-                    assert!(
-                        cnt.is_some_and(|(c, _)| c as u64 <= crate::plan::GRID_SMALL),
-                        "{dtype:?} {len} k{k}: {cnt:?}"
-                    );
-                }
-                let few = generate(Data::ReluFew, len, &mut rng);
-                let zeros = few.iter().filter(|&&x| x == 0.0).count() as u32;
-                assert_eq!(
-                    grid_sampled_pass(&few, k, dtype, None).map(|p| (p.cnt, p.shift)),
-                    Some((zeros, 0)),
-                    "ReluFew {dtype:?} {len} k{k}"
-                );
-                let equal = generate(Data::AllEqual, len, &mut rng);
-                assert_eq!(
-                    grid_sampled_pass(&equal, k, dtype, None).map(|p| (p.cnt, p.shift)),
-                    Some((len as u32, 0)),
-                    "AllEqual {dtype:?} {len} k{k}"
-                );
-            }
-            // The check suite's trap cases.
-            let high = generate(Data::GridSampleHigh { len: 1 << 20 }, 1 << 20, &mut rng);
-            assert_eq!(grid_sampled_pass(&high, 4096, dtype, None), None, "{dtype:?}");
-            let high = generate(Data::GridSampleHigh { len: 262_144 }, 262_144, &mut rng);
-            assert_eq!(grid_sampled_pass(&high, 2048, dtype, None), None, "{dtype:?}");
-            for (len, k) in [(1usize << 20, 2048usize), (262_144, 512)] {
-                let low = generate(Data::GridSampleLow { len }, len, &mut rng);
-                assert_eq!(grid_sampled_pass(&low, k, dtype, None), None, "GridSampleLow {dtype:?} {len} k{k}");
-            }
-        }
     }
 
     /// SampleHot does what its doc says: the 3-sigma sampled bound admits

@@ -1,0 +1,182 @@
+//! `flashsel-dev`: developer runs of flashsel's kernels.
+//!
+//! ```text
+//! flashsel-dev time              the target shapes on the GPU: graph replays / events, medians, floors
+//! flashsel-dev small             the check suite's small cases and one of each path (for compute-sanitizer)
+//! flashsel-dev rowstats [N]      what the grid sampled pass sees on N+1 random 262,144-column rows (CPU)
+//! flashsel-dev cubin ARCH MODULE [OUT]   the ptxas log of one module (select/filter, select/grid), and its cubin
+//! ```
+
+use flashsel::cuda::compile::{self, Module};
+use flashsel::cuda::CudaEngine;
+use flashsel::data::{generate_seeded, Data, Rng};
+use flashsel::ops::select::check;
+use flashsel::{DType, NanPolicy, OutputOrder, ScoreElem, ScoresView, SelectSpec};
+use half::bf16;
+
+/// The time mode's data seed (its single rows are timed twice on the same data).
+const TIME_SEED: u64 = 99;
+/// Bins of the grid kernel's histograms.
+const BINS: usize = 2048;
+
+fn time_shape<T: ScoreElem>(e: &CudaEngine, rows: usize, cols: usize, k: usize, data: Data, bw: f64, rng: &mut Rng) {
+    let spec = SelectSpec::new(rows, cols, k, T::DTYPE);
+    let typed: Vec<T> = generate_seeded(data, rows * cols, rng.next_u64()).iter().map(|&x| T::from_f32(x)).collect();
+    let view = ScoresView::new(&typed, rows, cols).unwrap();
+    let plan = e.plan(&spec, false).unwrap();
+    let (got, mut t) = e.time_select(&view, &spec, None, 30).unwrap();
+    t.sort_by(f64::total_cmp);
+    let med = t[t.len() / 2];
+    // Sixteen rows against the CPU engine.
+    let ok = (0..rows).step_by((rows / 16).max(1)).all(|r| {
+        let sub = ScoresView::new(view.row(r), 1, cols).unwrap();
+        let w = flashsel::cpu::select(&sub, &SelectSpec::new(1, cols, k, T::DTYPE), None).unwrap();
+        w.indices[..] == got.indices[r * k..(r + 1) * k]
+    });
+    let bytes = (rows * cols * std::mem::size_of::<T>()) as f64;
+    let floor = bytes / bw;
+    println!(
+        "TIME {rows:>5} x {cols:>8} k {k:>5} {:>4} {:>9} | {:>9.2} us (min {:>9.2}) | {:>7.1} GB/s | floor {:>8.2} us | {:>5.1}% | path {:?} ctas/row {} | verified {}",
+        T::DTYPE.name(),
+        format!("{data:?}"),
+        med * 1e6,
+        t[0] * 1e6,
+        bytes / med / 1e9,
+        floor * 1e6,
+        100.0 * floor / med,
+        plan.path(),
+        plan.ctas_per_row(),
+        if ok { "ok" } else { "MISMATCH" }
+    );
+}
+
+fn time(e: &CudaEngine) {
+    let bw = e.copy_bandwidth(1 << 30).unwrap();
+    println!("copy bandwidth {:.2} TB/s", bw / 1e12);
+    let mut rng = Rng::new(TIME_SEED);
+    for data in [Data::Normal, Data::ReluFew] {
+        time_shape::<f32>(e, 1, 262_144, 512, data, bw, &mut rng);
+        time_shape::<f32>(e, 1, 1_048_576, 2048, data, bw, &mut rng);
+        time_shape::<f32>(e, 64, 131_072, 2048, data, bw, &mut rng);
+        time_shape::<f32>(e, 8192, 131_072, 2048, data, bw, &mut rng);
+        time_shape::<bf16>(e, 8192, 131_072, 2048, data, bw, &mut rng);
+        time_shape::<bf16>(e, 1, 262_144, 512, data, bw, &mut rng);
+    }
+    // The single rows over more random rows: their time depends on the data.
+    println!("1 x 262,144 k 512 and 1 x 1,048,576 k 2048 over 8 random normal rows each:");
+    for _ in 0..8 {
+        time_shape::<f32>(e, 1, 262_144, 512, Data::Normal, bw, &mut rng);
+    }
+    for _ in 0..8 {
+        time_shape::<f32>(e, 1, 1_048_576, 2048, Data::Normal, bw, &mut rng);
+    }
+}
+
+fn small(e: &CudaEngine) {
+    let mut rng = Rng::new(11);
+    let mut cases: Vec<check::Case> =
+        check::suite(e, true, &mut rng).into_iter().filter(|c| c.rows * c.cols <= 40_000).step_by(12).collect();
+    let extra = |rows, cols, k, data| check::Case {
+        rows,
+        cols,
+        k,
+        dtype: DType::F32,
+        data,
+        order: OutputOrder::Score,
+        nan: NanPolicy::Lowest,
+        stride_pad: 1,
+        lengths: None,
+    };
+    cases.push(extra(1, 40_000, 512, Data::Normal));
+    cases.push(extra(1, 70_000, 512, Data::Relu));
+    cases.push(extra(1, 140_000, 512, Data::ReluFew));
+    // A grid row whose sampled pass falls back to the exact passes.
+    cases.push(extra(1, 140_000, 512, Data::GridSampleLow { len: 140_000 }));
+    cases.push(extra(2, 40_000, 20_000, Data::Normal));
+    // k past the grid path's: split rows, shared buffer (sampled or not).
+    cases.push(extra(1, 40_000, 5000, Data::Normal));
+    cases.push(extra(1, 140_000, 4500, Data::ReluFew));
+    let (mut run, mut failed) = (0, 0);
+    for c in &cases {
+        let o = check::run_case(e, c, &mut rng).unwrap();
+        run += 1;
+        if !o.ok {
+            failed += 1;
+            println!("FAIL {} {}", o.case, o.detail);
+        }
+    }
+    println!("SMALL cases run {run} failed {failed}");
+}
+
+/// Per row: the keys at or above the sampled bound, the bins' shift, the
+/// crossing bin and, over the row's CTAs, the bins flushed (one global
+/// atomic each) and the keys selected.
+fn row_stats(row: &[f32], k: usize, chunks: usize) -> String {
+    let Some(sp) = flashsel_dev::grid_sample::grid_sampled_pass(row, k, DType::F32, None) else {
+        return "the sampled pass falls back to the exact passes".into();
+    };
+    let len = row.len();
+    let keys: Vec<u32> = row.iter().map(|&x| x.key(NanPolicy::Lowest)).collect();
+    let bin = |x: u32| (((x - sp.s_lo) >> sp.shift) as usize).min(BINS - 1);
+    let per = len.div_ceil(chunks).div_ceil(8) * 8;
+    let (mut admitted, mut flushes) = (0, 0);
+    for c in 0..chunks {
+        let part = &keys[(c * per).min(len)..((c + 1) * per).min(len)];
+        let mut bins: Vec<usize> = part.iter().filter(|&&x| x >= sp.s_lo).map(|&x| bin(x)).collect();
+        admitted += bins.len();
+        bins.sort_unstable();
+        bins.dedup();
+        flushes += bins.len();
+    }
+    format!(
+        "admitted {admitted:5} shift {:2} crossing bin {:4} cnt {:3} list {:4} flush atomics {flushes:5}",
+        sp.shift,
+        sp.bin,
+        sp.cnt,
+        sp.above + sp.cnt
+    )
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mode = args.first().map(String::as_str).unwrap_or("");
+    match mode {
+        "time" | "small" => {
+            let e = CudaEngine::new(0).expect("a CUDA device");
+            println!("device {} arch {} props {:?}", e.device_name(), e.arch(), e.props());
+            let t = std::time::Instant::now();
+            e.warm_up().expect("compile");
+            println!("compiled in {:.2}s", t.elapsed().as_secs_f64());
+            if mode == "time" {
+                time(&e)
+            } else {
+                small(&e)
+            }
+        }
+        "rowstats" => {
+            let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(14);
+            let mut rng = Rng::new(5);
+            for i in 0..=n {
+                let row = generate_seeded(Data::Normal, 262_144, rng.next_u64());
+                println!("262K row {i:2}: {}", row_stats(&row, 512, 128));
+            }
+        }
+        "cubin" => {
+            let arch: &'static str = Box::leak(args.get(1).cloned().unwrap_or("sm_90a".into()).into_boxed_str());
+            let name = args.get(2).map(String::as_str).unwrap_or("select/filter");
+            let Some(module) = Module::ALL.into_iter().find(|m| m.name() == name) else {
+                eprintln!("no module {name:?}; modules: {:?}", Module::ALL.map(|m| m.name()));
+                std::process::exit(2);
+            };
+            let c = compile::compile(&compile::Variant::new(module, arch, false)).unwrap();
+            println!("{}", c.log);
+            if let Some(out) = args.get(3) {
+                std::fs::write(out, &c.cubin).unwrap();
+            }
+        }
+        _ => {
+            eprintln!("usage: flashsel-dev time | small | rowstats [N] | cubin ARCH MODULE [OUT]");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! The operations of the selection stage, one module each, over the
+//! [contract](crate::contract): what each computes (its spec and the exact
+//! reference it is tested against), its CPU engine, its GPU planner and its
+//! device launch.
+//!
+//! - [`select`]: exact top-k per row of a score matrix.
+
+pub mod select;

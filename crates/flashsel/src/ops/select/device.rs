@@ -1,0 +1,457 @@
+//! The select operation on the CUDA engine: parameter blocks (mirrors of the
+//! structs in `kernels/select/`), the launch sequence of each plan, and the
+//! host-memory conveniences.
+
+use cudarc::driver::{CudaSlice, DevicePtr};
+
+use super::plan::{self, Plan};
+use super::{SelectSpec, Selection};
+use crate::contract::error::cuda_err;
+use crate::contract::{DType, Error, NanPolicy, Result, ScoreElem, ScoresView};
+use crate::cuda::compile::Module;
+use crate::cuda::launch::{self, KernelParams, Launch};
+use crate::cuda::{timing, CudaEngine, KernelId};
+
+/// One asynchronous selection over caller-owned device buffers.
+///
+/// All pointers are `CUdeviceptr`s in the engine's context (torch tensors on the
+/// same device qualify: torch uses the primary context).
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceSelect {
+    pub spec: SelectSpec,
+    /// Scores of `spec.dtype`, row `r` at `scores + r * row_stride * size`.
+    pub scores: u64,
+    /// Optional `i32` lengths, `rows` entries. Device-resident lengths cannot be
+    /// checked without a host synchronisation: a row whose length is outside
+    /// `0..=cols` comes out as all padding (nothing out of bounds is read).
+    pub lengths: Option<u64>,
+    /// `i32` output, `rows * k`.
+    pub out_indices: u64,
+    /// Optional values output in `spec.dtype`, `rows * k`.
+    pub out_values: Option<u64>,
+    /// Scratch of at least [`CudaEngine::workspace_bytes`] bytes, 256-byte aligned.
+    pub workspace: u64,
+    pub workspace_bytes: usize,
+    /// The `CUstream` to launch on (0: the legacy default stream).
+    pub stream: u64,
+}
+
+/// `ScanParams` in kernels/select/: the filter kernels (`fs_scan_*`,
+/// `fs_split_*`, `fs_prep_*`). Field order and types must match.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct ScanParams {
+    scores: u64,
+    row_stride: i64,
+    lengths: u64,
+    out_idx: u64,
+    out_val: u64,
+    /// Split rows: `rows x chunks x k` candidate slots.
+    cand: u64,
+    /// Split rows: candidates appended so far, per row.
+    row_count: u64,
+    /// Split rows: CTAs of the row that have finished.
+    row_done: u64,
+    /// Global buffers: `gridDim.x * gridDim.y * (cap + 1)` composites.
+    gbuf: u64,
+    /// Split rows: the per-row key bound from `fs_prep_*`.
+    row_lb: u64,
+    rows: i32,
+    cols: i32,
+    k: i32,
+    chunks: i32,
+    cap: i32,
+    nan_largest: i32,
+    order_index: i32,
+    /// 1: the load ring (`stage_bytes`) follows the shared buffer.
+    stage: i32,
+}
+// SAFETY: #[repr(C)], the layout of the kernel's ScanParams (test below; the
+// kernel asserts its size).
+unsafe impl KernelParams for ScanParams {}
+
+/// `GridParams` in kernels/select/: the grid kernels (`fs_grid*`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct GridParams {
+    scores: u64,
+    row_stride: i64,
+    lengths: u64,
+    out_idx: u64,
+    out_val: u64,
+    /// `rows x (k + GRID_SMALL)` list entries.
+    list: u64,
+    /// `rows x GRID_STATE_WORDS` words of state.
+    state: u64,
+    rows: i32,
+    cols: i32,
+    k: i32,
+    chunks: i32,
+    nan_largest: i32,
+    order_index: i32,
+}
+// SAFETY: as ScanParams.
+unsafe impl KernelParams for GridParams {}
+
+/// `GridInitParams` in kernels/select/: `fs_grid_init_all`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct GridInitParams {
+    state: u64,
+    words: i64,
+}
+// SAFETY: as ScanParams.
+unsafe impl KernelParams for GridInitParams {}
+
+/// The filter kernels: `fs_scan_*` (row path), `fs_split_*` and `fs_prep_*`
+/// (split path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FilterKernel {
+    Scan,
+    Split,
+    Prep,
+}
+
+/// The filter kernel of a kind, dtype and buffer kind.
+fn filter_kernel(kind: FilterKernel, dtype: DType, global_buffer: bool) -> KernelId {
+    use FilterKernel::*;
+    let entry = match (kind, dtype) {
+        (Scan, DType::F32) => "fs_scan_f32",
+        (Scan, DType::BF16) => "fs_scan_bf16",
+        (Scan, _) => "fs_scan_f16",
+        (Split, DType::F32) => "fs_split_f32",
+        (Split, DType::BF16) => "fs_split_bf16",
+        (Split, _) => "fs_split_f16",
+        (Prep, DType::F32) => "fs_prep_f32",
+        (Prep, DType::BF16) => "fs_prep_bf16",
+        (Prep, _) => "fs_prep_f16",
+    };
+    KernelId { module: Module::SelectFilter, global_buffer, entry }
+}
+
+/// The grid kernel of a width (`plan::grid_kernel_name`) and dtype.
+fn grid_kernel(items: u32, dtype: DType) -> KernelId {
+    let entry = match (items, dtype) {
+        (plan::GRID_ITEMS_TINY, _) => "fs_grid4_f32",
+        (plan::GRID_ITEMS_SMALL, DType::F32) => "fs_grid8_f32",
+        (plan::GRID_ITEMS_SMALL, DType::BF16) => "fs_grid8_bf16",
+        (plan::GRID_ITEMS_SMALL, _) => "fs_grid8_f16",
+        (_, DType::F32) => "fs_grid_f32",
+        (_, DType::BF16) => "fs_grid_bf16",
+        _ => "fs_grid_f16",
+    };
+    KernelId { module: Module::SelectGrid, global_buffer: false, entry }
+}
+
+impl CudaEngine {
+    /// The plan for a selection on this device ([`plan::plan`] with this
+    /// device's properties).
+    pub fn plan(&self, spec: &SelectSpec, has_lengths: bool) -> Result<Plan> {
+        plan::plan(spec, has_lengths, &self.props())
+    }
+
+    /// Workspace a [`DeviceSelect`] with this spec needs, bytes.
+    pub fn workspace_bytes(&self, spec: &SelectSpec, has_lengths: bool) -> Result<usize> {
+        Ok(self.plan(spec, has_lengths)?.workspace_bytes() as usize)
+    }
+
+    /// Launches the selection on `args.stream`; returns without waiting.
+    ///
+    /// On sm_90 and later the launches are programmatic (PDL): the first
+    /// kernel waits for the stream's previous kernel before it reads
+    /// anything, and the last lets the stream's next kernel launch early. A
+    /// kernel launched programmatically after this call must wait
+    /// (`griddepcontrol.wait`) before it reads the outputs; one launched
+    /// plainly needs nothing.
+    ///
+    /// # Safety
+    /// Every pointer must be a live device allocation of the stated size in
+    /// this engine's context, and `args.stream` a stream of that context.
+    pub unsafe fn select_device(&self, args: &DeviceSelect) -> Result<()> {
+        let spec = &args.spec;
+        spec.validate()?;
+        let plan = self.plan(spec, args.lengths.is_some())?;
+        if (args.workspace_bytes as u64) < plan.workspace_bytes() {
+            return Err(Error::BufferSize {
+                what: "workspace (bytes)",
+                got: args.workspace_bytes,
+                need: plan.workspace_bytes() as usize,
+            });
+        }
+        if plan.workspace_bytes() > 0 && !args.workspace.is_multiple_of(crate::cuda::workspace::ALIGN) {
+            return Err(Error::InvalidOption {
+                what: "workspace pointer",
+                value: format!("{:#x}", args.workspace),
+                expected: "256-byte aligned",
+            });
+        }
+        if spec.rows == 0 {
+            return Ok(());
+        }
+        self.context().bind_to_thread().map_err(cuda_err)?;
+        run_plan(self, &plan, args)
+    }
+
+    /// Selects from host data: uploads, runs on the engine's stream, downloads.
+    /// The outputs are poisoned before the run, so an unwritten element shows.
+    pub fn select_host<T: ScoreElem>(
+        &self,
+        scores: &ScoresView<'_, T>,
+        spec: &SelectSpec,
+        lengths: Option<&[i32]>,
+    ) -> Result<Selection<T>> {
+        let dev = DeviceData::upload(self, scores, spec, lengths)?;
+        dev.poison(self)?;
+        // SAFETY: every buffer was allocated above with the sizes the spec needs.
+        unsafe { self.select_device(&dev.args(self, spec))? };
+        dev.download(self, spec)
+    }
+
+    /// Uploads once, then times `iters` runs on the device. Runs shorter than
+    /// ~50 us are timed as CUDA-graph replays of 20 launches (divided by 20),
+    /// longer ones with events around each launch.
+    pub fn time_select<T: ScoreElem>(
+        &self,
+        scores: &ScoresView<'_, T>,
+        spec: &SelectSpec,
+        lengths: Option<&[i32]>,
+        iters: usize,
+    ) -> Result<(Selection<T>, Vec<f64>)> {
+        let dev = DeviceData::upload(self, scores, spec, lengths)?;
+        dev.poison(self)?;
+        let args = dev.args(self, spec);
+        // SAFETY: buffers sized for the spec, as above.
+        let run = || unsafe { self.select_device(&args) };
+        run()?;
+        let out = dev.download(self, spec)?;
+        let times = timing::time_on_stream(self.stream(), iters, run)?;
+        Ok((out, times))
+    }
+}
+
+/// Launches `plan`: for grid rows the state-zeroing kernel, then the
+/// cooperative grid kernel; for split rows the prep kernel (counters,
+/// row-wide sample), then the split filter (whose last CTA per row merges
+/// the row); for the row path the filter alone. With PDL (sm_90+) a call's
+/// first kernel is launched programmatically and waits for the stream's
+/// previous kernel before it touches anything, and the second of a pair
+/// overlaps the first's tail.
+///
+/// # Safety
+/// As [`CudaEngine::select_device`].
+unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &DeviceSelect) -> Result<()> {
+    let spec = &a.spec;
+    let ws = a.workspace;
+    let pdl = e.pdl();
+    let nan_largest = (spec.nan == NanPolicy::Largest) as i32;
+    let order_index = (spec.order == super::OutputOrder::Index) as i32;
+    let at = |o: u64| ws + o;
+    let on = |grid: (u32, u32), smem: u32, programmatic: bool, cooperative: bool| Launch {
+        grid,
+        block: plan.block(),
+        smem,
+        stream: a.stream,
+        programmatic,
+        cooperative,
+    };
+    if let Plan::Grid(g) = plan {
+        let gp = GridParams {
+            scores: a.scores,
+            row_stride: spec.row_stride as i64,
+            lengths: a.lengths.unwrap_or(0),
+            out_idx: a.out_indices,
+            out_val: a.out_values.unwrap_or(0),
+            list: at(g.list),
+            state: at(g.state),
+            rows: spec.rows as i32,
+            cols: spec.cols as i32,
+            k: spec.k as i32,
+            chunks: g.ctas_per_row as i32,
+            nan_largest,
+            order_index,
+        };
+        // Zero every row's barrier counters and histograms, then the
+        // cooperative selection (which may start early with PDL and waits
+        // for the zeroes before its first global write).
+        let words = (g.state_bytes / 4) as i64;
+        let init_ctas = (words as u64).div_ceil(plan.block() as u64 * 8).clamp(1, 1024) as u32;
+        let init =
+            e.function(KernelId { module: Module::SelectGrid, global_buffer: false, entry: "fs_grid_init_all" })?;
+        on((init_ctas, 1), 0, pdl, false).run(&init, &GridInitParams { state: at(g.state), words })?;
+        let kern = e.function(grid_kernel(g.items, spec.dtype))?;
+        return on((g.ctas_per_row, g.row_slots), g.smem_bytes, pdl, true).run(&kern, &gp);
+    }
+    let f = plan.filter().expect("a row or split plan");
+    let split = plan.split();
+    let global = f.buffer == plan::Buffer::Global;
+    let sp = ScanParams {
+        scores: a.scores,
+        row_stride: spec.row_stride as i64,
+        lengths: a.lengths.unwrap_or(0),
+        out_idx: a.out_indices,
+        out_val: a.out_values.unwrap_or(0),
+        cand: split.map_or(0, |s| at(s.cand)),
+        row_count: split.map_or(0, |s| at(s.row_count)),
+        row_done: split.map_or(0, |s| at(s.row_done)),
+        gbuf: f.gbuf.map_or(0, at),
+        row_lb: split.map_or(0, |s| at(s.row_lb)),
+        rows: spec.rows as i32,
+        cols: spec.cols as i32,
+        k: spec.k as i32,
+        chunks: f.ctas_per_row as i32,
+        cap: f.cap as i32,
+        nan_largest,
+        order_index,
+        stage: (f.stage_bytes > 0) as i32,
+    };
+    let kind = if split.is_some() {
+        // The prep kernel's sample lives in registers: no dynamic shared
+        // memory. (Its registers still keep a split CTA off its SM: sharing
+        // SMs measured no faster.)
+        let prep = e.function(filter_kernel(FilterKernel::Prep, spec.dtype, global))?;
+        on((1, f.row_slots), 0, pdl, false).run(&prep, &sp)?;
+        FilterKernel::Split
+    } else {
+        FilterKernel::Scan
+    };
+    let scan = e.function(filter_kernel(kind, spec.dtype, global))?;
+    on((f.ctas_per_row, f.row_slots), f.smem_bytes, pdl, false).run(&scan, &sp)
+}
+
+/// Device copies of one host problem.
+struct DeviceData {
+    scores: CudaSlice<u8>,
+    lengths: Option<CudaSlice<i32>>,
+    out_idx: CudaSlice<i32>,
+    out_val: CudaSlice<u8>,
+    workspace: CudaSlice<u8>,
+    workspace_bytes: usize,
+    elem: usize,
+}
+
+impl DeviceData {
+    fn upload<T: ScoreElem>(
+        e: &CudaEngine,
+        scores: &ScoresView<'_, T>,
+        spec: &SelectSpec,
+        lengths: Option<&[i32]>,
+    ) -> Result<Self> {
+        spec.validate_host(scores, lengths)?;
+        let s = e.stream();
+        let elem = std::mem::size_of::<T>();
+        let n = spec.elements_needed();
+        let mut host = crate::contract::try_vec("the score upload", n * elem, 0u8)?;
+        for r in 0..spec.rows {
+            let row = scores.row(r);
+            // SAFETY: f32 / bf16 / f16 are plain bits.
+            let bytes = unsafe { std::slice::from_raw_parts(row.as_ptr() as *const u8, std::mem::size_of_val(row)) };
+            let at = r * spec.row_stride * elem;
+            host[at..at + bytes.len()].copy_from_slice(bytes);
+        }
+        let dscores = s.clone_htod(&host[..]).map_err(cuda_err)?;
+        let dlen = match lengths {
+            Some(l) => Some(s.clone_htod(l).map_err(cuda_err)?),
+            None => None,
+        };
+        let outn = (spec.rows * spec.k).max(1);
+        let wb = e.workspace_bytes(spec, lengths.is_some())?;
+        Ok(Self {
+            scores: dscores,
+            lengths: dlen,
+            out_idx: s.alloc_zeros(outn).map_err(cuda_err)?,
+            out_val: s.alloc_zeros(outn * elem).map_err(cuda_err)?,
+            workspace: s.alloc_zeros(wb.max(256)).map_err(cuda_err)?,
+            workspace_bytes: wb,
+            elem,
+        })
+    }
+
+    fn poison(&self, e: &CudaEngine) -> Result<()> {
+        let st = e.stream();
+        let s = st.cu_stream();
+        let (pi, _) = self.out_idx.device_ptr(st);
+        let (pv, _) = self.out_val.device_ptr(st);
+        let (pw, _) = self.workspace.device_ptr(st);
+        // SAFETY: sizes are the allocations' own.
+        unsafe {
+            launch::poison(pi, 0x5a, self.out_idx.len() * 4, s)?;
+            launch::poison(pv, 0x7f, self.out_val.len(), s)?;
+            launch::poison(pw, 0xa5, self.workspace.len(), s)?;
+        }
+        Ok(())
+    }
+
+    fn args(&self, e: &CudaEngine, spec: &SelectSpec) -> DeviceSelect {
+        let st = e.stream();
+        DeviceSelect {
+            spec: *spec,
+            scores: self.scores.device_ptr(st).0,
+            lengths: self.lengths.as_ref().map(|l| l.device_ptr(st).0),
+            out_indices: self.out_idx.device_ptr(st).0,
+            out_values: Some(self.out_val.device_ptr(st).0),
+            workspace: self.workspace.device_ptr(st).0,
+            workspace_bytes: self.workspace_bytes,
+            stream: st.cu_stream() as u64,
+        }
+    }
+
+    fn download<T: ScoreElem>(&self, e: &CudaEngine, spec: &SelectSpec) -> Result<Selection<T>> {
+        let s = e.stream();
+        let n = spec.rows * spec.k;
+        let mut idx = s.clone_dtoh(&self.out_idx).map_err(cuda_err)?;
+        let val = s.clone_dtoh(&self.out_val).map_err(cuda_err)?;
+        s.synchronize().map_err(cuda_err)?;
+        idx.truncate(n);
+        let mut values = Vec::with_capacity(n);
+        for j in 0..n {
+            let b = &val[j * self.elem..(j + 1) * self.elem];
+            // SAFETY: T is f32 / bf16 / f16, `elem` bytes of plain bits.
+            values.push(unsafe { std::ptr::read_unaligned(b.as_ptr() as *const T) });
+        }
+        Ok(Selection { rows: spec.rows, k: spec.k, indices: idx, values })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{filter_kernel, grid_kernel, FilterKernel, GridInitParams, GridParams, ScanParams};
+    use crate::contract::DType;
+    use crate::cuda::compile::Module;
+
+    /// The kernel sources assert the same sizes (static_assert, checked
+    /// whenever NVRTC compiles them), and the fields are laid out as there.
+    #[test]
+    fn parameter_blocks_match_the_kernels() {
+        assert_eq!(std::mem::size_of::<ScanParams>(), 112);
+        assert_eq!(std::mem::offset_of!(ScanParams, row_lb), 72);
+        assert_eq!(std::mem::offset_of!(ScanParams, rows), 80);
+        assert_eq!(std::mem::offset_of!(ScanParams, stage), 108);
+        assert_eq!(std::mem::size_of::<GridParams>(), 80);
+        assert_eq!(std::mem::offset_of!(GridParams, state), 48);
+        assert_eq!(std::mem::offset_of!(GridParams, rows), 56);
+        assert_eq!(std::mem::offset_of!(GridParams, order_index), 76);
+        assert_eq!(std::mem::size_of::<GridInitParams>(), 16);
+    }
+
+    /// Every kernel a plan can name is an entry point of its module.
+    #[test]
+    fn every_planned_kernel_exists() {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            for (kind, name) in
+                [(FilterKernel::Scan, "scan"), (FilterKernel::Split, "split"), (FilterKernel::Prep, "prep")]
+            {
+                for global in [false, true] {
+                    let id = filter_kernel(kind, dtype, global);
+                    assert!(Module::SelectFilter.entry_points().contains(&id.entry), "{name} {dtype}: {}", id.entry);
+                    assert_eq!((id.entry.to_string(), id.global_buffer), (format!("fs_{name}_{dtype}"), global));
+                }
+            }
+            let widths: &[u32] = if dtype == DType::F32 { &[4, 8, 16] } else { &[8, 16] };
+            for &items in widths {
+                let id = grid_kernel(items, dtype);
+                assert!(Module::SelectGrid.entry_points().contains(&id.entry), "{items} {dtype}: {}", id.entry);
+            }
+        }
+        assert!(Module::SelectGrid.entry_points().contains(&"fs_grid_init_all"));
+    }
+}

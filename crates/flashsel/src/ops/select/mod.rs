@@ -1,0 +1,58 @@
+//! `select`: the exact top-k of each row of a score matrix.
+//!
+//! # Contract
+//! Row `i` holds exactly `min(k, len_i)` column indices (`i32`) followed by `-1`
+//! up to `k` (a [padded index list](crate::contract::padded)), where
+//! `len_i = lengths[i]` (default `cols`): the `min(k, len_i)` largest
+//! composites of its first `len_i` columns under the contract's
+//! [total order](crate::contract). Values, when asked for, are the selected
+//! scores bit for bit in the input dtype; padding is `-inf`.
+//! [`OutputOrder::Score`] lists the selection best first; [`OutputOrder::Index`]
+//! lists it by ascending column index.
+//!
+//! Every backend (the [CPU engine](cpu), each CUDA path of the
+//! [planner](plan)) returns the bytes of [`reference_select`] for the same
+//! [`SelectSpec`] and input.
+//!
+//! # Layout
+//! - [`spec`](SelectSpec): the request and its validation; [`Selection`], the result.
+//! - [`cpu`]: the CPU engine.
+//! - [`plan`]: the pure GPU planner (row, split and grid paths).
+//! - `device`: the CUDA launch of a plan ([`crate::cuda::CudaEngine::select_device`]).
+//! - [`check`]: the GPU-against-CPU check suite behind `flashsel check`.
+
+pub mod check;
+pub mod cpu;
+pub(crate) mod device;
+pub mod plan;
+mod spec;
+
+pub use device::DeviceSelect;
+pub use spec::{write_row_into, OutputOrder, SelectSpec, Selection};
+
+use crate::contract::{composite, Result, ScoreElem, ScoresView};
+
+/// The naive reference: sort each row's candidates by the total order and take
+/// the first `k` (`O(n log n)` per row). Tests pin every engine to it. Validates
+/// like every backend does.
+pub fn reference_select<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    spec: &SelectSpec,
+    lengths: Option<&[i32]>,
+) -> Result<Selection<T>> {
+    spec.validate_host(scores, lengths)?;
+    let mut out = Selection::<T>::new_padded(spec)?;
+    for r in 0..spec.rows {
+        let len = spec.row_len(r, lengths);
+        let row = scores.row(r);
+        let mut comps: Vec<u64> = (0..len).map(|c| composite(row[c].key(spec.nan), c as u32)).collect();
+        comps.sort_unstable_by(|a, b| b.cmp(a));
+        comps.truncate(spec.k);
+        spec.order.arrange(&mut comps);
+        out.write_row(r, &comps, row);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;
