@@ -61,8 +61,8 @@ pub enum Data {
 }
 
 /// Whether column `pos` of a row of `len` is one of the first `first`
-/// elements of a group the grid path's row sample reads (select.cu,
-/// FS_GRID_SAMPLE): thread t < 512 reads the 4 (f32) or 8 (16-bit)
+/// elements of a group the grid path's row sample reads
+/// (`kernels/select/grid.cu`): thread t < 512 reads the 4 (f32) or 8 (16-bit)
 /// elements at `t * len / 512` rounded down to the group; both widths count.
 pub fn in_grid_sample(pos: usize, len: usize, first: usize) -> bool {
     let t0 = pos * 512 / len.max(1);

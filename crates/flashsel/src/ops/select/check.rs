@@ -493,7 +493,7 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
 mod tests {
     use super::*;
 
-    /// The samplers' geometry for one 131,072-column f32 row (select.cu's
+    /// The samplers' geometry for one 131,072-column f32 row (kernels/select/filter/sample.cuh's
     /// sample_lb with one tile of 512 x 8 elements): 16 blocks of 256
     /// elements, one every 8,192 columns; the bound is sample rank
     /// j = e + sd sqrt(e) + 4 with e = k * 4096 / cols.

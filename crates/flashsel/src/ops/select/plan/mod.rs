@@ -4,7 +4,7 @@
 //! Nothing here touches a GPU, so `flashsel plan` and the tests run anywhere.
 //!
 //! # Rules
-//! - Every CTA runs the same streaming-filter selection (`kernels/select.cu`)
+//! - Every CTA runs the same streaming-filter selection (`kernels/select/filter.cu`)
 //!   over a contiguous range; its candidate buffer holds at least `2k + tile`
 //!   composites. The buffer lives in shared memory when it fits the device's
 //!   opt-in limit, else in a per-CTA slice of the workspace (`Buffer::Global`):
@@ -61,16 +61,16 @@ pub const TILE: u32 = BLOCK * 8;
 /// Static shared memory of a kernel (the `Shared` struct), rounded up.
 pub const STATIC_SMEM: u32 = 2048;
 /// The load ring of the row path's streaming loop (`FS_HOST_STAGE_BYTES`,
-/// select.cu's THE LOAD RING): tiles in flight as cp.async copies in shared
+/// `kernels/select/filter/ring.cuh`): tiles in flight as cp.async copies in shared
 /// memory, after a shared buffer, where it fits beside the smallest buffer;
 /// the finish uses its room as scratch. 32 KiB: 4 tiles of a 16-bit type, 2
 /// of f32. (The split path's short chunks measured slower with it: 64 x
-/// 131,072 f32 23.8 -> 25.2 us, docs/perf-log.md, eighth session.)
+/// 131,072 f32 23.8 -> 25.2 us, docs/perf-log.md.)
 pub const STAGE_BYTES: u32 = 32 * 1024;
 /// CTAs per SM the scan kernel's register budget allows (shared-buffer
 /// variant; the global-buffer variant is built for one).
 pub const SCAN_CTAS_PER_SM: u32 = 2;
-/// Grid path: elements per thread of `fs_grid_*` (`GRID_ITEMS` in select.cu).
+/// Grid path: elements per thread of `fs_grid_*` (`GRID_ITEMS` in `kernels/select/grid/state.cuh`).
 pub const GRID_ITEMS: u32 = 16;
 /// Grid path: elements per CTA it can hold (`FS_BLOCK x GRID_ITEMS` in
 /// registers).
@@ -88,7 +88,7 @@ pub const GRID_ITEMS_TINY: u32 = 4;
 /// 2048, the 16-bit types `BLOCK x GRID_ITEMS_SMALL` = 4096). More CTAs of
 /// smaller chunks shorten every per-element step; f32 chunks of 2048
 /// measured 0.4-2.5 us faster than 4096 on every f32 geometry the rule
-/// changed, 1 x 16,384 .. 262,144 (docs/perf-log.md, thirteenth session).
+/// changed, 1 x 16,384 .. 262,144 (docs/perf-log.md, v31).
 pub fn grid_min_chunk(dtype: crate::contract::DType) -> u64 {
     BLOCK as u64 * grid_items_narrowest(dtype) as u64
 }
@@ -107,7 +107,7 @@ pub fn grid_items_narrowest(dtype: crate::contract::DType) -> u32 {
 /// composites in shared memory to place its share).
 pub const GRID_MAX_K: u64 = 4096;
 /// Grid path: the most composites of the crossing bin resolved by counting
-/// (`FS_GRID_SMALL` in select.cu may be set lower, never higher); each row's
+/// (`GRID_SMALL` in `kernels/select/grid/state.cuh` may be set lower, never higher); each row's
 /// list holds `k + GRID_SMALL`.
 pub const GRID_SMALL: u64 = 256;
 /// Grid path: the most `k^2 / ctas_per_row` (compares per CTA placing the
@@ -116,7 +116,7 @@ pub const GRID_PLACE_MAX: u64 = 1 << 17;
 /// Grid path: `u32` words of state per row (barrier and list counters on
 /// one 128-byte line, the sampled pass's tally on the next, a 2048-bin
 /// histogram for the sampled pass and one for each of the 6 radix passes);
-/// `GRID_STATE_WORDS` in select.cu.
+/// `GRID_STATE_WORDS` in `kernels/select/grid/state.cuh`.
 pub const GRID_STATE_WORDS: u64 = 64 + 7 * 2048;
 /// Grid `y` limit of the CUDA launch.
 pub const MAX_GRID_Y: u32 = 65_535;
@@ -329,7 +329,7 @@ pub fn min_cap(k: usize) -> u64 {
 /// Dynamic shared memory of a CTA with a shared buffer of `cap` composites
 /// and a load ring of `stage` bytes: `cap + 1` composites (the last slot
 /// takes a segment's pushes past `cap`, never read) padded to 16 bytes, then
-/// the ring (`ring_offset` in select.cu).
+/// the ring (`ring_offset` in `kernels/select/filter/buffer.cuh`).
 pub fn shared_bytes(cap: u64, stage: u32) -> u64 {
     (cap + 1).div_ceil(2) * 16 + stage as u64
 }
@@ -507,7 +507,7 @@ pub(crate) fn grid_items(chunk: u64, dtype: crate::contract::DType, opts: &PathO
     [grid_items_narrowest(dtype), GRID_ITEMS_SMALL].into_iter().find(|&items| fits(items)).unwrap_or(GRID_ITEMS)
 }
 
-/// The grid kernel of a plan's width, as named in select.cu.
+/// The grid kernel of a plan's width, as named in `kernels/select/grid.cu`.
 pub fn grid_kernel_name(items: u32) -> &'static str {
     match items {
         GRID_ITEMS_TINY => "fs_grid4_f32",
@@ -518,7 +518,7 @@ pub fn grid_kernel_name(items: u32) -> &'static str {
 
 /// Dynamic shared memory of a grid CTA for `k`: the staged list, `k +
 /// GRID_SMALL` composites padded to the placement's step of 256
-/// (`GRID_STEP` in select.cu).
+/// (`GRID_STEP` in `kernels/select/grid/state.cuh`).
 pub fn grid_smem_bytes(k: u64) -> u32 {
     ((k + GRID_SMALL).div_ceil(256) * 256 * 8) as u32
 }
