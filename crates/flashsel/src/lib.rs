@@ -1,9 +1,10 @@
 //! flashsel: the selection stage of long-context sparse attention, exact and
 //! deterministic, on the CPU and on NVIDIA GPUs.
 //!
-//! Today one operation: [`select`](ops::select), the exact top-k of each row
+//! The operations: [`select`](ops::select), the exact top-k of each row
 //! of a score matrix, the same bytes on every backend (ties to the lower
-//! column, `-0.0 == +0.0`, one NaN policy, rows padded with `-1`).
+//! column, `-0.0 == +0.0`, one NaN policy, rows padded with `-1`); and
+//! [`qsa`](ops::qsa), QSA block selection on top of it (CPU so far).
 //!
 //! ```
 //! use flashsel::{cpu, ScoresView, SelectSpec, DType};
@@ -44,6 +45,7 @@ pub use ops::select::{reference_select, OutputOrder, SelectSpec, Selection};
 
 /// The CPU engine's entry points, one per operation.
 pub mod cpu {
+    pub use crate::ops::qsa::qsa_select;
     pub use crate::ops::select::cpu::{select, select_into};
 }
 

@@ -4,5 +4,8 @@
 //! device launch.
 //!
 //! - [`select`]: exact top-k per row of a score matrix.
+//! - [`qsa`]: QSA block selection: the block top-k of each query's visible
+//!   blocks, expanded to token ids (or KV slots through a page table).
 
+pub mod qsa;
 pub mod select;

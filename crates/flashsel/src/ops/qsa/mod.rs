@@ -1,0 +1,346 @@
+//! `qsa_select`: QSA block selection, from block scores to the token ids (or
+//! KV-cache slots) sparse attention reads.
+//!
+//! # Contract
+//! Row `i` is the query at absolute position `t = positions[i]` (`t >= 0`).
+//! It sees `V = (t + 1) / ratio` complete blocks (`V <= blocks`, else an
+//! error on the host).
+//! 1. The selected blocks: `0..V` when `V <= k_blocks` (no score is read);
+//!    otherwise the exact top `k_blocks` of the row's columns `[0, V)` under
+//!    the [select contract](crate::ops::select): the larger key wins, ties
+//!    go to the lower block, NaN ranks by the [`NanPolicy`] (lowest by
+//!    default, unlike `torch.topk`, which ranks NaN above `+inf`; a NaN is
+//!    never read as zero).
+//! 2. Each selected block `b` gives its `ratio` tokens `ratio*b ..
+//!    ratio*b + ratio - 1`, ascending; then come the tail tokens `ratio*V
+//!    ..= t` (0 to `ratio - 1` of them); then `-1` up to the width
+//!    `k_blocks * ratio + ratio - 1`. `counts[i]` is the number of valid ids.
+//! 3. [`OutputOrder::Index`]: the blocks by ascending index, so the valid ids
+//!    ascend. [`OutputOrder::Score`]: the blocks best first (each block's
+//!    tokens ascending), the tail last; a row with `V <= k_blocks` keeps
+//!    causal order (it reads no score).
+//! 4. With a [`PageMap`], every valid token id `tok` of row `i` becomes the
+//!    physical slot `page_table[seq, tok / page_size] * page_size + tok %
+//!    page_size` with `seq = seq_ids[i]`, entry by entry (the order is that
+//!    of the token positions); `-1` stays `-1`. A page-table entry a row
+//!    needs must be a page (`>= 0`) and the slot must fit `i32`.
+//!
+//! Built on the select engine: the block top-k is [`crate::cpu::select_into`]
+//! with `lengths = V`; rows with `V <= k_blocks` get length 0 there and read
+//! nothing.
+
+use crate::contract::{try_vec, Error, NanPolicy, Result, ScoreElem, ScoresView, PAD};
+use crate::ops::select::{OutputOrder, SelectSpec};
+
+/// A QSA block-selection request: everything but the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QsaSpec {
+    /// Queries (rows of the block scores).
+    pub rows: usize,
+    /// Blocks per score row (`NB`).
+    pub blocks: usize,
+    /// Elements between the starts of consecutive score rows.
+    pub row_stride: usize,
+    /// Tokens per block (4 for QSA).
+    pub ratio: usize,
+    /// Blocks selected per row when more are visible (512 for QSA).
+    pub k_blocks: usize,
+    pub order: OutputOrder,
+    pub nan: NanPolicy,
+}
+
+impl QsaSpec {
+    /// QSA's defaults: ratio 4, 512 blocks, index order, NaN lowest.
+    pub fn new(rows: usize, blocks: usize) -> Self {
+        Self {
+            rows,
+            blocks,
+            row_stride: blocks,
+            ratio: 4,
+            k_blocks: 512,
+            order: OutputOrder::Index,
+            nan: NanPolicy::Lowest,
+        }
+    }
+    pub fn with_ratio(mut self, ratio: usize) -> Self {
+        self.ratio = ratio;
+        self
+    }
+    pub fn with_k_blocks(mut self, k_blocks: usize) -> Self {
+        self.k_blocks = k_blocks;
+        self
+    }
+    pub fn with_order(mut self, order: OutputOrder) -> Self {
+        self.order = order;
+        self
+    }
+    pub fn with_nan(mut self, nan: NanPolicy) -> Self {
+        self.nan = nan;
+        self
+    }
+    pub fn with_stride(mut self, row_stride: usize) -> Self {
+        self.row_stride = row_stride;
+        self
+    }
+
+    /// Ids per output row: `k_blocks * ratio + ratio - 1` (2051 for QSA).
+    pub fn width(&self) -> usize {
+        self.k_blocks * self.ratio + self.ratio - 1
+    }
+
+    /// The select request of the block top-k.
+    fn block_spec<T: ScoreElem>(&self) -> SelectSpec {
+        SelectSpec::new(self.rows, self.blocks, self.k_blocks, T::DTYPE)
+            .with_stride(self.row_stride)
+            .with_order(self.order)
+            .with_nan(self.nan)
+    }
+
+    /// The shape rules: ratio and k_blocks at least 1, sizes that fit `i32`.
+    pub fn validate(&self) -> Result<()> {
+        if self.ratio == 0 {
+            return Err(Error::InvalidOption { what: "ratio", value: "0".into(), expected: ">= 1" });
+        }
+        if self.k_blocks == 0 {
+            return Err(Error::InvalidOption { what: "k_blocks", value: "0".into(), expected: ">= 1" });
+        }
+        let max = i32::MAX as u128;
+        let width = self.k_blocks as u128 * self.ratio as u128 + self.ratio as u128 - 1;
+        if width > max {
+            return Err(Error::too_large("k_blocks * ratio + ratio - 1", width));
+        }
+        let cells = width * self.rows as u128;
+        if cells > max {
+            return Err(Error::too_large("rows * width", cells));
+        }
+        if self.blocks as u128 * self.ratio as u128 > max {
+            return Err(Error::too_large("blocks * ratio (tokens)", self.blocks as u128 * self.ratio as u128));
+        }
+        Ok(())
+    }
+
+    /// The visible complete blocks of each row, checked: `t >= 0` and
+    /// `(t + 1) / ratio <= blocks`.
+    fn visible(&self, positions: &[i64]) -> Result<Vec<i32>> {
+        if positions.len() != self.rows {
+            return Err(Error::Shape(format!(
+                "positions has {} entries but there are {} rows",
+                positions.len(),
+                self.rows
+            )));
+        }
+        positions
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| {
+                if t < 0 {
+                    return Err(Error::InvalidOption {
+                        what: "position",
+                        value: format!("positions[{i}] = {t}"),
+                        expected: ">= 0",
+                    });
+                }
+                let v = (t as u128 + 1) / self.ratio as u128;
+                if v > self.blocks as u128 {
+                    return Err(Error::Shape(format!(
+                        "positions[{i}] = {t} sees {v} blocks of {} but the scores hold {}",
+                        self.ratio, self.blocks
+                    )));
+                }
+                Ok(v as i32)
+            })
+            .collect()
+    }
+}
+
+/// Token ids to KV-cache slots through a page table.
+#[derive(Debug, Clone, Copy)]
+pub struct PageMap<'a> {
+    table: &'a [i32],
+    max_pages: usize,
+    page_size: usize,
+    seq_ids: &'a [i32],
+}
+
+impl<'a> PageMap<'a> {
+    /// `table`: `[sequences, max_pages]` physical page numbers, row-major;
+    /// `seq_ids`: the sequence of each query row.
+    pub fn new(table: &'a [i32], max_pages: usize, page_size: usize, seq_ids: &'a [i32]) -> Result<Self> {
+        if page_size == 0 {
+            return Err(Error::InvalidOption { what: "page_size", value: "0".into(), expected: ">= 1" });
+        }
+        if max_pages == 0 || !table.len().is_multiple_of(max_pages) {
+            return Err(Error::Shape(format!(
+                "page_table holds {} entries, not a whole number of rows of max_pages = {max_pages}",
+                table.len()
+            )));
+        }
+        Ok(Self { table, max_pages, page_size, seq_ids })
+    }
+
+    fn sequences(&self) -> usize {
+        self.table.len() / self.max_pages
+    }
+
+    /// The slot of token `tok` of sequence `seq` (both checked by the caller
+    /// against the table's shape).
+    fn slot(&self, row: usize, seq: usize, tok: usize) -> Result<i32> {
+        let page_idx = tok / self.page_size;
+        if page_idx >= self.max_pages {
+            return Err(Error::Shape(format!(
+                "row {row}: token {tok} is on page {page_idx} but page_table has {} pages a sequence",
+                self.max_pages
+            )));
+        }
+        let page = self.table[seq * self.max_pages + page_idx];
+        if page < 0 {
+            return Err(Error::InvalidOption {
+                what: "page_table entry",
+                value: format!("page_table[{seq}, {page_idx}] = {page} (row {row}, token {tok})"),
+                expected: ">= 0",
+            });
+        }
+        let slot = page as u128 * self.page_size as u128 + (tok % self.page_size) as u128;
+        i32::try_from(slot).map_err(|_| Error::too_large("a KV slot", slot))
+    }
+}
+
+/// The result: `rows x width` ids (tokens or slots, `-1` padded) and the
+/// valid count of each row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QsaSelection {
+    pub rows: usize,
+    pub width: usize,
+    pub ids: Vec<i32>,
+    pub counts: Vec<i32>,
+}
+
+impl QsaSelection {
+    /// Row `r`'s ids.
+    pub fn row(&self, r: usize) -> &[i32] {
+        &self.ids[r * self.width..(r + 1) * self.width]
+    }
+}
+
+/// Writes one row's ids: its blocks (in output order) expanded, the tail,
+/// padding; returns the count.
+fn expand_row(spec: &QsaSpec, t: usize, v: usize, blocks: &[i32], out: &mut [i32]) -> usize {
+    let r = spec.ratio;
+    let mut n = 0;
+    for &b in blocks {
+        for j in 0..r {
+            out[n] = (b as usize * r + j) as i32;
+            n += 1;
+        }
+    }
+    for tok in v * r..=t {
+        out[n] = tok as i32;
+        n += 1;
+    }
+    out[n..].fill(PAD);
+    n
+}
+
+/// Checks the page map against the request and maps a row's valid ids.
+fn map_row(pages: &PageMap<'_>, row: usize, ids: &mut [i32]) -> Result<()> {
+    let seq = pages.seq_ids[row];
+    if seq < 0 || seq as usize >= pages.sequences() {
+        return Err(Error::Shape(format!(
+            "seq_ids[{row}] = {seq} is outside 0..{} (the page table's sequences)",
+            pages.sequences()
+        )));
+    }
+    for id in ids.iter_mut() {
+        *id = pages.slot(row, seq as usize, *id as usize)?;
+    }
+    Ok(())
+}
+
+/// QSA block selection on the CPU: the bytes of [`reference_qsa_select`],
+/// the block top-k by the select engine.
+pub fn qsa_select<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    positions: &[i64],
+    spec: &QsaSpec,
+    pages: Option<&PageMap<'_>>,
+) -> Result<QsaSelection> {
+    spec.validate()?;
+    let visible = spec.visible(positions)?;
+    if let Some(p) = pages {
+        if p.seq_ids.len() != spec.rows {
+            return Err(Error::Shape(format!(
+                "seq_ids has {} entries but there are {} rows",
+                p.seq_ids.len(),
+                spec.rows
+            )));
+        }
+    }
+    // The block top-k of the rows that see more than k_blocks blocks; the
+    // others get length 0 (nothing read).
+    let bspec = spec.block_spec::<T>();
+    let lengths: Vec<i32> = visible.iter().map(|&v| if v as usize > spec.k_blocks { v } else { 0 }).collect();
+    let mut blocks = try_vec("the block selection", spec.rows * spec.k_blocks, PAD)?;
+    crate::ops::select::cpu::select_into(scores, &bspec, Some(&lengths), &mut blocks, None)?;
+    let width = spec.width();
+    let mut ids = try_vec("the id output", spec.rows * width, PAD)?;
+    let mut counts = try_vec("the counts output", spec.rows, 0i32)?;
+    for (i, out) in ids.chunks_mut(width.max(1)).enumerate().take(spec.rows) {
+        let v = visible[i] as usize;
+        let causal: Vec<i32>;
+        let sel: &[i32] = if v > spec.k_blocks {
+            &blocks[i * spec.k_blocks..(i + 1) * spec.k_blocks]
+        } else {
+            causal = (0..v as i32).collect();
+            &causal
+        };
+        let n = expand_row(spec, positions[i] as usize, v, sel, out);
+        if let Some(p) = pages {
+            map_row(p, i, &mut out[..n])?;
+        }
+        counts[i] = n as i32;
+    }
+    Ok(QsaSelection { rows: spec.rows, width, ids, counts })
+}
+
+/// The naive reference: per row, sort the visible blocks by the total order
+/// and take the first `k_blocks` (or all of them, causally, when they fit),
+/// then expand as the contract says. Tests pin every engine to it.
+pub fn reference_qsa_select<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    positions: &[i64],
+    spec: &QsaSpec,
+    pages: Option<&PageMap<'_>>,
+) -> Result<QsaSelection> {
+    spec.validate()?;
+    let visible = spec.visible(positions)?;
+    spec.block_spec::<T>().validate_host(scores, None)?;
+    let width = spec.width();
+    let mut out =
+        QsaSelection { rows: spec.rows, width, ids: vec![PAD; spec.rows * width], counts: vec![0; spec.rows] };
+    for i in 0..spec.rows {
+        let v = visible[i] as usize;
+        let blocks: Vec<i32> = if v <= spec.k_blocks {
+            (0..v as i32).collect()
+        } else {
+            let row = scores.row(i);
+            let mut c: Vec<u64> = (0..v).map(|b| crate::contract::composite(row[b].key(spec.nan), b as u32)).collect();
+            c.sort_unstable_by(|a, b| b.cmp(a));
+            c.truncate(spec.k_blocks);
+            spec.order.arrange(&mut c);
+            c.iter().map(|&c| crate::contract::composite_index(c) as i32).collect()
+        };
+        let row_out = &mut out.ids[i * width..(i + 1) * width];
+        let n = expand_row(spec, positions[i] as usize, v, &blocks, row_out);
+        if let Some(p) = pages {
+            if p.seq_ids.len() != spec.rows {
+                return Err(Error::Shape("seq_ids length".into()));
+            }
+            map_row(p, i, &mut row_out[..n])?;
+        }
+        out.counts[i] = n as i32;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;
