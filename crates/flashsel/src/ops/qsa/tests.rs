@@ -27,14 +27,14 @@ fn check_family<T: ScoreElem>(data: Data, order: OutputOrder, nan: NanPolicy, se
     let got = qsa_select(&view, &pos, &spec, None).unwrap();
     let want = reference_qsa_select(&view, &pos, &spec, None).unwrap();
     assert_eq!(got, want, "{data:?} {order:?} {nan:?} {}", std::any::type_name::<T>());
-    for i in 0..rows {
+    for (i, &t) in pos.iter().enumerate() {
         let row = got.row(i);
         let n = got.counts[i] as usize;
         assert!(crate::contract::padded::is_well_formed(row, blocks * spec.ratio + spec.ratio), "row {i}");
         assert_eq!(crate::contract::padded::valid_len(row), n);
-        let v = (pos[i] as usize + 1) / spec.ratio;
-        let tail = pos[i] as usize + 1 - v * spec.ratio;
-        assert_eq!(n, v.min(spec.k_blocks) * spec.ratio + tail, "row {i} at {}", pos[i]);
+        let v = (t as usize + 1) / spec.ratio;
+        let tail = t as usize + 1 - v * spec.ratio;
+        assert_eq!(n, v.min(spec.k_blocks) * spec.ratio + tail, "row {i} at {t}");
         if order == OutputOrder::Index || v <= spec.k_blocks {
             assert!(row[..n].windows(2).all(|w| w[0] < w[1]), "row {i}: ids ascend");
         }
