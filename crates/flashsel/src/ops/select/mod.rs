@@ -5,7 +5,11 @@
 //! up to `k` (a [padded index list](crate::contract::padded)), where
 //! `len_i = lengths[i]` (default `cols`): the `min(k, len_i)` largest
 //! composites of its first `len_i` columns under the contract's
-//! [total order](crate::contract). Values, when asked for, are the selected
+//! [total order](crate::contract). With per-row range starts
+//! ([`cpu::select_ranges`]) the candidates are columns `starts[i] ..
+//! lengths[i]` (half-open, so a query that may see its own key ends at
+//! `t + 1`), `min(k, len_i - starts[i])` of them are selected, and the
+//! indices stay absolute column numbers. Values, when asked for, are the selected
 //! scores bit for bit in the input dtype; padding is `-inf`.
 //! [`OutputOrder::Score`] lists the selection best first; [`OutputOrder::Index`]
 //! lists it by ascending column index.
@@ -40,12 +44,28 @@ pub fn reference_select<T: ScoreElem>(
     spec: &SelectSpec,
     lengths: Option<&[i32]>,
 ) -> Result<Selection<T>> {
+    reference_select_ranges(scores, spec, None, lengths)
+}
+
+/// [`reference_select`] over per-row ranges `starts[r] .. ends[r]` (see
+/// [`cpu::select_ranges`]; `starts` `None`: from column 0).
+pub fn reference_select_ranges<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    spec: &SelectSpec,
+    starts: Option<&[i32]>,
+    ends: Option<&[i32]>,
+) -> Result<Selection<T>> {
+    let lengths = ends;
     spec.validate_host(scores, lengths)?;
+    if let Some(s) = starts {
+        spec.validate_starts(s, lengths)?;
+    }
     let mut out = Selection::<T>::new_padded(spec)?;
     for r in 0..spec.rows {
         let len = spec.row_len(r, lengths);
         let row = scores.row(r);
-        let mut comps: Vec<u64> = (0..len).map(|c| composite(row[c].key(spec.nan), c as u32)).collect();
+        let mut comps: Vec<u64> =
+            (starts.map_or(0, |s| s[r] as usize)..len).map(|c| composite(row[c].key(spec.nan), c as u32)).collect();
         comps.sort_unstable_by(|a, b| b.cmp(a));
         comps.truncate(spec.k);
         spec.order.arrange(&mut comps);

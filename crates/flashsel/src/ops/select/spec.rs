@@ -144,6 +144,25 @@ impl SelectSpec {
         Ok(())
     }
 
+    /// Checks per-row range starts: one per row, each in `0..=end` where the
+    /// row's end is `ends[r]` (or `cols`).
+    pub fn validate_starts(&self, starts: &[i32], ends: Option<&[i32]>) -> Result<()> {
+        if starts.len() != self.rows {
+            return Err(Error::Shape(format!("starts has {} entries but there are {} rows", starts.len(), self.rows)));
+        }
+        for (row, &s) in starts.iter().enumerate() {
+            let end = self.row_len(row, ends);
+            if s < 0 || s as usize > end {
+                return Err(Error::InvalidOption {
+                    what: "range start",
+                    value: format!("starts[{row}] = {s} with the row's end {end}"),
+                    expected: "0 <= start <= end",
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Candidates of row `r`: `lengths[r]`, or `cols`. Assumes validated lengths.
     #[inline]
     pub fn row_len(&self, r: usize, lengths: Option<&[i32]>) -> usize {

@@ -93,7 +93,24 @@ pub fn select<T: ScoreElem>(
 ) -> Result<Selection<T>> {
     spec.validate_host(scores, lengths)?;
     let mut out = Selection::<T>::new_padded(spec)?;
-    run(scores, spec, lengths, &mut out.indices, Some(&mut out.values), true, &Tuning::default())?;
+    run(scores, spec, None, lengths, &mut out.indices, Some(&mut out.values), true, &Tuning::default())?;
+    Ok(out)
+}
+
+/// [`select`] over per-row ranges: row `r` selects among columns
+/// `starts[r] .. ends[r]` (half-open; `ends` `None`: to `cols`). Indices stay
+/// absolute column numbers. A query at position `t` that may attend to its
+/// own key passes `ends[r] = t + 1`; `ends[r] = t` excludes the diagonal.
+pub fn select_ranges<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    spec: &SelectSpec,
+    starts: &[i32],
+    ends: Option<&[i32]>,
+) -> Result<Selection<T>> {
+    spec.validate_host(scores, ends)?;
+    spec.validate_starts(starts, ends)?;
+    let mut out = Selection::<T>::new_padded(spec)?;
+    run(scores, spec, Some(starts), ends, &mut out.indices, Some(&mut out.values), true, &Tuning::default())?;
     Ok(out)
 }
 
@@ -130,7 +147,7 @@ pub(crate) fn select_into_tuned<T: ScoreElem>(
             return Err(Error::BufferSize { what: "out_values", got: v.len(), need });
         }
     }
-    run(scores, spec, lengths, out_indices, out_values, false, tuning)
+    run(scores, spec, None, lengths, out_indices, out_values, false, tuning)
 }
 
 /// The error of a request whose candidate buffers could not be allocated.
@@ -260,9 +277,11 @@ impl Tuning {
 /// Every buffer sized by the request is reserved fallibly: a row whose
 /// buffers cannot be had is left unwritten and the request fails with
 /// [`Error::OutOfMemory`].
+#[allow(clippy::too_many_arguments)]
 fn run<T: ScoreElem>(
     scores: &ScoresView<'_, T>,
     spec: &SelectSpec,
+    starts: Option<&[i32]>,
     lengths: Option<&[i32]>,
     out_indices: &mut [i32],
     out_values: Option<&mut [T]>,
@@ -284,7 +303,8 @@ fn run<T: ScoreElem>(
     };
     // Keep tasks of tiny rows from being scheduled one by one.
     let min_rows = ((1usize << 15) / spec.cols.max(1)).max(1);
-    let row_of = |r: usize| &scores.row(r)[..spec.row_len(r, lengths)];
+    // A row's candidates: columns start..len of its first len.
+    let row_of = |r: usize| (&scores.row(r)[..spec.row_len(r, lengths)], starts.map_or(0, |s| s[r] as usize));
     let oom = AtomicBool::new(false);
     match out_values {
         Some(values) => out_indices
@@ -332,21 +352,25 @@ impl RowCtx {
     /// left as it is (the request then fails).
     fn row<T: ScoreElem>(
         &self,
-        row: &[T],
+        (row, start): (&[T], usize),
         scratch: &mut Scratch,
         idx: &mut [i32],
         val: Option<&mut [T]>,
         oom: &AtomicBool,
     ) {
         let (k, kf) = (self.k, self.kf);
+        // The candidates: columns start.. of the row (composites keep the
+        // absolute column).
+        let cand = &row[start..];
+        let len = cand.len();
         // The candidate buffer (the stream never grows it past its capacity)
         // and the sort's scratch.
         let reserve = |v: &mut Vec<u64>, n: usize| {
             v.clear();
             v.try_reserve(n).is_ok()
         };
-        let sel = k.min(row.len());
-        if !reserve(&mut scratch.buf, self.tuning.stream_cfg(row.len(), k).cap.max(k + 1).min(row.len()))
+        let sel = k.min(len);
+        if !reserve(&mut scratch.buf, self.tuning.stream_cfg(len, k).cap.max(k + 1).min(len))
             || !reserve(&mut scratch.tmp, sel)
         {
             oom.store(true, Ordering::Relaxed);
@@ -354,9 +378,9 @@ impl RowCtx {
         }
         let buf = &mut scratch.buf;
         // The same plan as `Tuning::row_plan(rows, len, k)`.
-        let plan = self.tuning.chunk_plan(row.len(), k, self.threads);
+        let plan = self.tuning.chunk_plan(len, k, self.threads);
         if plan.chunks <= 1 {
-            stream::top_set(row, 0, k, self.tuning.stream_cfg(row.len(), k), kf, buf);
+            stream::top_set(cand, start as u32, k, self.tuning.stream_cfg(len, k), kf, buf);
         } else {
             let tuning = self.tuning;
             *buf = (0..plan.chunks)
@@ -369,7 +393,7 @@ impl RowCtx {
                         oom.store(true, Ordering::Relaxed);
                         return part;
                     }
-                    stream::top_set(&row[r.clone()], r.start as u32, k, cfg, kf, &mut part);
+                    stream::top_set(&cand[r.clone()], (start + r.start) as u32, k, cfg, kf, &mut part);
                     part
                 })
                 .reduce(Vec::new, |a, b| stream::merge(a, b, k));

@@ -653,3 +653,59 @@ fn output_buffers_must_be_exactly_rows_times_k() {
     assert_eq!(idx, vec![2, 1, 2, 1]);
     assert_eq!(val, vec![3.0, 2.0, 6.0, 5.0]);
 }
+
+/// Per-row ranges (DSA's ks/ke): the engine returns the reference's bytes,
+/// indices stay absolute, every row family and both orders, short and long
+/// ranges (a 4-thread pool splits the long ones inside their range).
+#[test]
+fn ranges_match_the_reference_and_keep_absolute_columns() {
+    let (rows, cols) = (9, 150_000);
+    let mut rng = Rng::new(77);
+    let data: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+    let view = ScoresView::new(&data, rows, cols).unwrap();
+    // Empty, one column, shorter than k, the diagonal excluded (end = t),
+    // a long range from the middle, the whole row, a range ending at cols.
+    let starts = [0, 5, 10, 0, 70_000, 0, 149_000, 3, 1000];
+    let ends = [0, 6, 100, 4095, 150_000, 150_000, 150_000, 133_333, 140_000];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+    for k in [1usize, 64, 2048] {
+        for order in [OutputOrder::Score, OutputOrder::Index] {
+            for nan in [NanPolicy::Lowest, NanPolicy::Largest] {
+                let spec = SelectSpec::new(rows, cols, k, DType::F32).with_order(order).with_nan(nan);
+                let want =
+                    crate::ops::select::reference_select_ranges(&view, &spec, Some(&starts), Some(&ends)).unwrap();
+                let got = pool.install(|| cpu::select_ranges(&view, &spec, &starts, Some(&ends))).unwrap();
+                assert_eq!(got.indices, want.indices, "k {k} {order:?} {nan:?}");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got.values), bits(&want.values));
+                for r in 0..rows {
+                    let row = got.row_indices(r);
+                    let n = crate::contract::padded::valid_len(row);
+                    assert_eq!(n, k.min((ends[r] - starts[r]) as usize), "row {r}");
+                    assert!(row[..n].iter().all(|&c| c >= starts[r] && c < ends[r]), "row {r}: absolute, in range");
+                }
+            }
+        }
+    }
+    // One row alone on the 4-thread pool: 80,000 candidates from column
+    // 70,000 split into chunks inside the range (the plan says so).
+    let one = ScoresView::new(view.row(4), 1, cols).unwrap();
+    for k in [64usize, 2048] {
+        assert!(Tuning { threads: 4, ..Tuning::default() }.row_plan(1, 80_000, k).chunks > 1);
+        let spec = SelectSpec::new(1, cols, k, DType::F32);
+        let want = crate::ops::select::reference_select_ranges(&one, &spec, Some(&[70_000]), None).unwrap();
+        let got = pool.install(|| cpu::select_ranges(&one, &spec, &[70_000], None)).unwrap();
+        assert_eq!(got, want, "k {k}");
+    }
+    // Starts alone (ends = cols), and a start of 0 is plain select.
+    let spec = SelectSpec::new(rows, cols, 16, DType::F32);
+    let zero = cpu::select_ranges(&view, &spec, &[0; 9], None).unwrap();
+    assert_eq!(zero, cpu::select(&view, &spec, None).unwrap());
+    // Bad ranges are typed errors.
+    let mut bad = starts;
+    bad[2] = 101;
+    assert!(matches!(cpu::select_ranges(&view, &spec, &bad, Some(&ends)), Err(Error::InvalidOption { .. })));
+    bad[2] = -1;
+    assert!(matches!(cpu::select_ranges(&view, &spec, &bad, Some(&ends)), Err(Error::InvalidOption { .. })));
+    assert!(matches!(cpu::select_ranges(&view, &spec, &starts[..3], Some(&ends)), Err(Error::Shape(_))));
+}
