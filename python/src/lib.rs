@@ -19,9 +19,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use flashsel::cuda::{CudaEngine, DeviceSelect};
 use flashsel::{DType, Error, NanPolicy, OutputOrder, ScoreElem, ScoresView, SelectSpec};
 use half::{bf16, f16};
-use numpy::{
-    Element, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray2, PyUntypedArrayMethods,
-};
+use numpy::{Element, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
@@ -117,6 +115,28 @@ fn host_geometry<B: Element>(a: &PyReadonlyArray2<'_, B>) -> PyResult<(usize, us
     Ok((rows, cols, row_stride))
 }
 
+/// A 2-D NumPy array of `B` bits (checked by [`host_geometry`]) as a view of
+/// `T` scores.
+fn host_view<'a, T: ScoreElem, B: Element>(
+    scores: &'a PyReadonlyArray2<'_, B>,
+    rows: usize,
+    cols: usize,
+    row_stride: usize,
+) -> PyResult<ScoresView<'a, T>> {
+    // The bit-level reinterpretation below needs identical layouts
+    // (`half::f16` and `half::bf16` are `repr(transparent)` over `u16`).
+    assert!(size_of::<B>() == size_of::<T>() && align_of::<B>() == align_of::<T>());
+    let need = if rows == 0 { 0 } else { (rows - 1) * row_stride + cols };
+    // SAFETY: NumPy guarantees that every element addressed by the array's
+    // shape and (positive, checked by host_geometry) strides lies inside its
+    // buffer; the span from the first element of row 0 to the last of row
+    // rows-1 is `need` elements. The pointer is aligned (checked) and `B` and
+    // `T` have the same layout (asserted).
+    let data: &[T] =
+        if need == 0 { &[] } else { unsafe { std::slice::from_raw_parts(scores.data() as *const T, need) } };
+    ScoresView::with_stride(data, rows, cols, row_stride).map_err(to_py)
+}
+
 /// The typed host path. `B` is the NumPy element type the bits travel as
 /// (`f32`, or `u16` for both 16-bit floats), `T` the score type they are.
 #[allow(clippy::too_many_arguments)]
@@ -132,28 +152,14 @@ fn select_host<T: ScoreElem, B: Element>(
 ) -> PyResult<()> {
     // The bit-level reinterpretation below needs identical layouts
     // (`half::f16` and `half::bf16` are `repr(transparent)` over `u16`).
-    assert!(size_of::<B>() == size_of::<T>() && align_of::<B>() == align_of::<T>());
-    let scores: PyReadonlyArray2<'_, B> = scores
-        .extract()
-        .map_err(|e| PyTypeError::new_err(format!("scores: {e}")))?;
+    let scores: PyReadonlyArray2<'_, B> = scores.extract().map_err(|e| PyTypeError::new_err(format!("scores: {e}")))?;
     let (rows, cols, row_stride) = host_geometry(&scores)?;
     let spec = SelectSpec { rows, cols, row_stride, k, dtype: T::DTYPE, order, nan };
     spec.validate().map_err(to_py)?;
     if out_indices.len() != rows * k {
         return Err(value_err(format!("out_indices holds {} elements, expected {rows} x {k}", out_indices.len())));
     }
-    let need = spec.elements_needed();
-    // SAFETY: NumPy guarantees that every element addressed by the array's
-    // shape and (positive, checked above) strides lies inside its buffer; the
-    // span from the first element of row 0 to the last of row rows-1 is
-    // `need` elements. The pointer is aligned (checked) and `B` and `T` have
-    // the same layout (asserted).
-    let data: &[T] = if need == 0 {
-        &[]
-    } else {
-        unsafe { std::slice::from_raw_parts(scores.data() as *const T, need) }
-    };
-    let view = ScoresView::with_stride(data, rows, cols, row_stride).map_err(to_py)?;
+    let view = host_view::<T, B>(&scores, rows, cols, row_stride)?;
 
     let mut values_guard: Option<PyReadwriteArray2<'_, B>> = match out_values {
         None => None,
@@ -203,6 +209,78 @@ fn select_cpu(
         DType::BF16 => select_host::<bf16, u16>(py, scores, k, order, nan, lengths, idx, out_values),
         other => Err(value_err(format!("select takes f32, bf16 or f16 scores, not {other}"))),
     }
+}
+
+/// The typed QSA host path (see `qsa_select_cpu`).
+#[allow(clippy::too_many_arguments)]
+fn qsa_host<T: ScoreElem, B: Element>(
+    py: Python<'_>,
+    scores: &Bound<'_, PyAny>,
+    positions: &[i64],
+    spec: flashsel::ops::qsa::QsaSpec,
+    pages: Option<(&[i32], usize, usize, &[i32])>,
+) -> PyResult<flashsel::ops::qsa::QsaSelection> {
+    let scores: PyReadonlyArray2<'_, B> = scores.extract().map_err(|e| PyTypeError::new_err(format!("scores: {e}")))?;
+    let (rows, blocks, row_stride) = host_geometry(&scores)?;
+    let spec = flashsel::ops::qsa::QsaSpec { rows, blocks, row_stride, ..spec };
+    let view = host_view::<T, B>(&scores, rows, blocks, row_stride)?;
+    let map = match pages {
+        None => None,
+        Some((table, max_pages, page_size, seq_ids)) => {
+            Some(flashsel::ops::qsa::PageMap::new(table, max_pages, page_size, seq_ids).map_err(to_py)?)
+        }
+    };
+    py.detach(|| flashsel::cpu::qsa_select(&view, positions, &spec, map.as_ref())).map_err(to_py)
+}
+
+/// `qsa_select_cpu`'s result: ids `[rows, width]` and counts `[rows]`.
+type QsaArrays<'py> = (Bound<'py, numpy::PyArray2<i32>>, Bound<'py, numpy::PyArray1<i32>>);
+
+/// QSA block selection of a 2-D NumPy array of block scores on the CPU
+/// engine: returns (ids int32 [rows, width], counts int32 [rows]). `dtype`
+/// as for `select_cpu`; `page_table` (int32 [sequences, max_pages], C order)
+/// and `seq_ids` (int32 [rows]) come together or not at all.
+#[pyfunction]
+#[pyo3(signature = (scores, dtype, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids))]
+#[allow(clippy::too_many_arguments)]
+fn qsa_select_cpu<'py>(
+    py: Python<'py>,
+    scores: &Bound<'py, PyAny>,
+    dtype: &str,
+    positions: PyReadonlyArray1<'py, i64>,
+    ratio: usize,
+    k_blocks: usize,
+    order: &str,
+    nan: &str,
+    page_table: Option<PyReadonlyArray2<'py, i32>>,
+    page_size: usize,
+    seq_ids: Option<PyReadonlyArray1<'py, i32>>,
+) -> PyResult<QsaArrays<'py>> {
+    let (dt, order, nan) = parse_opts(dtype, order, nan)?;
+    let positions = positions.as_slice().map_err(|e| value_err(format!("positions: {e}")))?;
+    let spec = flashsel::ops::qsa::QsaSpec::new(0, 0)
+        .with_ratio(ratio)
+        .with_k_blocks(k_blocks)
+        .with_order(order)
+        .with_nan(nan);
+    let pages = match (&page_table, &seq_ids) {
+        (None, None) => None,
+        (Some(t), Some(s)) => {
+            let max_pages = t.shape()[1];
+            let table = t.as_slice().map_err(|e| value_err(format!("page_table: {e}")))?;
+            let seqs = s.as_slice().map_err(|e| value_err(format!("seq_ids: {e}")))?;
+            Some((table, max_pages, page_size, seqs))
+        }
+        _ => return Err(value_err("page_table and seq_ids come together: pass both or neither")),
+    };
+    let sel = match dt {
+        DType::F32 => qsa_host::<f32, f32>(py, scores, positions, spec, pages)?,
+        DType::F16 => qsa_host::<f16, u16>(py, scores, positions, spec, pages)?,
+        DType::BF16 => qsa_host::<bf16, u16>(py, scores, positions, spec, pages)?,
+        other => return Err(value_err(format!("qsa_select takes f32, bf16 or f16 scores, not {other}"))),
+    };
+    let ids = numpy::PyArray1::from_vec(py, sel.ids).reshape([sel.rows, sel.width])?;
+    Ok((ids, numpy::PyArray1::from_vec(py, sel.counts)))
 }
 
 // ---------------------------------------------------------------------------
@@ -294,16 +372,7 @@ fn cuda_select(
     if lengths == Some(0) || out_values == Some(0) {
         return Err(value_err("null device pointer for lengths or out_values"));
     }
-    let args = DeviceSelect {
-        spec,
-        scores,
-        lengths,
-        out_indices,
-        out_values,
-        workspace,
-        workspace_bytes,
-        stream,
-    };
+    let args = DeviceSelect { spec, scores, lengths, out_indices, out_values, workspace, workspace_bytes, stream };
     py.detach(|| {
         let e = engine(device)?;
         let need = e.workspace_bytes(&spec, lengths.is_some())?;
@@ -323,6 +392,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(check_spec, m)?)?;
     m.add_function(wrap_pyfunction!(select_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(qsa_select_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_engine_error, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_workspace_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_select, m)?)?;

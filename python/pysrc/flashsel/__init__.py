@@ -1,8 +1,9 @@
 """flashsel: exact, deterministic top-k selection for long-context sparse attention.
 
-One function does the work, :func:`topk`; :func:`backends` says what can run
-here; ``__version__`` is the package version. Those three are the public
-names (``__all__``, ``dir(flashsel)``); everything else is private. NumPy arrays and CPU torch tensors go to the CPU engine (the GIL is
+:func:`topk` selects the top k of each row; :func:`qsa_select` turns QSA
+block scores into the token ids (or KV slots) a query attends to (CPU so
+far); :func:`backends` says what can run here; ``__version__`` is the
+package version. Those are the public names (``__all__``, ``dir(flashsel)``); everything else is private. NumPy arrays and CPU torch tensors go to the CPU engine (the GIL is
 released while it runs); CUDA torch tensors go to the CUDA engine on the
 tensor's device and current stream, asynchronously.
 
@@ -19,13 +20,13 @@ The contract (the same bytes on every backend)
   ``order="index"`` lists the same set by ascending column index.
 """
 
-from ._api import backends, topk
+from ._api import backends, qsa_select, topk
 from ._native import __version__
 
-__all__ = ["__version__", "backends", "topk"]
+__all__ = ["__version__", "backends", "qsa_select", "topk"]
 
 # help() names the public module, not the private one.
-topk.__module__ = backends.__module__ = __name__
+topk.__module__ = backends.__module__ = qsa_select.__module__ = __name__
 
 
 def __dir__() -> list[str]:

@@ -3,7 +3,7 @@
 from typing import Any, Literal, TypeVar, overload
 
 __version__: str
-__all__ = ["__version__", "backends", "topk"]
+__all__ = ["__version__", "backends", "qsa_select", "topk"]
 
 def __dir__() -> list[str]: ...
 
@@ -52,3 +52,18 @@ def topk(
     return_values: bool,
 ) -> _A | tuple[_A, _A]: ...
 def backends() -> dict[str, dict[str, Any]]: ...
+
+# QSA block selection (CPU engine; NumPy arrays or CPU tensors): (ids int32
+# [T, k_blocks * ratio + ratio - 1], counts int32 [T]).
+def qsa_select(
+    scores: _A,
+    positions: Any,
+    *,
+    ratio: int = 4,
+    k_blocks: int = 512,
+    order: Order = "index",
+    nan: Nan = "lowest",
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> tuple[_A, _A]: ...

@@ -561,3 +561,100 @@ def _topk_cuda(torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: s
         # `ws` and `lens` go back to torch's caching allocator here; their
         # reuse is ordered after this launch on the same stream.
     return _result(out_idx, out_val, was_1d, return_values)
+
+
+# ---------------------------------------------------------------------------
+# QSA block selection (CPU engine)
+# ---------------------------------------------------------------------------
+
+
+def _int_vector(what: str, x: Any, n: int, dtype: Any) -> np.ndarray:
+    """A 1-D integer vector of n entries (int32 or int64 input, either byte
+    order; a list of ints is fine) as a native array of `dtype`."""
+    a = np.asarray(x)
+    if a.dtype.kind not in "iu" or not _is_int32_or_int64(a.dtype.newbyteorder("=")):
+        raise TypeError(f"{what} must hold int32 or int64 values, got {a.dtype}")
+    if a.ndim != 1 or a.shape[0] != n:
+        raise ValueError(f"{what} must be 1-D with {n} entries (one per row), got shape {a.shape}")
+    if dtype == np.int32 and a.dtype.itemsize == 8 and n and (a.min() < -(2**31) or a.max() >= 2**31):
+        raise ValueError(f"{what}: a value does not fit int32")
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+def qsa_select(
+    scores: Any,
+    positions: Any,
+    *,
+    ratio: int = 4,
+    k_blocks: int = 512,
+    order: Literal["score", "index"] = "index",
+    nan: Literal["lowest", "largest"] = "lowest",
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> Any:
+    """QSA block selection: the token ids (or KV slots) each query attends to.
+
+    Row ``i`` is the query at absolute position ``t = positions[i]``; it sees
+    ``V = (t + 1) // ratio`` complete blocks. ``V <= k_blocks``: blocks
+    ``0..V-1`` (no score is read); else the exact top ``k_blocks`` of the row's
+    scores ``[0, V)`` (ties to the lower block, NaN by ``nan``, as
+    :func:`topk`). Each block ``b`` gives tokens ``ratio*b .. ratio*b+ratio-1``,
+    then the tail ``ratio*V .. t``, then ``-1`` up to ``k_blocks * ratio +
+    ratio - 1`` (2051). ``order="index"``: ids ascending; ``"score"``: blocks
+    best first, the tail last. With ``page_table`` (int32 ``[B, max_pages]``)
+    and ``seq_ids`` (int32 ``[T]``) every valid id becomes the slot
+    ``page_table[seq, tok // page_size] * page_size + tok % page_size``.
+
+    ``scores``: ``[T, NB]`` block scores, a NumPy array (float32, float16,
+    bfloat16 or its uint16/int16 bit patterns) or a CPU torch tensor; the CPU
+    engine runs it (CUDA tensors are not supported yet). ``positions``:
+    ``[T]`` int32 or int64. Returns ``(ids, counts)``: int32 ``[T, width]``
+    and int32 ``[T]`` (NumPy arrays, or CPU tensors for tensor input).
+
+    Raises ``TypeError`` for unsupported types, ``ValueError`` for bad shapes
+    or options, a position whose ``V`` exceeds ``NB``, a negative position, or
+    a token whose page the table lacks, ``NotImplementedError`` for CUDA
+    tensors.
+    """
+    order = _check_option("order", order, _ORDERS)
+    nan = _check_option("nan", nan, _NANS)
+    ratio = _check_k(ratio)
+    k_blocks = _check_k(k_blocks)
+    page_size = _check_k(page_size)
+    torch = sys.modules.get("torch")
+    as_torch = torch is not None and isinstance(scores, torch.Tensor)
+    if as_torch:
+        if scores.device.type != "cpu":
+            raise NotImplementedError(
+                "qsa_select runs on the CPU engine so far: pass a CPU tensor or a NumPy array"
+            )
+        name = _torch_dtype_name(torch, scores.dtype)
+        s = scores.detach()
+        host = s.numpy() if name == "f32" else s.view(torch.int16).numpy().view(np.uint16)
+        bits_dtype = np.float32 if name == "f32" else np.uint16
+    elif isinstance(scores, np.ndarray) and not isinstance(scores, np.ma.MaskedArray):
+        name, bits_dtype, native = _numpy_kind(scores.dtype)
+        host = scores if scores.dtype == native else np.ascontiguousarray(scores, dtype=native)
+        host = host.view(bits_dtype)
+    else:
+        raise TypeError(f"scores must be a numpy.ndarray or a torch.Tensor, got {type(scores).__qualname__}")
+    if host.ndim != 2:
+        raise ValueError(f"scores must be 2-D [queries, blocks], got shape {host.shape}")
+    if not host.flags.aligned:
+        raise ValueError("scores: the data is not aligned to its element size; pass an aligned copy")
+    rows = host.shape[0]
+    pos = _int_vector("positions", positions.numpy() if as_torch and isinstance(positions, torch.Tensor) else positions, rows, np.int64)
+    if (page_table is None) != (seq_ids is None):
+        raise ValueError("page_table and seq_ids come together: pass both or neither")
+    table = seqs = None
+    if page_table is not None:
+        t = np.asarray(page_table.numpy() if as_torch and isinstance(page_table, torch.Tensor) else page_table)
+        if t.ndim != 2 or t.dtype.kind not in "iu" or t.dtype.itemsize != 4:
+            raise TypeError(f"page_table must be int32 [sequences, max_pages], got {t.dtype} {t.shape}")
+        table = np.ascontiguousarray(t, dtype=np.int32)
+        seqs = _int_vector("seq_ids", seq_ids.numpy() if as_torch and isinstance(seq_ids, torch.Tensor) else seq_ids, rows, np.int32)
+    ids, counts = _native.qsa_select_cpu(host, name, pos, ratio, k_blocks, order, nan, table, page_size, seqs)
+    if as_torch:
+        return torch.from_numpy(ids), torch.from_numpy(counts)
+    return ids, counts

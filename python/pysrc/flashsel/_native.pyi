@@ -36,3 +36,15 @@ def cuda_select(
     workspace_bytes: int,
     stream: int,
 ) -> None: ...
+def qsa_select_cpu(
+    scores: Any,
+    dtype: str,
+    positions: Any,
+    ratio: int,
+    k_blocks: int,
+    order: str,
+    nan: str,
+    page_table: Any,
+    page_size: int,
+    seq_ids: Any,
+) -> tuple[Any, Any]: ...
