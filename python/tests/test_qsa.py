@@ -98,3 +98,26 @@ def test_errors():
         flashsel.qsa_select(s.astype(np.float64), [3, 4])
     with pytest.raises(ValueError):
         flashsel.qsa_select(s[0], [3])
+
+
+def test_cpu_tensors_give_tensors_and_cuda_tensors_are_refused():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    s = rng.standard_normal((3, 200)).astype(np.float32)
+    positions = [10, 500, 799]
+    want = flashsel.qsa_select(s, positions, k_blocks=40, order="score")
+    for dtype in (torch.float32, torch.bfloat16):
+        t = torch.from_numpy(s).to(dtype)
+        ids, counts = flashsel.qsa_select(t, torch.tensor(positions), k_blocks=40, order="score")
+        assert isinstance(ids, torch.Tensor) and ids.dtype == torch.int32 and tuple(ids.shape) == (3, 40 * 4 + 3)
+        host = t.float().numpy() if dtype == torch.float32 else None
+        if host is not None:
+            np.testing.assert_array_equal(ids.numpy(), want[0])
+            np.testing.assert_array_equal(counts.numpy(), want[1])
+        else:
+            # bf16: the same as the NumPy bit patterns of the same values.
+            bits = t.view(torch.int16).numpy()
+            np.testing.assert_array_equal(ids.numpy(), flashsel.qsa_select(bits, positions, k_blocks=40, order="score")[0])
+    if torch.cuda.is_available():
+        with pytest.raises(NotImplementedError):
+            flashsel.qsa_select(torch.zeros(1, 8, device="cuda"), [3])
