@@ -4,7 +4,8 @@
 //! flashsel-dev time              the target shapes on the GPU: graph replays / events, medians, floors
 //! flashsel-dev small             the check suite's small cases and one of each path (for compute-sanitizer)
 //! flashsel-dev rowstats [N]      what the grid sampled pass sees on N+1 random 262,144-column rows (CPU)
-//! flashsel-dev cubin ARCH MODULE [OUT]   the ptxas log of one module (select/filter, select/grid), and its cubin
+//! flashsel-dev cubin ARCH MODULE [OUT] [--profile]   the ptxas log of one module (select/filter,
+//!                                select/grid), and its cubin; --profile: the build with phase counters
 //! ```
 
 use flashsel::cuda::compile::{self, Module};
@@ -168,14 +169,19 @@ fn main() {
                 eprintln!("no module {name:?}; modules: {:?}", Module::ALL.map(|m| m.name()));
                 std::process::exit(2);
             };
-            let c = compile::compile(&compile::Variant::new(module, arch, false)).unwrap();
+            let profile = args.iter().any(|a| a == "--profile");
+            let v = compile::Variant { profile, ..compile::Variant::new(module, arch, false) };
+            let c = compile::compile(&v).unwrap_or_else(|e| {
+                eprintln!("{}: {e}", v.name());
+                std::process::exit(1)
+            });
             println!("{}", c.log);
-            if let Some(out) = args.get(3) {
+            if let Some(out) = args.get(3).filter(|a| !a.starts_with("--")) {
                 std::fs::write(out, &c.cubin).unwrap();
             }
         }
         _ => {
-            eprintln!("usage: flashsel-dev time | small | rowstats [N] | cubin ARCH MODULE [OUT]");
+            eprintln!("usage: flashsel-dev time | small | rowstats [N] | cubin ARCH MODULE [OUT] [--profile]");
             std::process::exit(2);
         }
     }

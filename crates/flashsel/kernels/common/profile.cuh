@@ -10,24 +10,56 @@
 #define FS_PROFILE 0
 #endif
 
+// The slots of fs_prof (what each accumulates; the modules have an array
+// each, so a number may mean one thing in the filter and another in the grid).
+enum ProfSlot : int {
+    // Filter (row and split paths): clock64() cycles or counts.
+    PROF_ROW_CYCLES = 0,           // a row, whole
+    PROF_LOOP_COMPACT_CYCLES = 1,  // in-loop compactions
+    PROF_LOOP_COMPACTIONS = 2,     // their count
+    PROF_FINISH_CYCLES = 3,        // the finish
+    PROF_CTA_ROWS = 4,             // rows a CTA finished
+    PROF_SEGMENTS_REDONE = 5,      // optimistic segments streamed again
+    PROF_ROW_RESTARTS = 6,         // row path: a failed sampled bound, first restart
+    PROF_SPLIT_FALLBACKS = 7,      // split rows selected again exactly
+    PROF_BUCKET_RANGES = 8,        // bucket rank: the ranges step (thread 0)
+    PROF_MERGE_CYCLES = 9,         // split rows: the last CTA's merge
+    PROF_FINISH_COMPACT = 10,      // finish: the exact compaction
+    PROF_FINISH_SORT = 11,         // finish: the sort
+    PROF_FINISH_WRITE = 12,        // finish: the write
+    PROF_FINISH_CANDIDATES = 13,   // candidates at the finish
+    PROF_BUCKET_FINISHES = 14,     // finishes by bucket rank
+    PROF_BUCKET_HIST = 15,         // bucket rank: histogram and scan
+    PROF_HIST_PASSES = 16,         // compaction histogram passes (thread 0 of each CTA)
+    PROF_BUCKET_SCATTER = 17,      // bucket rank: scatter
+    PROF_RESCUE_RESTARTS = 30,     // restarts from lb = 0 after the rescue's bound
+    PROF_BUCKET_RANK = 31,         // bucket rank: the rank step (thread 0)
+    // Grid rows: CTA 0 of each row, %globaltimer ns unless noted.
+    PROF_GRID_PLACE_COUNT = 18,    // placement's counts
+    PROF_GRID_CTA_CYCLES = 19,     // the whole CTA, cycles
+    PROF_GRID_ROWS = 20,           // rows
+    PROF_GRID_PASSES = 21,         // radix passes
+    PROF_GRID_LOAD = 22,           // the chunk's load
+    PROF_GRID_PASS_WORK = 23,      // a pass's histogram and flush
+    PROF_GRID_PASS_DECIDE = 25,    // a pass's histogram reads (they wait for the row's CTAs)
+    PROF_GRID_GATHER = 26,         // the gather (with the list atomic, its writes)
+    PROF_GRID_GATHER_WAIT = 27,    // the gather's barrier
+    PROF_GRID_PLACE_WRITE = 28,    // placement's writes
+    PROF_GRID_CTA_NS = 29,         // the whole CTA
+    PROF_GRID_STAGE = 30,          // staging (and T)
+    PROF_GRID_SAMPLE_BOUND = 32,   // the row sample's bound, then the PDL wait only
+    PROF_GRID_SAMPLE_RESOLVED = 33,  // rows whose sampled pass resolved (count)
+    PROF_GRID_SAMPLE_FELL_BACK = 34,  // rows that fell back to the exact passes (count)
+    PROF_GRID_SAMPLE_LOADS = 36,   // the sample's loads (thread 0's)
+    PROF_GRID_BOUND_RANK = 37,     // the bound's rank
+    PROF_GRID_LIST_ATOMIC = 38,    // the gather's list atomic
+    PROF_GRID_SAMPLE_SEEN = 39,    // keeps the sample's loads ahead of the stamp (never counts)
+    PROF_GRID_SAMPLE_TOPS = 40,    // the warps' top sample keys and the barrier after them
+    PROF_SLOTS = 48,               // fs_prof's length
+};
+
 #if FS_PROFILE
-// 0 row cycles, 1 in-loop compaction cycles, 2 in-loop compactions, 3 finish
-// cycles, 4 CTA rows, 5 optimistic segments redone, 6 row-path sample
-// restarts, 7 split-row exact fallbacks, bucket passes' cycles: 8 ranges,
-// 15 histogram and scan, 17 scatter, 31 rank (thread 0),
-// 9 last-CTA merge cycles, 10/11/12 finish: exact compaction / sort / write
-// cycles, 13 candidates at the finish, 14 bucket-rank finishes, 16 histogram passes (thread 0 of each CTA counts).
-// Grid rows (CTA 0 of each row, %globaltimer ns): 20 rows, 21 passes, 22 load,
-// 23 pass work, 25 pass decisions (the histogram reads that wait for the
-// row's CTAs),
-// 26 gather, 27 gather barrier wait, 30 staging and T, 18 placement's counts,
-// 28 its writes, 29 whole CTA; 19 whole CTA in cycles; 32 the row sample's
-// load and bound (the sampled pass), 33 rows whose sampled pass resolved, 34
-// rows that fell back from it to the exact passes; 36 the sample's loads
-// (thread 0's), 40 the warps' top sample keys and the CTA barrier after
-// them, 37 the bound's rank, then 32 holds the PDL wait only; 38 the
-// gather's list atomic (26 then holds its writes).
-__device__ unsigned long long fs_prof[48];
+__device__ unsigned long long fs_prof[PROF_SLOTS];
 #define PROF_ADD(i, v) atomicAdd(&fs_prof[(i)], (unsigned long long)(v))
 #define PROF_CLOCK() clock64()
 #define PROF_NS() global_ns()

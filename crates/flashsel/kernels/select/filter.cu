@@ -168,7 +168,7 @@ __device__ void scan_impl(const ScanParams& P) {
             stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P, rate0);
             __syncthreads();
             if (!sampled || (long long)sh.count >= want) break;
-            restart(sh, attempt == 0 ? 6 : 30);
+            restart(sh, attempt == 0 ? PROF_ROW_RESTARTS : PROF_RESCUE_RESTARTS);
             sampled = attempt == 0;
             sd = (float)RESCUE_SD;
         }
@@ -180,9 +180,9 @@ __device__ void scan_impl(const ScanParams& P) {
                             row);
         }
         if (tid == 0) {
-            PROF_ADD(3, PROF_CLOCK() - t_fin);
-            PROF_ADD(0, PROF_CLOCK() - t_row);
-            PROF_ADD(4, 1);
+            PROF_ADD(PROF_FINISH_CYCLES, PROF_CLOCK() - t_fin);
+            PROF_ADD(PROF_ROW_CYCLES, PROF_CLOCK() - t_row);
+            PROF_ADD(PROF_CTA_ROWS, 1);
         }
         __syncthreads();
     }

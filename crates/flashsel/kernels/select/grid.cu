@@ -203,7 +203,7 @@ __device__ void grid_impl(const GridParams& P) {
     // as without a sample: the bound saves time, it never decides the result.
     u32 s_lo = 0, s_shift = 0;
     if (sampled) {  // uniform
-        GRID_STAMP(22);
+        GRID_STAMP(PROF_GRID_LOAD);
         // Each warp's `tops` largest sample keys (a round: the warp's
         // largest, struck from the lane that holds it) into gs.scand; the
         // bound is the rs-th largest of those nc = tops * WARPS keys, so
@@ -211,8 +211,8 @@ __device__ void grid_impl(const GridParams& P) {
         u32 sk[VEC];
 #pragma unroll
         for (int q = 0; q < VEC; ++q) sk[q] = order_key<TAG>(unpack<TAG>(sample_vec, q), P.nan_largest);
-        if (prof && sk[0] == 0x5eed5eedu) PROF_ADD(39, 1);  // FS_PROFILE: the stamp waits for the sample's loads
-        GRID_STAMP(36);
+        if (prof && sk[0] == 0x5eed5eedu) PROF_ADD(PROF_GRID_SAMPLE_SEEN, 1);  // FS_PROFILE: the stamp waits for the sample's loads
+        GRID_STAMP(PROF_GRID_SAMPLE_LOADS);
         for (u32 t = 0; t < tops; ++t) {  // uniform
             u32 lm = 0;
 #pragma unroll
@@ -230,7 +230,7 @@ __device__ void grid_impl(const GridParams& P) {
             if (lane == 0) gs.scand[t * WARPS + warp] = wm;
         }
         __syncthreads();
-        GRID_STAMP(40);
+        GRID_STAMP(PROF_GRID_SAMPLE_TOPS);
         // The rank and the bins' shift: one warp's work, the same in every
         // warp (warp 0 alone, its result shared by
         // the CTA barrier after the PDL wait; the other warps go on).
@@ -275,7 +275,7 @@ __device__ void grid_impl(const GridParams& P) {
                 gs.s_shift = s_shift;
             }
         }
-        GRID_STAMP(37);
+        GRID_STAMP(PROF_GRID_BOUND_RANK);
     }
     const u32 lenm1 = len > 0 ? (u32)len - 1u : 0u;
     const u32 mine = end > start ? end - start : 0u;  // elements of this CTA
@@ -298,7 +298,7 @@ __device__ void grid_impl(const GridParams& P) {
         s_lo = gs.s_lo;
         s_shift = gs.s_shift;
     }
-    GRID_STAMP(sampled ? 32 : 22);  // sampled: 32 holds the wait for fs_grid_init_all's zeroes
+    GRID_STAMP(sampled ? PROF_GRID_SAMPLE_BOUND : PROF_GRID_LOAD);  // sampled: 32 holds the wait for fs_grid_init_all's zeroes
 
     // SELECT: the crossing bin's lower edge `edge`, how many of it are wanted
     // (r) and how many it holds (cnt). m == len: all of them (edge 0).
@@ -338,7 +338,7 @@ __device__ void grid_impl(const GridParams& P) {
             // Relaxed: a reader trusts the bins only once they add up to the
             // tally's total, so the tally needs no ordering after them.
             if (tid == 0) atomicAdd(tally, GRID_TALLY_ONE + gs.admitted);
-            GRID_STAMP(23);
+            GRID_STAMP(PROF_GRID_PASS_WORK);
             u32 b, above;
             grid_crossing(gs, ghist, GRID_BINS, r, b, above, cnt, 0u, tally, (u32)chunks,
                           gs.binpos);
@@ -349,9 +349,9 @@ __device__ void grid_impl(const GridParams& P) {
                 lo_last = 32 + (int)s_shift;
                 hi = s_shift == 0 ? lbits : 32 + (int)s_shift;
                 passes = cnt != r && cnt > GRID_SMALL;
-                if (prof) PROF_ADD(33, 1);
+                if (prof) PROF_ADD(PROF_GRID_SAMPLE_RESOLVED, 1);
             } else if (prof) {
-                PROF_ADD(34, 1);
+                PROF_ADD(PROF_GRID_SAMPLE_FELL_BACK, 1);
             }
             // The list by bin, where no pass follows: bin d's keys at
             // binpos[d] (the row's keys in bins above d) plus this CTA's
@@ -364,8 +364,8 @@ __device__ void grid_impl(const GridParams& P) {
                 for (int j = 0; j < GRID_FLUSH_J; ++j) gs.binpos[tid + j * FS_BLOCK] += place[j];
                 __syncthreads();
             }
-            if (prof) PROF_ADD(21, 1);
-            GRID_STAMP(25);
+            if (prof) PROF_ADD(PROF_GRID_PASSES, 1);
+            GRID_STAMP(PROF_GRID_PASS_DECIDE);
         }
         for (int pass = 0; passes; ++pass) {
             const int floor_bit = hi > 32 ? 32 : 0;
@@ -393,15 +393,15 @@ __device__ void grid_impl(const GridParams& P) {
             u32* ghist = state + GRID_HDR + (1 + pass) * GRID_BINS;
             u32 unused[GRID_FLUSH_J];
             grid_flush(gs, ghist, nbins, unused);
-            GRID_STAMP(23);
-            if (prof) PROF_ADD(21, 1);
+            GRID_STAMP(PROF_GRID_PASS_WORK);
+            if (prof) PROF_ADD(PROF_GRID_PASSES, 1);
             u32 b, above;
             grid_crossing(gs, ghist, nbins, r, b, above, cnt, matching);
             matching = cnt;
             r -= above;
             edge |= (u64)b << lo;
             lo_last = lo;
-            GRID_STAMP(25);
+            GRID_STAMP(PROF_GRID_PASS_DECIDE);
             // Done when the bin is wanted whole (always so once lo == 0) or
             // small enough to resolve by counting.
             if (cnt == r || cnt <= GRID_SMALL) break;
@@ -437,7 +437,7 @@ __device__ void grid_impl(const GridParams& P) {
                 }
             }
         }
-        GRID_STAMP(38);
+        GRID_STAMP(PROF_GRID_LIST_ATOMIC);
     } else {
         const u32 nsel = __reduce_add_sync(FULL_MASK, (u32)__popc(sel_mask));
         const u32 warp_sel = __reduce_or_sync(FULL_MASK, sel_mask);
@@ -446,7 +446,7 @@ __device__ void grid_impl(const GridParams& P) {
         __syncthreads();
         if (tid == 0 && gs.nsmall) gs.base = atomicAdd(list_count, gs.nsmall);
         __syncthreads();
-        GRID_STAMP(38);
+        GRID_STAMP(PROF_GRID_LIST_ATOMIC);
         wbase = __shfl_sync(FULL_MASK, wbase, 0) + gs.base;
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
@@ -460,7 +460,7 @@ __device__ void grid_impl(const GridParams& P) {
     }
 #undef GRID_G
 #undef GRID_OFF
-    GRID_STAMP(26);
+    GRID_STAMP(PROF_GRID_GATHER);
     const u32 n = m > 0 ? m - r + cnt : 0u;  // list entries
     const u32 e_lo = (u32)((u64)n * p / chunks), e_hi = (u32)((u64)n * (p + 1) / chunks);
     // STAGE the list (the bins above, then the crossing bin), then (index
@@ -472,7 +472,7 @@ __device__ void grid_impl(const GridParams& P) {
     const u32 n_pad = (n + GRID_STEP - 1) / GRID_STEP * GRID_STEP;
     barriers += (u32)chunks;
     grid_barrier(bar, barriers);
-    GRID_STAMP(27);
+    GRID_STAMP(PROF_GRID_GATHER_WAIT);
     {
         u64 v[GRID_STAGE_ROUNDS];
 #pragma unroll
@@ -510,7 +510,7 @@ __device__ void grid_impl(const GridParams& P) {
         __syncthreads();
     }
     const u64 T = gs.T;
-    GRID_STAMP(30);
+    GRID_STAMP(PROF_GRID_STAGE);
 
     // PLACE this CTA's share of the list, then its share of the padding.
     // Pairs where the CTA's shared reads (its entries x the staged list)
@@ -523,11 +523,11 @@ __device__ void grid_impl(const GridParams& P) {
     const u32 npad = (u32)P.k - m;
     const u32 p_lo = (u32)((u64)npad * p / chunks), p_hi = (u32)((u64)npad * (p + 1) / chunks);
     for (u32 j = p_lo + tid; j < p_hi; j += FS_BLOCK) write_padding<TAG>(P.out_idx, P.out_val, (long long)row * P.k + m + j);
-    GRID_STAMP(28);
+    GRID_STAMP(PROF_GRID_PLACE_WRITE);
     if (prof) {
-        PROF_ADD(20, 1);
-        PROF_ADD(29, PROF_NS() - t_start);
-        PROF_ADD(19, PROF_CLOCK() - c_start);
+        PROF_ADD(PROF_GRID_ROWS, 1);
+        PROF_ADD(PROF_GRID_CTA_NS, PROF_NS() - t_start);
+        PROF_ADD(PROF_GRID_CTA_CYCLES, PROF_CLOCK() - c_start);
     }
 #undef GRID_STAMP
 }

@@ -19,7 +19,7 @@ __device__ u64 msd_prefix(Shared& sh, u32 m, u32 max_keep, AddHist add_hist) {
     for (int shift = TOP_BIT - 7;; shift -= 8) {
         for (int i = tid; i < 256; i += FS_BLOCK) sh.hist[i] = 0;
         __syncthreads();
-        if (tid == 0) PROF_ADD(16, 1);
+        if (tid == 0) PROF_ADD(PROF_HIST_PASSES, 1);
         add_hist(prefix, mask, shift);
         __syncthreads();
         if (tid < 32) {

@@ -148,7 +148,7 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
         lmax = __reduce_max_sync(FULL_MASK, in ? red[3 * WARPS + lane] : 0u);
     }
     bk.init(kmin, kmax, lmin, lmax);
-    BUCKET_STAMP(8);
+    BUCKET_STAMP(PROF_BUCKET_RANGES);
     // 2. histogram and the scan from the top bucket down.
     for (u32 i = tid; i < n; i += FS_BLOCK) atomicAdd(&cnt[bk.of(in[i])], 1u);
     __syncthreads();
@@ -180,7 +180,7 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
     }
     __syncthreads();
     const u32 nbig = sh.above;
-    BUCKET_STAMP(15);
+    BUCKET_STAMP(PROF_BUCKET_HIST);
     if (nbig > BIG_MAX) return ~0u;  // uniform; nothing written
     // 3. scatter into bucket order, then rank inside the bucket.
     for (u32 i = tid; i < n; i += FS_BLOCK) {
@@ -188,7 +188,7 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
         tmp[atomicAdd(&pos[bk.of(v)], 1u)] = v;
     }
     __syncthreads();
-    BUCKET_STAMP(17);
+    BUCKET_STAMP(PROF_BUCKET_SCATTER);
     for (u32 i = tid; i < n; i += FS_BLOCK) {
         const u64 v = tmp[i];
         const u32 b = bk.of(v);
@@ -199,7 +199,7 @@ __device__ __noinline__ u32 bucket_pass(const u64* in, u32 n, u64* out, u32 m, u
         if (r < m) out[r] = v;
     }
     __syncthreads();
-    BUCKET_STAMP(31);
+    BUCKET_STAMP(PROF_BUCKET_RANK);
 #undef BUCKET_STAMP
     return nbig;
 }
@@ -279,11 +279,11 @@ __device__ void finish_row(u64* buf, Shared& sh, int k, int cap, int order_index
     write_row<TAG>(buf, m, order_index, k, out_idx, out_val, row_scores, row);
     __syncthreads();
     if (threadIdx.x == 0) {
-        PROF_ADD(10, t1 - t0);
-        PROF_ADD(11, t2 - t1);
-        PROF_ADD(12, PROF_CLOCK() - t2);
-        PROF_ADD(13, n);
-        PROF_ADD(14, sorted ? 1 : 0);
+        PROF_ADD(PROF_FINISH_COMPACT, t1 - t0);
+        PROF_ADD(PROF_FINISH_SORT, t2 - t1);
+        PROF_ADD(PROF_FINISH_WRITE, PROF_CLOCK() - t2);
+        PROF_ADD(PROF_FINISH_CANDIDATES, n);
+        PROF_ADD(PROF_BUCKET_FINISHES, sorted ? 1 : 0);
     }
 }
 

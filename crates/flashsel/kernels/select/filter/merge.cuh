@@ -87,10 +87,10 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
         // sample unrepresentative by over SAMPLE_SD standard deviations:
         // ~1.6e-4 of random rows; flashsel check builds such data): this CTA
         // selects the whole row again (rescue).
-        rescue<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest, len < P.k ? len : P.k, 7);
+        rescue<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest, len < P.k ? len : P.k, PROF_SPLIT_FALLBACKS);
     }
     finish_row<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, P.out_idx, P.out_val, row_scores, row);
-    if (tid == 0) PROF_ADD(9, PROF_CLOCK() - t_m);
+    if (tid == 0) PROF_ADD(PROF_MERGE_CYCLES, PROF_CLOCK() - t_m);
 }
 
 #endif  // FLASHSEL_SELECT_FILTER_MERGE_CUH

@@ -99,7 +99,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
                     load_tile<TAG>(nxt, row_scores, base, end, aligned);
                 }
                 rate = TILE;
-                if (tid == 0) PROF_ADD(5, 1);
+                if (tid == 0) PROF_ADD(PROF_SEGMENTS_REDONE, 1);
             } else if (base > seg_base) {
                 rate = (n - seg_n) / (u32)((base - seg_base + TILE - 1) / TILE);
             }
@@ -112,8 +112,8 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
                 n = sh.count;
                 keyed = n;
                 if (tid == 0) {
-                    PROF_ADD(1, PROF_CLOCK() - t0);
-                    PROF_ADD(2, 1);
+                    PROF_ADD(PROF_LOOP_COMPACT_CYCLES, PROF_CLOCK() - t0);
+                    PROF_ADD(PROF_LOOP_COMPACTIONS, 1);
                 }
             }
             const u32 safe = ((u32)cap - n) / TILE;
@@ -220,7 +220,7 @@ __device__ __noinline__ void rescue(u64* buf, Shared& sh, const void* row_scores
         stream_range<TAG, false>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest, rate);
         __syncthreads();
         if ((long long)sh.count >= want) return;  // uniform
-        restart(sh, 30);
+        restart(sh, PROF_RESCUE_RESTARTS);
     }
     stream_range<TAG, false>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest, (u32)TILE);
 }

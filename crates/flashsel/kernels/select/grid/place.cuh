@@ -50,7 +50,7 @@ __device__ __forceinline__ void grid_place(const GridParams& P, const u64* stage
                     for (int a = 0; a < EPW; ++a) c[a] += y[u] > x[a];
             }
         }
-        PROF_STAMP(prof, PROF_NS(), t_prev, 18);
+        PROF_STAMP(prof, PROF_NS(), t_prev, PROF_GRID_PLACE_COUNT);
 #pragma unroll
         for (int a = 0; a < EPW; ++a) {
             const u32 ahead = __reduce_add_sync(FULL_MASK, c[a]);
