@@ -147,11 +147,10 @@ fn select_host<T: ScoreElem, B: Element>(
     order: OutputOrder,
     nan: NanPolicy,
     lengths: Option<&[i32]>,
+    starts: Option<&[i32]>,
     out_indices: &mut [i32],
     out_values: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
-    // The bit-level reinterpretation below needs identical layouts
-    // (`half::f16` and `half::bf16` are `repr(transparent)` over `u16`).
     let scores: PyReadonlyArray2<'_, B> = scores.extract().map_err(|e| PyTypeError::new_err(format!("scores: {e}")))?;
     let (rows, cols, row_stride) = host_geometry(&scores)?;
     let spec = SelectSpec { rows, cols, row_stride, k, dtype: T::DTYPE, order, nan };
@@ -176,7 +175,11 @@ fn select_host<T: ScoreElem, B: Element>(
             Some(unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut T, s.len()) })
         }
     };
-    py.detach(|| flashsel::cpu::select_into(&view, &spec, lengths, out_indices, values)).map_err(to_py)
+    py.detach(|| match starts {
+        None => flashsel::cpu::select_into(&view, &spec, lengths, out_indices, values),
+        Some(s) => flashsel::cpu::select_ranges_into(&view, &spec, s, lengths, out_indices, values),
+    })
+    .map_err(to_py)
 }
 
 /// Top-k of a 2-D NumPy array on the CPU engine, written into `out_indices`
@@ -184,7 +187,7 @@ fn select_host<T: ScoreElem, B: Element>(
 /// `scores`). `dtype` says what the bits are: "f32" (float32 array), "f16" or
 /// "bf16" (uint16 arrays). The GIL is released while selecting.
 #[pyfunction]
-#[pyo3(signature = (scores, dtype, k, order, nan, lengths, out_indices, out_values))]
+#[pyo3(signature = (scores, dtype, k, order, nan, lengths, out_indices, out_values, starts=None))]
 #[allow(clippy::too_many_arguments)]
 fn select_cpu(
     py: Python<'_>,
@@ -196,17 +199,22 @@ fn select_cpu(
     lengths: Option<PyReadonlyArray1<'_, i32>>,
     mut out_indices: PyReadwriteArray2<'_, i32>,
     out_values: Option<&Bound<'_, PyAny>>,
+    starts: Option<PyReadonlyArray1<'_, i32>>,
 ) -> PyResult<()> {
     let (dt, order, nan) = parse_opts(dtype, order, nan)?;
     let lengths: Option<&[i32]> = match &lengths {
         None => None,
         Some(l) => Some(l.as_slice().map_err(|e| value_err(format!("lengths: {e}")))?),
     };
+    let starts: Option<&[i32]> = match &starts {
+        None => None,
+        Some(s) => Some(s.as_slice().map_err(|e| value_err(format!("starts: {e}")))?),
+    };
     let idx = out_indices.as_slice_mut().map_err(|e| value_err(format!("out_indices: {e}")))?;
     match dt {
-        DType::F32 => select_host::<f32, f32>(py, scores, k, order, nan, lengths, idx, out_values),
-        DType::F16 => select_host::<f16, u16>(py, scores, k, order, nan, lengths, idx, out_values),
-        DType::BF16 => select_host::<bf16, u16>(py, scores, k, order, nan, lengths, idx, out_values),
+        DType::F32 => select_host::<f32, f32>(py, scores, k, order, nan, lengths, starts, idx, out_values),
+        DType::F16 => select_host::<f16, u16>(py, scores, k, order, nan, lengths, starts, idx, out_values),
+        DType::BF16 => select_host::<bf16, u16>(py, scores, k, order, nan, lengths, starts, idx, out_values),
         other => Err(value_err(format!("select takes f32, bf16 or f16 scores, not {other}"))),
     }
 }

@@ -121,3 +121,41 @@ def test_cpu_tensors_give_tensors_and_cuda_tensors_are_refused():
     if torch.cuda.is_available():
         with pytest.raises(NotImplementedError):
             flashsel.qsa_select(torch.zeros(1, 8, device="cuda"), [3])
+
+
+# ---------------------------------------------------------------------------
+# topk(starts=...): per-row ranges (DSA's ks / ke), CPU engine
+# ---------------------------------------------------------------------------
+
+
+def test_topk_ranges_keep_absolute_columns():
+    rng = np.random.default_rng(8)
+    rows, cols, k = 6, 5000, 64
+    s = rng.standard_normal((rows, cols)).astype(np.float32)
+    starts = np.array([0, 5, 100, 4999, 2000, 10], np.int64)
+    ends = np.array([0, 6, 150, 5000, 5000, 4000], np.int32)
+    for order in ("score", "index"):
+        idx, val = flashsel.topk(s, k, lengths=ends, starts=starts, order=order, return_values=True)
+        for r in range(rows):
+            seg = s[r, starts[r] : ends[r]]
+            # Best first by value, ties to the lower column (no ties in normal data).
+            best = np.argsort(-seg, kind="stable")[:k] + starts[r]
+            want = best if order == "score" else np.sort(best)
+            n = len(want)
+            np.testing.assert_array_equal(idx[r, :n], want)
+            assert (idx[r, n:] == -1).all()
+            np.testing.assert_array_equal(val[r, :n], s[r, want])
+    # A scalar start for every row; start 0 is plain topk.
+    np.testing.assert_array_equal(flashsel.topk(s, k, starts=0), flashsel.topk(s, k))
+    one = flashsel.topk(s[1], 3, starts=4990)
+    assert one.tolist() == (np.argsort(-s[1, 4990:], kind="stable")[:3] + 4990).tolist()
+
+
+def test_topk_range_errors():
+    s = np.zeros((2, 8), np.float32)
+    with pytest.raises(ValueError):
+        flashsel.topk(s, 2, lengths=[4, 4], starts=[5, 0])  # start past the row's end
+    with pytest.raises(ValueError):
+        flashsel.topk(s, 2, starts=[0])
+    with pytest.raises(TypeError):
+        flashsel.topk(s, 2, starts=[0.5, 1.0])

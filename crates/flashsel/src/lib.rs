@@ -46,7 +46,7 @@ pub use ops::select::{reference_select, OutputOrder, SelectSpec, Selection};
 /// The CPU engine's entry points, one per operation.
 pub mod cpu {
     pub use crate::ops::qsa::qsa_select;
-    pub use crate::ops::select::cpu::{select, select_into, select_ranges};
+    pub use crate::ops::select::cpu::{select, select_into, select_ranges, select_ranges_into};
 }
 
 /// The select operation's GPU planner (`flashsel plan`).

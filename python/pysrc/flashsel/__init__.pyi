@@ -30,6 +30,7 @@ def topk(
     order: Order = "score",
     nan: Nan = "lowest",
     return_values: Literal[False] = False,
+    starts: Any = None,
 ) -> _A: ...
 @overload
 def topk(
@@ -40,6 +41,7 @@ def topk(
     order: Order = "score",
     nan: Nan = "lowest",
     return_values: Literal[True],
+    starts: Any = None,
 ) -> tuple[_A, _A]: ...
 @overload
 def topk(
@@ -50,6 +52,7 @@ def topk(
     order: Order = "score",
     nan: Nan = "lowest",
     return_values: bool,
+    starts: Any = None,
 ) -> _A | tuple[_A, _A]: ...
 def backends() -> dict[str, dict[str, Any]]: ...
 

@@ -29,6 +29,7 @@ def topk(
     order: Literal["score", "index"] = "score",
     nan: Literal["lowest", "largest"] = "lowest",
     return_values: bool = False,
+    starts: Any = None,
 ) -> Any:
     """Exact, deterministic top-k of each row of ``scores``.
 
@@ -68,6 +69,13 @@ def topk(
     nan
         ``"lowest"`` (default: NaN below ``-inf``) or ``"largest"`` (NaN above
         ``+inf``, like ``torch.topk``).
+    starts
+        Per-row range starts (DSA's ``ks``; CPU engine so far): row ``i``
+        selects among columns ``starts[i] .. lengths[i]`` (half-open, ends
+        default to ``cols``); indices stay absolute column numbers. A query at
+        position ``t`` that may attend to its own key passes ``lengths[i] = t +
+        1``. One int32/int64 entry per row, or a scalar for every row; each in
+        ``0..=end``. CUDA tensors with ``starts`` raise ``NotImplementedError``.
     return_values
         Also return the selected scores, bit for bit in the input dtype
         (native byte order; ``-inf`` where padded, i.e. ``0xFF80`` for bf16
@@ -116,14 +124,16 @@ def topk(
             raise TypeError(f"scores must be a dense (strided) tensor, got layout {scores.layout}")
         dev = scores.device.type
         if dev == "cuda":
+            if starts is not None:
+                raise NotImplementedError("topk(starts=...) runs on the CPU engine so far: pass CPU data")
             return _topk_cuda(torch, scores, k, lengths, order, nan, return_values)
         if dev == "cpu":
-            return _topk_torch_cpu(torch, scores, k, lengths, order, nan, return_values)
+            return _topk_torch_cpu(torch, scores, k, lengths, order, nan, return_values, starts)
         raise ValueError(f"scores is on device {scores.device}; flashsel runs on the CPU and on CUDA devices")
     if isinstance(scores, np.ma.MaskedArray):
         raise TypeError("masked arrays are not supported: pass the data with masked scores filled (or use lengths)")
     if isinstance(scores, np.ndarray):
-        return _topk_numpy(scores, k, lengths, order, nan, return_values)
+        return _topk_numpy(scores, k, lengths, order, nan, return_values, starts)
     raise TypeError(
         f"scores must be a numpy.ndarray or a torch.Tensor, got {type(scores).__module__}.{type(scores).__qualname__}"
         " (for a list of floats: np.asarray(x, dtype=np.float32))"
@@ -327,8 +337,23 @@ def _host_select(
     nan: str,
     out_indices: np.ndarray,
     out_value_bits: np.ndarray | None,
+    starts: np.ndarray | None = None,
 ) -> None:
-    _native.select_cpu(bits, name, k, order, nan, lengths, out_indices, out_value_bits)
+    _native.select_cpu(bits, name, k, order, nan, lengths, out_indices, out_value_bits, starts)
+
+
+def _host_starts(starts: Any, rows: int) -> np.ndarray | None:
+    """Per-row range starts as native int32 (a scalar applies to every row);
+    the range check against each row's end is the engine's."""
+    if starts is None:
+        return None
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(starts, torch.Tensor):
+        starts = starts.detach().cpu().numpy()
+    a = np.asarray(starts)
+    if a.ndim == 0:
+        a = np.full(rows, a, dtype=a.dtype)
+    return _int_vector("starts", a, rows, np.int32)
 
 
 def _host_row_stride(strides: tuple[int, int], rows: int, cols: int, itemsize: int) -> int:
@@ -350,13 +375,16 @@ def _host_row_stride(strides: tuple[int, int], rows: int, cols: int, itemsize: i
     return strides[0] // itemsize
 
 
-def _topk_numpy(scores: np.ndarray, k: int, lengths: Any, order: str, nan: str, return_values: bool) -> Any:
+def _topk_numpy(
+    scores: np.ndarray, k: int, lengths: Any, order: str, nan: str, return_values: bool, starts: Any = None
+) -> Any:
     name, bits_dtype, native = _numpy_kind(scores.dtype)
     rows, cols, was_1d = _as_2d_shape(scores.shape)
     s2 = scores[None, :] if was_1d else scores  # a view, never a copy
     row_stride = _host_row_stride(s2.strides, rows, cols, scores.itemsize)
     _native.check_spec(name, rows, cols, row_stride, k, order, nan)
     lens = _host_lengths(lengths, rows, cols)
+    st = _host_starts(starts, rows)
     if not s2.flags.aligned:
         raise ValueError("scores: the data is not aligned to its element size; pass an aligned copy")
     if s2.dtype != native:
@@ -372,6 +400,7 @@ def _topk_numpy(scores: np.ndarray, k: int, lengths: Any, order: str, nan: str, 
         nan,
         out_idx,
         None if out_val is None else out_val.view(bits_dtype),
+        st,
     )
     return _result(out_idx, out_val, was_1d, return_values)
 
@@ -400,7 +429,9 @@ def _result(out_idx: Any, out_val: Any, was_1d: bool, return_values: bool) -> An
     return (out_idx, out_val) if return_values else out_idx
 
 
-def _topk_torch_cpu(torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: str, return_values: bool) -> Any:
+def _topk_torch_cpu(
+    torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: str, return_values: bool, starts: Any = None
+) -> Any:
     name = _torch_dtype_name(torch, scores.dtype)
     rows, cols, was_1d = _as_2d_shape(tuple(scores.shape))
     s2 = scores.detach().unsqueeze(0) if was_1d else scores.detach()  # views, never copies
@@ -409,6 +440,7 @@ def _topk_torch_cpu(torch: Any, scores: Any, k: int, lengths: Any, order: str, n
     row_stride = _host_row_stride(strides, rows, cols, itemsize)
     _native.check_spec(name, rows, cols, row_stride, k, order, nan)
     lens = _host_lengths(lengths, rows, cols)
+    st = _host_starts(starts, rows)
 
     def bits(t: Any) -> np.ndarray:
         # Zero-copy NumPy views of the tensor's memory (strides preserved).
@@ -427,6 +459,7 @@ def _topk_torch_cpu(torch: Any, scores: Any, k: int, lengths: Any, order: str, n
         nan,
         out_idx.numpy(),
         None if out_val is None else bits(out_val),
+        st,
     )
     return _result(out_idx, out_val, was_1d, return_values)
 

@@ -14,6 +14,7 @@ def select_cpu(
     lengths: Any | None,
     out_indices: Any,
     out_values: Any | None,
+    starts: Any | None = None,
 ) -> None: ...
 def cuda_engine_error(device: int) -> str | None: ...
 def cuda_workspace_bytes(

@@ -127,6 +127,35 @@ pub fn select_into<T: ScoreElem>(
     select_into_tuned(scores, spec, lengths, out_indices, out_values, &Tuning::default())
 }
 
+/// [`select_ranges`] into caller-owned buffers, as [`select_into`].
+pub fn select_ranges_into<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    spec: &SelectSpec,
+    starts: &[i32],
+    ends: Option<&[i32]>,
+    out_indices: &mut [i32],
+    out_values: Option<&mut [T]>,
+) -> Result<()> {
+    spec.validate_host(scores, ends)?;
+    spec.validate_starts(starts, ends)?;
+    check_out_len(spec, out_indices.len(), out_values.as_ref().map(|v| v.len()))?;
+    run(scores, spec, Some(starts), ends, out_indices, out_values, false, &Tuning::default())
+}
+
+/// Output buffers must hold exactly `rows * k` elements.
+fn check_out_len(spec: &SelectSpec, indices: usize, values: Option<usize>) -> Result<()> {
+    let need = spec.rows * spec.k; // validated to fit i32
+    if indices != need {
+        return Err(Error::BufferSize { what: "out_indices", got: indices, need });
+    }
+    if let Some(v) = values {
+        if v != need {
+            return Err(Error::BufferSize { what: "out_values", got: v, need });
+        }
+    }
+    Ok(())
+}
+
 /// [`select_into`] with explicit tuning (the tests force tiny buffers and the
 /// within-row split on short rows). The answer never depends on `tuning`.
 pub(crate) fn select_into_tuned<T: ScoreElem>(
@@ -138,15 +167,7 @@ pub(crate) fn select_into_tuned<T: ScoreElem>(
     tuning: &Tuning,
 ) -> Result<()> {
     spec.validate_host(scores, lengths)?;
-    let need = spec.rows * spec.k; // validated to fit i32
-    if out_indices.len() != need {
-        return Err(Error::BufferSize { what: "out_indices", got: out_indices.len(), need });
-    }
-    if let Some(v) = &out_values {
-        if v.len() != need {
-            return Err(Error::BufferSize { what: "out_values", got: v.len(), need });
-        }
-    }
+    check_out_len(spec, out_indices.len(), out_values.as_ref().map(|v| v.len()))?;
     run(scores, spec, None, lengths, out_indices, out_values, false, tuning)
 }
 

@@ -697,6 +697,12 @@ fn ranges_match_the_reference_and_keep_absolute_columns() {
         let got = pool.install(|| cpu::select_ranges(&one, &spec, &[70_000], None)).unwrap();
         assert_eq!(got, want, "k {k}");
     }
+    // The buffer form writes the same bytes.
+    let spec = SelectSpec::new(rows, cols, 64, DType::F32);
+    let want = cpu::select_ranges(&view, &spec, &starts, Some(&ends)).unwrap();
+    let (mut idx, mut val) = (vec![7; rows * 64], vec![7.0f32; rows * 64]);
+    cpu::select_ranges_into(&view, &spec, &starts, Some(&ends), &mut idx, Some(&mut val)).unwrap();
+    assert_eq!((idx, val), (want.indices, want.values));
     // Starts alone (ends = cols), and a start of 0 is plain select.
     let spec = SelectSpec::new(rows, cols, 16, DType::F32);
     let zero = cpu::select_ranges(&view, &spec, &[0; 9], None).unwrap();
