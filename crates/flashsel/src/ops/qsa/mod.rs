@@ -224,10 +224,10 @@ impl QsaSelection {
 
 /// Writes one row's ids: its blocks (in output order) expanded, the tail,
 /// padding; returns the count.
-fn expand_row(spec: &QsaSpec, t: usize, v: usize, blocks: &[i32], out: &mut [i32]) -> usize {
+fn expand_row(spec: &QsaSpec, t: usize, v: usize, blocks: impl Iterator<Item = i32>, out: &mut [i32]) -> usize {
     let r = spec.ratio;
     let mut n = 0;
-    for &b in blocks {
+    for b in blocks {
         for j in 0..r {
             out[n] = (b as usize * r + j) as i32;
             n += 1;
@@ -256,16 +256,21 @@ fn map_row(pages: &PageMap<'_>, row: usize, ids: &mut [i32]) -> Result<()> {
     Ok(())
 }
 
-/// QSA block selection on the CPU: the bytes of [`reference_qsa_select`],
-/// the block top-k by the select engine.
-pub fn qsa_select<T: ScoreElem>(
+/// Checks the request, then writes every row: the blocks `top(i)` gives for
+/// a row that sees more than `k_blocks` (already in output order), or
+/// `0..V` causally; expanded, mapped through `pages`. The one assembly of
+/// both [`qsa_select`] and [`reference_qsa_select`]: they differ only in how
+/// they find the top blocks.
+fn assemble<T: ScoreElem>(
     scores: &ScoresView<'_, T>,
     positions: &[i64],
     spec: &QsaSpec,
     pages: Option<&PageMap<'_>>,
+    top: impl Fn(&[i32]) -> Result<Vec<i32>>,
 ) -> Result<QsaSelection> {
     spec.validate()?;
     let visible = spec.visible(positions)?;
+    spec.block_spec::<T>().validate_host(scores, None)?;
     if let Some(p) = pages {
         if p.seq_ids.len() != spec.rows {
             return Err(Error::Shape(format!(
@@ -275,25 +280,19 @@ pub fn qsa_select<T: ScoreElem>(
             )));
         }
     }
-    // The block top-k of the rows that see more than k_blocks blocks; the
-    // others get length 0 (nothing read).
-    let bspec = spec.block_spec::<T>();
-    let lengths: Vec<i32> = visible.iter().map(|&v| if v as usize > spec.k_blocks { v } else { 0 }).collect();
-    let mut blocks = try_vec("the block selection", spec.rows * spec.k_blocks, PAD)?;
-    crate::ops::select::cpu::select_into(scores, &bspec, Some(&lengths), &mut blocks, None)?;
+    let blocks = top(&visible)?;
     let width = spec.width();
     let mut ids = try_vec("the id output", spec.rows * width, PAD)?;
     let mut counts = try_vec("the counts output", spec.rows, 0i32)?;
-    for (i, out) in ids.chunks_mut(width.max(1)).enumerate().take(spec.rows) {
+    for (i, out) in ids.chunks_mut(width).enumerate() {
         let v = visible[i] as usize;
-        let causal: Vec<i32>;
-        let sel: &[i32] = if v > spec.k_blocks {
-            &blocks[i * spec.k_blocks..(i + 1) * spec.k_blocks]
+        let t = positions[i] as usize;
+        let n = if v > spec.k_blocks {
+            let row_blocks = &blocks[i * spec.k_blocks..(i + 1) * spec.k_blocks];
+            expand_row(spec, t, v, row_blocks.iter().copied(), out)
         } else {
-            causal = (0..v as i32).collect();
-            &causal
+            expand_row(spec, t, v, 0..v as i32, out)
         };
-        let n = expand_row(spec, positions[i] as usize, v, sel, out);
         if let Some(p) = pages {
             map_row(p, i, &mut out[..n])?;
         }
@@ -302,44 +301,47 @@ pub fn qsa_select<T: ScoreElem>(
     Ok(QsaSelection { rows: spec.rows, width, ids, counts })
 }
 
-/// The naive reference: per row, sort the visible blocks by the total order
-/// and take the first `k_blocks` (or all of them, causally, when they fit),
-/// then expand as the contract says. Tests pin every engine to it.
+/// QSA block selection on the CPU: the bytes of [`reference_qsa_select`],
+/// the block top-k by the select engine (`lengths = V` for the rows that
+/// see more than `k_blocks` blocks, 0 for the others: nothing read).
+pub fn qsa_select<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    positions: &[i64],
+    spec: &QsaSpec,
+    pages: Option<&PageMap<'_>>,
+) -> Result<QsaSelection> {
+    assemble(scores, positions, spec, pages, |visible| {
+        let lengths: Vec<i32> = visible.iter().map(|&v| if v as usize > spec.k_blocks { v } else { 0 }).collect();
+        let mut blocks = try_vec("the block selection", spec.rows * spec.k_blocks, PAD)?;
+        crate::ops::select::cpu::select_into(scores, &spec.block_spec::<T>(), Some(&lengths), &mut blocks, None)?;
+        Ok(blocks)
+    })
+}
+
+/// The naive reference: per row that sees more than `k_blocks` blocks, sort
+/// its visible blocks by the total order and take the first `k_blocks`; then
+/// the same assembly as [`qsa_select`]. Tests pin every engine to it.
 pub fn reference_qsa_select<T: ScoreElem>(
     scores: &ScoresView<'_, T>,
     positions: &[i64],
     spec: &QsaSpec,
     pages: Option<&PageMap<'_>>,
 ) -> Result<QsaSelection> {
-    spec.validate()?;
-    let visible = spec.visible(positions)?;
-    spec.block_spec::<T>().validate_host(scores, None)?;
-    let width = spec.width();
-    let mut out =
-        QsaSelection { rows: spec.rows, width, ids: vec![PAD; spec.rows * width], counts: vec![0; spec.rows] };
-    for i in 0..spec.rows {
-        let v = visible[i] as usize;
-        let blocks: Vec<i32> = if v <= spec.k_blocks {
-            (0..v as i32).collect()
-        } else {
+    assemble(scores, positions, spec, pages, |visible| {
+        let mut blocks = vec![PAD; spec.rows * spec.k_blocks];
+        for (i, &v) in visible.iter().enumerate().filter(|&(_, &v)| v as usize > spec.k_blocks) {
             let row = scores.row(i);
-            let mut c: Vec<u64> = (0..v).map(|b| crate::contract::composite(row[b].key(spec.nan), b as u32)).collect();
+            let mut c: Vec<u64> =
+                (0..v as usize).map(|b| crate::contract::composite(row[b].key(spec.nan), b as u32)).collect();
             c.sort_unstable_by(|a, b| b.cmp(a));
             c.truncate(spec.k_blocks);
             spec.order.arrange(&mut c);
-            c.iter().map(|&c| crate::contract::composite_index(c) as i32).collect()
-        };
-        let row_out = &mut out.ids[i * width..(i + 1) * width];
-        let n = expand_row(spec, positions[i] as usize, v, &blocks, row_out);
-        if let Some(p) = pages {
-            if p.seq_ids.len() != spec.rows {
-                return Err(Error::Shape("seq_ids length".into()));
+            for (j, &c) in c.iter().enumerate() {
+                blocks[i * spec.k_blocks + j] = crate::contract::composite_index(c) as i32;
             }
-            map_row(p, i, &mut row_out[..n])?;
         }
-        out.counts[i] = n as i32;
-    }
-    Ok(out)
+        Ok(blocks)
+    })
 }
 
 #[cfg(test)]

@@ -55,14 +55,13 @@ pub fn reference_select_ranges<T: ScoreElem>(
     starts: Option<&[i32]>,
     ends: Option<&[i32]>,
 ) -> Result<Selection<T>> {
-    let lengths = ends;
-    spec.validate_host(scores, lengths)?;
+    spec.validate_host(scores, ends)?;
     if let Some(s) = starts {
-        spec.validate_starts(s, lengths)?;
+        spec.validate_starts(s, ends)?;
     }
     let mut out = Selection::<T>::new_padded(spec)?;
     for r in 0..spec.rows {
-        let len = spec.row_len(r, lengths);
+        let len = spec.row_len(r, ends);
         let row = scores.row(r);
         let mut comps: Vec<u64> =
             (starts.map_or(0, |s| s[r] as usize)..len).map(|c| composite(row[c].key(spec.nan), c as u32)).collect();

@@ -390,10 +390,8 @@ impl RowCtx {
             v.clear();
             v.try_reserve(n).is_ok()
         };
-        let sel = k.min(len);
-        if !reserve(&mut scratch.buf, self.tuning.stream_cfg(len, k).cap.max(k + 1).min(len))
-            || !reserve(&mut scratch.tmp, sel)
-        {
+        let cfg = self.tuning.stream_cfg(len, k);
+        if !reserve(&mut scratch.buf, cfg.cap.max(k + 1).min(len)) || !reserve(&mut scratch.tmp, k.min(len)) {
             oom.store(true, Ordering::Relaxed);
             return;
         }
@@ -401,7 +399,7 @@ impl RowCtx {
         // The same plan as `Tuning::row_plan(rows, len, k)`.
         let plan = self.tuning.chunk_plan(len, k, self.threads);
         if plan.chunks <= 1 {
-            stream::top_set(cand, start as u32, k, self.tuning.stream_cfg(len, k), kf, buf);
+            stream::top_set(cand, start as u32, k, cfg, kf, buf);
         } else {
             let tuning = self.tuning;
             *buf = (0..plan.chunks)

@@ -274,29 +274,37 @@ impl Plan {
     pub fn block(&self) -> u32 {
         BLOCK
     }
+    /// `on_filter` of a row or split plan's filter launch, else `on_grid`.
+    fn either<R>(&self, on_filter: impl FnOnce(&FilterPlan) -> R, on_grid: impl FnOnce(&GridPlan) -> R) -> R {
+        match self {
+            Plan::Row(f) => on_filter(f),
+            Plan::Split(s) => on_filter(&s.filter),
+            Plan::Grid(g) => on_grid(g),
+        }
+    }
     pub fn ctas_per_row(&self) -> u32 {
-        self.filter().map_or_else(|| self.grid().map_or(1, |g| g.ctas_per_row), |f| f.ctas_per_row)
+        self.either(|f| f.ctas_per_row, |g| g.ctas_per_row)
     }
     pub fn row_slots(&self) -> u32 {
-        self.filter().map_or_else(|| self.grid().map_or(1, |g| g.row_slots), |f| f.row_slots)
+        self.either(|f| f.row_slots, |g| g.row_slots)
     }
     /// Where each CTA's candidate buffer lives (a grid CTA stages its list in
     /// shared memory).
     pub fn buffer(&self) -> Buffer {
-        self.filter().map_or(Buffer::Shared, |f| f.buffer)
+        self.either(|f| f.buffer, |_| Buffer::Shared)
     }
     /// Candidate buffer capacity (grid: the list's entries).
     pub fn cap(&self) -> u32 {
-        self.filter().map_or_else(|| self.grid().map_or(0, |g| g.list_len), |f| f.cap)
+        self.either(|f| f.cap, |g| g.list_len)
     }
     pub fn smem_bytes(&self) -> u32 {
-        self.filter().map_or_else(|| self.grid().map_or(0, |g| g.smem_bytes), |f| f.smem_bytes)
+        self.either(|f| f.smem_bytes, |g| g.smem_bytes)
     }
     pub fn stage_bytes(&self) -> u32 {
-        self.filter().map_or(0, |f| f.stage_bytes)
+        self.either(|f| f.stage_bytes, |_| 0)
     }
     pub fn fit(&self) -> u64 {
-        self.filter().map_or_else(|| self.grid().map_or(0, |g| g.fit), |f| f.fit)
+        self.either(|f| f.fit, |g| g.fit)
     }
     /// Merge rounds after the filter: 1 for a split row (its last CTA merges
     /// the row's candidates), 0 otherwise.
@@ -312,11 +320,7 @@ impl Plan {
         self.filter().and_then(|f| f.gbuf)
     }
     pub fn workspace_bytes(&self) -> u64 {
-        match self {
-            Plan::Row(f) => f.workspace_bytes,
-            Plan::Split(s) => s.filter.workspace_bytes,
-            Plan::Grid(g) => g.workspace_bytes,
-        }
+        self.either(|f| f.workspace_bytes, |g| g.workspace_bytes)
     }
 }
 
