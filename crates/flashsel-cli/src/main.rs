@@ -14,7 +14,10 @@ use flashsel::{Backend, BackendChoice, NanPolicy, OutputOrder};
 mod bench;
 mod gpu_cmds;
 mod npy;
+mod ops_backend;
+mod qsa_cmd;
 mod select_cmd;
+mod staged;
 
 const ABOUT: &str = "Exact, deterministic top-k selection for long-context sparse attention (CPU and CUDA).";
 
@@ -34,7 +37,35 @@ bit for bit in the input dtype, little-endian (bfloat16 as the same <u2/<i2
 bits as the input), padded with -inf. Existing output files are replaced only
 when every output was written: a failed run leaves them as they were.
 Ties break toward the lower column index; -0.0 == +0.0; NaN ranks lowest
-(--nan lowest) or above +inf (--nan largest, as torch.topk).";
+(--nan lowest) or above +inf (--nan largest, as torch.topk).
+
+Ranges (DSA's ks/ke): with --starts, row i selects among columns
+starts[i]..lengths[i] (half-open; --lengths are then the ranges' ends,
+default cols), 0 <= starts[i] <= lengths[i] <= cols; the indices out stay
+absolute column numbers. A query at position t that may attend to its own
+key passes lengths[i] = t + 1. CPU engine only so far (--backend cuda is an
+error; auto runs it on the CPU).";
+
+const QSA_LONG_ABOUT: &str = "\
+QSA block selection: the token ids (or KV-cache slots) each query attends to.
+
+Row i of --scores ([T, NB] block scores: <f4, <f2, or bfloat16 bits as
+<u2/<i2; big-endian accepted) is the query at position t = positions[i]. It
+sees V = (t + 1) / ratio complete blocks (V <= NB, else an error). V <=
+k_blocks: blocks 0..V (no score read); else the exact top k_blocks of its
+scores [0, V) (ties to the lower block, NaN by --nan). Each block b gives
+tokens ratio*b .. ratio*b + ratio - 1, then the unscored tail ratio*V ..= t,
+then -1 up to the width k_blocks * ratio + ratio - 1 (2051 for the defaults).
+--order index: the ids ascend; score: blocks best first, the tail last.
+
+With --page-table ([B, max_pages] page numbers) and --seq-ids (the sequence
+of each row), every valid id becomes the slot
+page_table[seq, tok / page_size] * page_size + tok % page_size.
+
+Output: --ids gets int32 [T, width], --counts int32 [T] (the valid ids of
+each row), little-endian; an existing file is replaced only when every output
+was written. Integer inputs: int32 or int64, either byte order. CPU engine
+only so far (--backend cuda is an error; auto runs it on the CPU).";
 
 #[derive(Debug, Parser)]
 #[command(name = "flashsel", version, about = ABOUT, propagate_version = true)]
@@ -51,6 +82,9 @@ enum Cmd {
     /// Top-k of each row of a .npy score matrix.
     #[command(long_about = SELECT_LONG_ABOUT)]
     Select(SelectArgs),
+    /// QSA block selection: block scores and query positions to token ids or KV slots.
+    #[command(long_about = QSA_LONG_ABOUT)]
+    Qsa(QsaArgs),
     /// Benchmark the standard suite of shapes on the best backend, verifying every result.
     Bench(BenchArgs),
     /// Version and the backends available here (and why one is not).
@@ -77,6 +111,23 @@ fn parse_k(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `qsa`'s `--ratio`, `--k-blocks`, `--page-size`: at least 1, else a usage error.
+fn parse_at_least_1(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn order_parser() -> impl TypedValueParser<Value = OutputOrder> {
+    PossibleValuesParser::new(["score", "index"]).try_map(|s| OutputOrder::parse(&s))
+}
+
+fn nan_parser() -> impl TypedValueParser<Value = NanPolicy> {
+    PossibleValuesParser::new(["lowest", "largest"]).try_map(|s| NanPolicy::parse(&s))
+}
+
 #[derive(Debug, Args)]
 pub struct SelectArgs {
     /// Score matrix (.npy: f4, f2, or bfloat16 bits as u2/i2, either byte order; 1-D or 2-D, C order).
@@ -87,22 +138,19 @@ pub struct SelectArgs {
     pub k: usize,
     /// Per-row candidate counts (.npy, <i4 or <i8, each in 0..=cols): 1-D with one
     /// entry per row (row i selects among its first lengths[i] columns), or a 0-d
-    /// scalar for every row.
+    /// scalar for every row. With --starts: the ranges' ends.
     #[arg(long, value_name = "L.npy")]
     pub lengths: Option<PathBuf>,
+    /// Per-row range starts (.npy, <i4 or <i8, 1-D one per row or a 0-d scalar):
+    /// row i selects among columns starts[i]..lengths[i] (ends default to cols),
+    /// indices out stay absolute. CPU engine only so far.
+    #[arg(long, value_name = "S.npy")]
+    pub starts: Option<PathBuf>,
     /// Order of each output row: best first, or by ascending column index.
-    #[arg(
-        long,
-        default_value = "score",
-        value_parser = PossibleValuesParser::new(["score", "index"]).try_map(|s| OutputOrder::parse(&s))
-    )]
+    #[arg(long, default_value = "score", value_parser = order_parser())]
     pub order: OutputOrder,
     /// Where NaN ranks: below -inf, or above +inf (as torch.topk).
-    #[arg(
-        long,
-        default_value = "lowest",
-        value_parser = PossibleValuesParser::new(["lowest", "largest"]).try_map(|s| NanPolicy::parse(&s))
-    )]
+    #[arg(long, default_value = "lowest", value_parser = nan_parser())]
     pub nan: NanPolicy,
     /// Indices out: [rows, k] <i4 ([k] for a 1-D input), -1 where padded.
     #[arg(long, value_name = "I.npy")]
@@ -111,6 +159,46 @@ pub struct SelectArgs {
     #[arg(long, value_name = "V.npy")]
     pub values: Option<PathBuf>,
     /// Backend: CUDA when usable (auto), or the one named.
+    #[arg(long, default_value = "auto", value_parser = backend_parser())]
+    pub backend: BackendChoice,
+}
+
+#[derive(Debug, Args)]
+pub struct QsaArgs {
+    /// Block scores [T, NB] (.npy: f4, f2, or bfloat16 bits as u2/i2, either byte order; C order).
+    #[arg(long, value_name = "S.npy")]
+    pub scores: PathBuf,
+    /// The absolute position of each query (.npy, <i4 or <i8, 1-D [T], each >= 0).
+    #[arg(long, value_name = "P.npy")]
+    pub positions: PathBuf,
+    /// Tokens per block.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = parse_at_least_1)]
+    pub ratio: usize,
+    /// Blocks selected per row when more are visible.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = parse_at_least_1)]
+    pub k_blocks: usize,
+    /// Order of each output row: ascending ids (index), or blocks best first (score).
+    #[arg(long, default_value = "index", value_parser = order_parser())]
+    pub order: OutputOrder,
+    /// Where NaN ranks: below -inf, or above +inf (as torch.topk).
+    #[arg(long, default_value = "lowest", value_parser = nan_parser())]
+    pub nan: NanPolicy,
+    /// Page table [B, max_pages] (.npy, <i4 or <i8): token ids become KV-cache slots. Needs --seq-ids.
+    #[arg(long, value_name = "PT.npy", requires = "seq_ids")]
+    pub page_table: Option<PathBuf>,
+    /// The sequence (page-table row) of each query (.npy, <i4 or <i8, 1-D [T]). Needs --page-table.
+    #[arg(long, value_name = "Q.npy", requires = "page_table")]
+    pub seq_ids: Option<PathBuf>,
+    /// Tokens per page of the page table (with --page-table).
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = parse_at_least_1, requires = "page_table")]
+    pub page_size: usize,
+    /// Ids out: [T, k_blocks * ratio + ratio - 1] <i4, -1 where padded.
+    #[arg(long, value_name = "I.npy")]
+    pub ids: PathBuf,
+    /// Counts out: [T] <i4, the valid ids of each row.
+    #[arg(long, value_name = "C.npy")]
+    pub counts: Option<PathBuf>,
+    /// Backend: auto and cpu run the CPU engine (the CUDA path is not in this build yet).
     #[arg(long, default_value = "auto", value_parser = backend_parser())]
     pub backend: BackendChoice,
 }
@@ -174,6 +262,7 @@ fn info() -> Result<(), String> {
 fn run(cli: Cli) -> Result<(), String> {
     match &cli.cmd {
         Cmd::Select(a) => select_cmd::run(a, cli.verbose),
+        Cmd::Qsa(a) => qsa_cmd::run(a, cli.verbose),
         Cmd::Bench(a) => bench::run(a, cli.verbose),
         Cmd::Info => info(),
         Cmd::Plan(a) => gpu_cmds::plan(a),

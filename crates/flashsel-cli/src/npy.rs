@@ -236,44 +236,94 @@ pub fn read_scores(path: &Path) -> Result<Matrix, String> {
     Ok(Matrix { rows, cols, one_d, descr: t.to_string(), scores })
 }
 
-/// Reads the candidate counts: a 1-D array of int32 or int64 with one entry
-/// per row, or a 0-d scalar that applies to every row; each in `0..=cols`.
-pub fn read_lengths(path: &Path, rows: usize, cols: usize) -> Result<Vec<i32>, String> {
+/// An integer input read whole: int32 or int64 (either byte order), widened.
+struct Ints {
+    path: String,
+    shape: Vec<u64>,
+    values: Vec<i64>,
+}
+
+/// Reads an int32 or int64 array (either byte order) as `i64`; `what` names
+/// it in messages (`lengths`, `positions`, ...). A 2-D array must be in C order.
+fn read_ints(path: &Path, what: &str) -> Result<Ints, String> {
     let f = open(path)?;
     let t = f.dtype.clone();
     if !(t.type_char() == TypeChar::Int && matches!(t.size_field(), 4 | 8)) {
-        return Err(format!("{}: unsupported lengths dtype '{t}'; lengths must be int32 (<i4) or int64 (<i8)", f.path));
+        return Err(format!("{}: unsupported {what} dtype '{t}'; {what} must be int32 (<i4) or int64 (<i8)", f.path));
     }
-    let scalar = match f.header.shape() {
-        [] => true,
-        &[n] if n == rows as u64 => false,
-        &[n] => return Err(format!("{}: lengths has {n} entries but the scores have {rows} rows", f.path)),
-        s => {
-            return Err(format!(
-                "{}: lengths must be a scalar or 1-D with one entry per row, got a {}-D array of shape {}",
-                f.path,
-                s.len(),
-                shape_str(s)
-            ))
-        }
-    };
+    let shape = f.header.shape().to_vec();
+    if f.header.order() == Order::Fortran && shape.len() > 1 {
+        return Err(format!(
+            "{}: {what} is in Fortran (column-major) order; save it in C order (np.ascontiguousarray) first",
+            f.path
+        ));
+    }
     let path = f.path.clone();
-    let wide: Vec<i64> = if t.size_field() == 4 {
-        f.read_all("the lengths", |x: i32| i64::from(x))?
+    let values = if t.size_field() == 4 {
+        f.read_all(&format!("the {what}"), |x: i32| i64::from(x))?
     } else {
-        f.read_all("the lengths", |x: i64| x)?
+        f.read_all(&format!("the {what}"), |x: i64| x)?
     };
-    for (row, &len) in wide.iter().enumerate() {
-        let name = if scalar { "lengths (a scalar, for every row)".to_string() } else { format!("lengths[{row}]") };
-        check_length(&path, &name, len, cols)?;
-    }
-    if !scalar {
-        return Ok(wide.into_iter().map(|l| l as i32).collect());
-    }
+    Ok(Ints { path, shape, values })
+}
+
+/// A vector of `n` copies of `x`, allocated fallibly.
+fn filled(path: &str, what: &str, n: usize, x: i32) -> Result<Vec<i32>, String> {
     let mut every = Vec::new();
-    every.try_reserve_exact(rows).map_err(|_| format!("{path}: out of memory: the lengths need {} bytes", rows * 4))?;
-    every.resize(rows, wide[0] as i32);
+    every
+        .try_reserve_exact(n)
+        .map_err(|_| format!("{path}: out of memory: the {what} need {} bytes", n as u128 * 4))?;
+    every.resize(n, x);
     Ok(every)
+}
+
+/// A per-row input of `rows` entries: 1-D with one entry per row, or a 0-d
+/// scalar for every row (`true` when it was a scalar).
+fn per_row(f: &Ints, what: &str, rows: usize, scalar_ok: bool) -> Result<bool, String> {
+    match f.shape.as_slice() {
+        [] if scalar_ok => Ok(true),
+        &[n] if n == rows as u64 => Ok(false),
+        &[n] => Err(format!("{}: {what} has {n} entries but the scores have {rows} rows", f.path)),
+        s => Err(format!(
+            "{}: {what} must be {} with one entry per row, got a {}-D array of shape {}",
+            f.path,
+            if scalar_ok { "a scalar or 1-D" } else { "1-D" },
+            s.len(),
+            shape_str(s)
+        )),
+    }
+}
+
+/// The name of entry `row` of a per-row input, for messages.
+fn entry_name(what: &str, scalar: bool, row: usize) -> String {
+    if scalar {
+        format!("{what} (a scalar, for every row)")
+    } else {
+        format!("{what}[{row}]")
+    }
+}
+
+/// Reads the candidate counts: a 1-D array of int32 or int64 with one entry
+/// per row, or a 0-d scalar that applies to every row; each in `0..=cols`.
+/// With `--starts` they are the ranges' ends.
+pub fn read_lengths(path: &Path, rows: usize, cols: usize) -> Result<Vec<i32>, String> {
+    Ok(read_columns(path, "lengths", rows, cols)?.0)
+}
+
+/// Reads per-row column numbers (`what`: lengths or starts), each in
+/// `0..=cols`, one per row or a 0-d scalar for every row (then `true`).
+fn read_columns(path: &Path, what: &str, rows: usize, cols: usize) -> Result<(Vec<i32>, bool), String> {
+    let f = read_ints(path, what)?;
+    let scalar = per_row(&f, what, rows, true)?;
+    for (row, &x) in f.values.iter().enumerate() {
+        check_length(&f.path, &entry_name(what, scalar, row), x, cols)?;
+    }
+    let values = if scalar {
+        filled(&f.path, what, rows, f.values[0] as i32)?
+    } else {
+        f.values.into_iter().map(|x| x as i32).collect()
+    };
+    Ok((values, scalar))
 }
 
 /// One length in `0..=cols` (and so in i32), or a message naming it.
@@ -288,6 +338,84 @@ fn check_length(path: &str, name: &str, len: i64, cols: usize) -> Result<(), Str
         return Ok(());
     };
     Err(format!("{path}: {name} = {len} {why} (valid: 0..={cols})"))
+}
+
+/// Reads the range starts of `select --starts`: int32 or int64, one per row
+/// or a 0-d scalar, each in `0..=end` where a row's end is its entry of
+/// `ends` (the `--lengths` file and its values) or else `cols`.
+pub fn read_starts(path: &Path, rows: usize, cols: usize, ends: Option<(&Path, &[i32])>) -> Result<Vec<i32>, String> {
+    let (starts, scalar) = read_columns(path, "starts", rows, cols)?;
+    if let Some((ends_path, ends)) = ends {
+        if let Some(row) = (0..rows).find(|&r| starts[r] > ends[r]) {
+            return Err(format!(
+                "{}: {} = {} is beyond its row's end {} (lengths[{row}] in {}; row i selects among columns \
+                 starts[i]..lengths[i], so 0 <= start <= end)",
+                path.display(),
+                entry_name("starts", scalar, row),
+                starts[row],
+                ends[row],
+                ends_path.display(),
+            ));
+        }
+    }
+    Ok(starts)
+}
+
+/// Reads the query positions of `qsa`: int32 or int64, 1-D with one entry
+/// per row, each `>= 0`.
+pub fn read_positions(path: &Path, rows: usize) -> Result<Vec<i64>, String> {
+    let f = read_ints(path, "positions")?;
+    per_row(&f, "positions", rows, false)?;
+    if let Some((i, &t)) = f.values.iter().enumerate().find(|&(_, &t)| t < 0) {
+        return Err(format!("{}: positions[{i}] = {t} is negative (a position is >= 0)", f.path));
+    }
+    Ok(f.values)
+}
+
+/// Reads the sequence of each query row (`qsa --seq-ids`): int32 or int64,
+/// 1-D with one entry per row, each fitting int32 (the library checks each
+/// against the page table's sequences).
+pub fn read_seq_ids(path: &Path, rows: usize) -> Result<Vec<i32>, String> {
+    let f = read_ints(path, "seq_ids")?;
+    per_row(&f, "seq_ids", rows, false)?;
+    to_i32(&f, "seq_ids", |i| format!("[{i}]"))
+}
+
+/// A page table: `[sequences, max_pages]` int32 page numbers, row-major.
+pub struct PageTable {
+    pub table: Vec<i32>,
+    pub max_pages: usize,
+}
+
+/// Reads `qsa --page-table`: int32 or int64 (each fitting int32), 2-D
+/// `[sequences, max_pages]` in C order, at least one page a sequence.
+pub fn read_page_table(path: &Path) -> Result<PageTable, String> {
+    let f = read_ints(path, "page_table")?;
+    let max_pages = match f.shape.as_slice() {
+        &[_, p] => p as usize,
+        s => {
+            return Err(format!(
+                "{}: page_table must be 2-D [sequences, max_pages], got a {}-D array of shape {}",
+                f.path,
+                s.len(),
+                shape_str(s)
+            ))
+        }
+    };
+    if max_pages == 0 {
+        return Err(format!("{}: page_table has shape {}: no pages", f.path, shape_str(&f.shape)));
+    }
+    let table = to_i32(&f, "page_table", |i| format!("[{}, {}]", i / max_pages, i % max_pages))?;
+    Ok(PageTable { table, max_pages })
+}
+
+/// The values of `f` as `i32`, or a message naming the first that does not fit.
+fn to_i32(f: &Ints, what: &str, at: impl Fn(usize) -> String) -> Result<Vec<i32>, String> {
+    f.values
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| i32::try_from(x).map_err(|_| format!("{}: {what}{} = {x} does not fit in int32", f.path, at(i))))
+        .collect()
 }
 
 /// Elements written to an output file: as themselves, or for bf16 as the

@@ -877,3 +877,782 @@ fn info_lists_backends() {
     assert_ok(&o);
     assert!(stdout(&o).contains(env!("CARGO_PKG_VERSION")));
 }
+
+// ------------------------------------------------- select --starts (ranges)
+
+/// Asserts that `path` is an int32 `.npy` of `shape` holding `want`, and
+/// byte for byte the file npyz writes for that array.
+#[track_caller]
+fn assert_i32_npy(path: &Path, shape: &[u64], want: &[i32], ctx: &str) {
+    let (got_shape, descr, got) = read_npy::<i32>(path);
+    assert_eq!((got_shape.as_slice(), descr.as_str()), (shape, "<i4"), "{ctx}");
+    assert_eq!(got, want, "{ctx}");
+    let expected = path.with_extension("expected.npy");
+    write_npy_with(&expected, "<i4", npyz::Order::C, shape, want);
+    assert!(std::fs::read(path).unwrap() == std::fs::read(&expected).unwrap(), "file bytes differ: {ctx}");
+    std::fs::remove_file(expected).unwrap();
+}
+
+/// Reads a values file's shape, dtype and element bits, whatever its dtype.
+fn read_bits(path: &Path) -> (Vec<u64>, String, Vec<u32>) {
+    fn widen<T: npyz::Deserialize>(path: &Path, bits: impl Fn(T) -> u32) -> (Vec<u64>, String, Vec<u32>) {
+        let (shape, descr, v) = read_npy::<T>(path);
+        (shape, descr, v.into_iter().map(bits).collect())
+    }
+    let bytes = std::fs::read(path).unwrap();
+    let descr = npyz::NpyFile::new(&bytes[..]).unwrap().dtype().descr();
+    match descr.trim_matches('\'') {
+        "<f4" => widen(path, f32::to_bits),
+        "<f2" => widen(path, |x: f16| x.to_bits() as u32),
+        "<u2" => widen(path, |x: u16| x as u32),
+        "<i2" => widen(path, |x: i16| x as u16 as u32),
+        d => panic!("unexpected values dtype {d}"),
+    }
+}
+
+/// Runs `select --starts` on the CPU and checks indices and value bits
+/// against `flashsel::cpu::select_ranges` on the same data.
+#[allow(clippy::too_many_arguments)]
+fn check_ranges<T: ScoreElem>(
+    tmp: &Tmp,
+    input: &Path,
+    data: &[T],
+    (rows, cols, one_d): (usize, usize, bool),
+    k: usize,
+    order: OutputOrder,
+    nan: NanPolicy,
+    starts: (&Path, &[i32]),
+    ends: Option<(&Path, &[i32])>,
+    backend: &str,
+) {
+    let (out, vals) = (tmp.path("ri.npy"), tmp.path("rv.npy"));
+    let ks = k.to_string();
+    let mut args = vec!["select", "--backend", backend, "--input", s(input), "--k", &ks, "--starts", s(starts.0)];
+    args.extend(["--order", order.name(), "--nan", nan.name(), "--output", s(&out), "--values", s(&vals)]);
+    if let Some((p, _)) = ends {
+        args.extend(["--lengths", s(p)]);
+    }
+    let o = flashsel(&args);
+    assert_ok(&o);
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+
+    let view = ScoresView::new(data, rows, cols).unwrap();
+    let spec = view.spec(k).with_order(order).with_nan(nan);
+    let want = flashsel::cpu::select_ranges(&view, &spec, starts.1, ends.map(|e| e.1)).unwrap();
+    let shape = if one_d { vec![k as u64] } else { vec![rows as u64, k as u64] };
+    let ctx = format!("k={k} {order:?} {nan:?} starts={:?} ends={:?}", starts.1, ends.map(|e| e.1));
+    assert_i32_npy(&out, &shape, &want.indices, &ctx);
+    let (vshape, _, got) = read_bits(&vals);
+    assert_eq!(vshape, shape);
+    assert_eq!(got, want.values.iter().map(|x| x.bits()).collect::<Vec<_>>(), "value bits, {ctx}");
+}
+
+#[test]
+fn select_starts_matches_select_ranges() {
+    let tmp = Tmp::new("ranges");
+    let (rows, cols) = (9, 60);
+    let data = scores(rows * cols, 21);
+    let input = tmp.path("s.npy");
+    write_npy(&input, &[rows as u64, cols as u64], &data);
+    // Empty ranges (rows 1, 2, 5), one column (6), short, long, the whole row.
+    let starts = [0i32, 0, 5, 10, 59, 60, 30, 17, 0];
+    let ends = [60i32, 0, 5, 40, 60, 60, 31, 20, 60];
+    let (sp, ep) = (tmp.path("st.npy"), tmp.path("en.npy"));
+    write_npy(&sp, &[rows as u64], &starts);
+    write_npy(&ep, &[rows as u64], &ends);
+    let geo = (rows, cols, false);
+    for k in [1, 3, 8, 60, 70] {
+        for order in [OutputOrder::Score, OutputOrder::Index] {
+            for nan in [NanPolicy::Lowest, NanPolicy::Largest] {
+                check_ranges(&tmp, &input, &data, geo, k, order, nan, (&sp, &starts), Some((&ep, &ends)), "cpu");
+            }
+        }
+    }
+    // Without --lengths every range ends at cols (the default backend: auto runs it on the CPU).
+    check_ranges(&tmp, &input, &data, geo, 8, OutputOrder::Score, NanPolicy::Lowest, (&sp, &starts), None, "auto");
+
+    // Starts and ends in int64 and big-endian int32.
+    let (sp8, ep4) = (tmp.path("st8.npy"), tmp.path("en4.npy"));
+    write_npy(&sp8, &[rows as u64], &starts.map(i64::from));
+    write_npy_with(&ep4, ">i4", npyz::Order::C, &[rows as u64], &ends);
+    check_ranges(
+        &tmp,
+        &input,
+        &data,
+        geo,
+        8,
+        OutputOrder::Index,
+        NanPolicy::Largest,
+        (&sp8, &starts),
+        Some((&ep4, &ends)),
+        "cpu",
+    );
+
+    // A scalar start for every row, with per-row ends and with a scalar end.
+    let every = [12i32; 9];
+    let sc = tmp.path("sc.npy");
+    write_scalar(&sc, 12i64);
+    let ends_from_12 = [12i32, 13, 20, 40, 60, 60, 31, 20, 60];
+    let ep2 = tmp.path("en2.npy");
+    write_npy(&ep2, &[rows as u64], &ends_from_12);
+    check_ranges(
+        &tmp,
+        &input,
+        &data,
+        geo,
+        5,
+        OutputOrder::Score,
+        NanPolicy::Lowest,
+        (&sc, &every),
+        Some((&ep2, &ends_from_12)),
+        "cpu",
+    );
+    let esc = tmp.path("esc.npy");
+    write_scalar(&esc, 12i32);
+    check_ranges(
+        &tmp,
+        &input,
+        &data,
+        geo,
+        5,
+        OutputOrder::Score,
+        NanPolicy::Lowest,
+        (&sc, &every),
+        Some((&esc, &[12; 9])),
+        "cpu",
+    );
+
+    // Starts of 0 are plain select with lengths.
+    let zeros = tmp.path("z.npy");
+    write_scalar(&zeros, 0i32);
+    check_ranges(
+        &tmp,
+        &input,
+        &data,
+        geo,
+        8,
+        OutputOrder::Score,
+        NanPolicy::Lowest,
+        (&zeros, &[0; 9]),
+        Some((&ep, &ends)),
+        "cpu",
+    );
+    let plain = tmp.path("plain.npy");
+    assert_ok(&flashsel(&[
+        "select",
+        "--backend",
+        "cpu",
+        "--input",
+        s(&input),
+        "--k",
+        "8",
+        "--lengths",
+        s(&ep),
+        "--output",
+        s(&plain),
+    ]));
+    assert_eq!(std::fs::read(&plain).unwrap(), std::fs::read(tmp.path("ri.npy")).unwrap());
+}
+
+#[test]
+fn select_starts_on_f16_bf16_and_one_d_input() {
+    let tmp = Tmp::new("ranges-types");
+    let (rows, cols) = (4, 130);
+    let raw = scores(rows * cols, 22);
+    let starts = [0i32, 64, 100, 129];
+    let ends = [130i32, 128, 100, 130];
+    let (sp, ep) = (tmp.path("st.npy"), tmp.path("en.npy"));
+    write_npy(&sp, &[rows as u64], &starts);
+    write_npy(&ep, &[rows as u64], &ends);
+    let geo = (rows, cols, false);
+
+    let half: Vec<f16> = raw.iter().map(|&x| f16::from_f32(x)).collect();
+    let input = tmp.path("h.npy");
+    write_npy(&input, &[rows as u64, cols as u64], &half);
+    check_ranges(
+        &tmp,
+        &input,
+        &half,
+        geo,
+        16,
+        OutputOrder::Score,
+        NanPolicy::Largest,
+        (&sp, &starts),
+        Some((&ep, &ends)),
+        "cpu",
+    );
+
+    let b: Vec<bf16> = raw.iter().map(|&x| bf16::from_f32(x)).collect();
+    let input = tmp.path("b.npy");
+    write_npy(&input, &[rows as u64, cols as u64], &b.iter().map(|x| x.to_bits()).collect::<Vec<u16>>());
+    check_ranges(
+        &tmp,
+        &input,
+        &b,
+        geo,
+        16,
+        OutputOrder::Index,
+        NanPolicy::Lowest,
+        (&sp, &starts),
+        Some((&ep, &ends)),
+        "cpu",
+    );
+    let input = tmp.path("bi.npy");
+    write_npy_with(
+        &input,
+        ">i2",
+        npyz::Order::C,
+        &[rows as u64, cols as u64],
+        &b.iter().map(|x| x.to_bits() as i16).collect::<Vec<_>>(),
+    );
+    check_ranges(&tmp, &input, &b, geo, 16, OutputOrder::Score, NanPolicy::Lowest, (&sp, &starts), None, "cpu");
+
+    // A 1-D input is one row: starts of one entry or a scalar, 1-D outputs.
+    let input = tmp.path("row.npy");
+    write_npy(&input, &[cols as u64], &raw[..cols]);
+    let (s1, e1) = (tmp.path("s1.npy"), tmp.path("e1.npy"));
+    write_npy(&s1, &[1], &[40i32]);
+    write_scalar(&e1, 90i64);
+    let geo = (1, cols, true);
+    check_ranges(
+        &tmp,
+        &input,
+        &raw[..cols],
+        geo,
+        10,
+        OutputOrder::Score,
+        NanPolicy::Lowest,
+        (&s1, &[40]),
+        Some((&e1, &[90])),
+        "cpu",
+    );
+    write_scalar(&s1, 129i32);
+    check_ranges(&tmp, &input, &raw[..cols], geo, 3, OutputOrder::Index, NanPolicy::Lowest, (&s1, &[129]), None, "cpu");
+}
+
+#[test]
+fn select_starts_errors_are_clear() {
+    let tmp = Tmp::new("ranges-errors");
+    let input = tmp.path("s.npy");
+    write_npy(&input, &[2, 6], &scores(12, 23));
+    let (sp, ep, out) = (tmp.path("st.npy"), tmp.path("en.npy"), tmp.path("out.npy"));
+    let sel = |extra: &[&str]| {
+        let mut a = vec!["select", "--backend", "cpu", "--input", s(&input), "--k", "2", "--output", s(&out)];
+        a.extend(extra);
+        flashsel(&a)
+    };
+    let with_starts = |extra: &[&str]| {
+        let mut a = vec!["--starts", s(&sp)];
+        a.extend(extra);
+        sel(&a)
+    };
+    write_npy(&ep, &[2], &[4i32, 6]);
+
+    // dtype and shape.
+    write_npy(&sp, &[2], &[1.0f32, 2.0]);
+    assert_fails(&with_starts(&[]), 1, &["st.npy", "starts dtype", "<f4", "int32 (<i4) or int64 (<i8)"]);
+    write_npy(&sp, &[2], &[1u32, 2]);
+    assert_fails(&with_starts(&[]), 1, &["starts dtype", "<u4"]);
+    write_npy(&sp, &[2, 1], &[1i32, 2]);
+    assert_fails(&with_starts(&[]), 1, &["starts must be a scalar or 1-D", "(2, 1)"]);
+    write_npy(&sp, &[3], &[1i32, 2, 3]);
+    assert_fails(&with_starts(&[]), 1, &["starts has 3 entries", "2 rows"]);
+    assert_fails(&sel(&["--starts", s(&tmp.path("nope.npy"))]), 1, &["cannot read", "nope.npy"]);
+
+    // Values: negative, beyond the row's end, beyond cols, not int32.
+    write_npy(&sp, &[2], &[-1i32, 0]);
+    assert_fails(&with_starts(&["--lengths", s(&ep)]), 1, &["starts[0] = -1", "negative"]);
+    write_npy(&sp, &[2], &[5i32, 0]);
+    assert_fails(
+        &with_starts(&["--lengths", s(&ep)]),
+        1,
+        &["st.npy", "starts[0] = 5", "beyond its row's end 4", "lengths[0]", "en.npy"],
+    );
+    write_scalar(&sp, 5i64);
+    assert_fails(&with_starts(&["--lengths", s(&ep)]), 1, &["starts (a scalar, for every row) = 5", "end 4"]);
+    write_npy(&sp, &[2], &[0i32, 7]);
+    assert_fails(&with_starts(&[]), 1, &["starts[1] = 7", "beyond cols = 6", "0..=6"]);
+    write_npy(&sp, &[2], &[0i64, 1 << 40]);
+    assert_fails(&with_starts(&[]), 1, &["starts[1] = 1099511627776", "int32"]);
+    // An end beyond cols is the lengths' error, also with --starts.
+    write_npy(&sp, &[2], &[0i32, 0]);
+    write_npy(&ep, &[2], &[4i32, 7]);
+    assert_fails(&with_starts(&["--lengths", s(&ep)]), 1, &["en.npy", "lengths[1] = 7", "beyond cols = 6"]);
+    assert!(!out.exists(), "a failed run leaves no output");
+
+    // The CUDA range path is not in this build: a clear error, whatever the machine.
+    let o = flashsel(&[
+        "select",
+        "--backend",
+        "cuda",
+        "--input",
+        s(&input),
+        "--k",
+        "2",
+        "--output",
+        s(&out),
+        "--starts",
+        s(&sp),
+    ]);
+    assert_fails(&o, 1, &["--backend cuda", "select --starts", "not in this build", "--backend cpu"]);
+    assert!(!out.exists());
+    // `auto` says with -v that the CPU runs it.
+    let o = flashsel(&["-v", "select", "--input", s(&input), "--k", "2", "--output", s(&out), "--starts", s(&sp)]);
+    assert_ok(&o);
+    assert!(
+        stderr(&o).contains("runs on the CPU engine") && stderr(&o).contains("over per-row ranges"),
+        "{}",
+        stderr(&o)
+    );
+    // An output over an input is refused.
+    let o = flashsel(&["select", "--input", s(&input), "--k", "2", "--output", s(&sp), "--starts", s(&sp)]);
+    assert_fails(&o, 1, &["refusing to overwrite the input", "--starts"]);
+}
+
+// ------------------------------------------------------------------- qsa
+
+use flashsel::ops::qsa::{PageMap, QsaSelection, QsaSpec};
+
+/// A page table for `qsa`: `[sequences, max_pages]`, the page size, and the
+/// sequence of each row.
+struct Pages {
+    table: Vec<i32>,
+    max_pages: usize,
+    page_size: usize,
+    seq_ids: Vec<i32>,
+}
+
+/// `flashsel::cpu::qsa_select` on the data a `qsa` run reads.
+fn qsa_want<T: ScoreElem>(
+    data: &[T],
+    nb: usize,
+    positions: &[i64],
+    spec: &QsaSpec,
+    pages: Option<&Pages>,
+) -> QsaSelection {
+    let view = ScoresView::new(data, positions.len(), nb).unwrap();
+    let map = pages.map(|p| PageMap::new(&p.table, p.max_pages, p.page_size, &p.seq_ids).unwrap());
+    flashsel::cpu::qsa_select(&view, positions, spec, map.as_ref()).unwrap()
+}
+
+/// Runs `flashsel qsa` on the CPU with `spec`'s options (written out in full
+/// or left at their defaults, alternately) and checks both outputs against
+/// the library, byte for byte.
+#[allow(clippy::too_many_arguments)]
+fn check_qsa<T: ScoreElem>(
+    tmp: &Tmp,
+    scores_path: &Path,
+    data: &[T],
+    nb: usize,
+    positions_path: &Path,
+    positions: &[i64],
+    spec: &QsaSpec,
+    pages: Option<(&Path, &Path, &Pages)>,
+) {
+    let (ids, counts) = (tmp.path("ids.npy"), tmp.path("counts.npy"));
+    let (ratio, kb) = (spec.ratio.to_string(), spec.k_blocks.to_string());
+    let mut args = vec!["qsa", "--scores", s(scores_path), "--positions", s(positions_path), "--ids", s(&ids)];
+    args.extend(["--counts", s(&counts), "--backend", "cpu"]);
+    args.extend(["--ratio", &ratio, "--k-blocks", &kb, "--order", spec.order.name(), "--nan", spec.nan.name()]);
+    let ps = pages.map(|(_, _, p)| p.page_size.to_string());
+    if let (Some((pt, q, _)), Some(ps)) = (pages, &ps) {
+        args.extend(["--page-table", s(pt), "--seq-ids", s(q), "--page-size", ps]);
+    }
+    let o = flashsel(&args);
+    assert_ok(&o);
+    assert!(stderr(&o).is_empty(), "qsa should be quiet without -v: {}", stderr(&o));
+    let want = qsa_want(data, nb, positions, spec, pages.map(|p| p.2));
+    let rows = positions.len() as u64;
+    let ctx = format!("{spec:?}, pages: {}", pages.is_some());
+    assert_i32_npy(&ids, &[rows, spec.width() as u64], &want.ids, &ctx);
+    assert_i32_npy(&counts, &[rows], &want.counts, &ctx);
+}
+
+/// Positions at every boundary of `V = (t + 1) / ratio` against `k_blocks`
+/// (below, equal, one above, with and without a tail) and of `nb`.
+fn qsa_positions(ratio: usize, k_blocks: usize, nb: usize) -> Vec<i64> {
+    let (r, k, nb) = (ratio as i64, k_blocks as i64, nb as i64);
+    let mut p = vec![0, r - 1, r, k * r - 1, k * r, k * r + r - 1, k * r + r, k * r + r + 1];
+    p.extend([nb * r - 1, nb * r + r - 2, (nb / 2) * r + 1, (k + 7) * r + (r - 1) / 2, nb * r / 3]);
+    p.retain(|&t| t >= 0 && (t + 1) / r <= nb);
+    p
+}
+
+#[test]
+fn qsa_matches_the_library_in_every_order_nan_policy_and_dtype() {
+    let tmp = Tmp::new("qsa");
+    for (ratio, k_blocks, nb) in [(4usize, 32usize, 300usize), (3, 7, 50), (1, 5, 9), (4, 512, 600)] {
+        let positions = qsa_positions(ratio, k_blocks, nb);
+        let rows = positions.len();
+        let raw = scores(rows * nb, (ratio * 1000 + k_blocks) as u64);
+        let pos_path = tmp.path("p.npy");
+        write_npy(&pos_path, &[rows as u64], &positions);
+        let shape = [rows as u64, nb as u64];
+
+        let f32_path = tmp.path("s32.npy");
+        write_npy(&f32_path, &shape, &raw);
+        let half: Vec<f16> = raw.iter().map(|&x| f16::from_f32(x)).collect();
+        let f16_path = tmp.path("s16.npy");
+        write_npy(&f16_path, &shape, &half);
+        let b: Vec<bf16> = raw.iter().map(|&x| bf16::from_f32(x)).collect();
+        let bu_path = tmp.path("bu.npy");
+        write_npy(&bu_path, &shape, &b.iter().map(|x| x.to_bits()).collect::<Vec<u16>>());
+        let bi_path = tmp.path("bi.npy");
+        write_npy(&bi_path, &shape, &b.iter().map(|x| x.to_bits() as i16).collect::<Vec<i16>>());
+        for order in [OutputOrder::Index, OutputOrder::Score] {
+            for nan in [NanPolicy::Lowest, NanPolicy::Largest] {
+                let spec =
+                    QsaSpec::new(rows, nb).with_ratio(ratio).with_k_blocks(k_blocks).with_order(order).with_nan(nan);
+                check_qsa(&tmp, &f32_path, &raw, nb, &pos_path, &positions, &spec, None);
+                check_qsa(&tmp, &f16_path, &half, nb, &pos_path, &positions, &spec, None);
+                check_qsa(&tmp, &bu_path, &b, nb, &pos_path, &positions, &spec, None);
+                check_qsa(&tmp, &bi_path, &b, nb, &pos_path, &positions, &spec, None);
+            }
+        }
+    }
+}
+
+#[test]
+fn qsa_defaults_big_endian_and_int32_positions() {
+    let tmp = Tmp::new("qsa-defaults");
+    let nb = 700;
+    let positions = qsa_positions(4, 512, nb);
+    let rows = positions.len();
+    let raw = scores(rows * nb, 31);
+    let input = tmp.path("s.npy");
+    write_npy_with(&input, ">f4", npyz::Order::C, &[rows as u64, nb as u64], &raw);
+    let pos = tmp.path("p.npy");
+    write_npy_with(
+        &pos,
+        ">i4",
+        npyz::Order::C,
+        &[rows as u64],
+        &positions.iter().map(|&t| t as i32).collect::<Vec<_>>(),
+    );
+    // The defaults: ratio 4, 512 blocks, index order, NaN lowest; no --counts.
+    let ids = tmp.path("ids.npy");
+    let o = flashsel(&["qsa", "--scores", s(&input), "--positions", s(&pos), "--ids", s(&ids)]);
+    assert_ok(&o);
+    let want = qsa_want(&raw, nb, &positions, &QsaSpec::new(rows, nb), None);
+    assert_eq!(want.width, 2051);
+    assert_i32_npy(&ids, &[rows as u64, 2051], &want.ids, "defaults");
+    assert_eq!(dir_names(&tmp.0), ["ids.npy", "p.npy", "s.npy"]);
+
+    // The worked example of docs/semantics.md.
+    let ex = tmp.path("ex.npy");
+    write_npy(&ex, &[4, 8], &[[0.5f32, 2.0, -1.0, 2.0, f32::NAN, 3.0, 0.0, 9.0]; 4].concat());
+    write_npy(&pos, &[4], &[9i64, 22, 22, 31]);
+    let counts = tmp.path("c.npy");
+    let run = |extra: &[&str]| {
+        let mut a = vec!["qsa", "--scores", s(&ex), "--positions", s(&pos), "--k-blocks", "2", "--ids", s(&ids)];
+        a.extend(["--counts", s(&counts)]);
+        a.extend(extra);
+        assert_ok(&flashsel(&a));
+        (read_npy::<i32>(&ids).2, read_npy::<i32>(&counts).2)
+    };
+    let (i, c) = run(&[]);
+    assert_eq!(&i[..11], &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, -1]);
+    assert_eq!(&i[11..22], &[4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22]);
+    assert_eq!(c, [10, 11, 11, 8]);
+    let (i, _) = run(&["--order", "score", "--nan", "largest"]);
+    assert_eq!(&i[22..33], &[16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22]);
+    let (i, _) = run(&["--order", "score"]);
+    assert_eq!(&i[33..], &[28, 29, 30, 31, 20, 21, 22, 23, -1, -1, -1]);
+}
+
+#[test]
+fn qsa_rows_that_see_at_most_k_blocks_are_causal_and_read_no_score() {
+    let tmp = Tmp::new("qsa-short");
+    let (nb, k) = (64, 16);
+    // Every row sees V <= k_blocks: ids 0..=t, whatever the scores (all NaN here).
+    let positions: Vec<i64> = (0..(k as i64 * 4 + 4)).step_by(3).collect();
+    let rows = positions.len();
+    let raw = vec![f32::NAN; rows * nb];
+    let (input, pos) = (tmp.path("s.npy"), tmp.path("p.npy"));
+    write_npy(&input, &[rows as u64, nb as u64], &raw);
+    write_npy(&pos, &[rows as u64], &positions);
+    for order in [OutputOrder::Index, OutputOrder::Score] {
+        let spec = QsaSpec::new(rows, nb).with_k_blocks(k).with_order(order).with_nan(NanPolicy::Largest);
+        check_qsa(&tmp, &input, &raw, nb, &pos, &positions, &spec, None);
+        let want = qsa_want(&raw, nb, &positions, &spec, None);
+        for (r, &t) in positions.iter().enumerate() {
+            let n = t as usize + 1;
+            assert!(want.row(r)[..n].iter().copied().eq(0..n as i32) && want.row(r)[n..].iter().all(|&x| x == -1));
+        }
+    }
+    // No rows at all: empty outputs of the right shapes.
+    write_npy::<f32>(&input, &[0, nb as u64], &[]);
+    write_npy::<i64>(&pos, &[0], &[]);
+    let spec = QsaSpec::new(0, nb).with_k_blocks(k);
+    check_qsa(&tmp, &input, &[] as &[f32], nb, &pos, &[], &spec, None);
+}
+
+/// A page table of `sequences x max_pages` distinct pages, entries past
+/// `used` pages left `-1` (no row reads them).
+fn page_table(sequences: usize, max_pages: usize, used: usize) -> Vec<i32> {
+    (0..sequences * max_pages).map(|i| if i % max_pages < used { ((i * 37 + 11) % 1009) as i32 } else { -1 }).collect()
+}
+
+#[test]
+fn qsa_maps_tokens_through_a_page_table() {
+    let tmp = Tmp::new("qsa-pages");
+    let nb = 300;
+    let positions = qsa_positions(4, 32, nb);
+    let rows = positions.len();
+    let raw = scores(rows * nb, 41);
+    let (input, pos) = (tmp.path("s.npy"), tmp.path("p.npy"));
+    write_npy(&input, &[rows as u64, nb as u64], &raw);
+    write_npy(&pos, &[rows as u64], &positions);
+    let max_t = *positions.iter().max().unwrap() as usize;
+    let (pt, q) = (tmp.path("pt.npy"), tmp.path("q.npy"));
+    for (page_size, int64) in [(64usize, false), (16, true), (1, false), (5000, true)] {
+        let used = max_t / page_size + 1;
+        let max_pages = used + 3;
+        let pages = Pages {
+            table: page_table(3, max_pages, used),
+            max_pages,
+            page_size,
+            seq_ids: (0..rows).map(|i| (i % 3) as i32).collect(),
+        };
+        if int64 {
+            write_npy(&pt, &[3, max_pages as u64], &pages.table.iter().map(|&x| i64::from(x)).collect::<Vec<_>>());
+            write_npy_with(
+                &q,
+                ">i8",
+                npyz::Order::C,
+                &[rows as u64],
+                &pages.seq_ids.iter().map(|&x| i64::from(x)).collect::<Vec<_>>(),
+            );
+        } else {
+            write_npy_with(&pt, ">i4", npyz::Order::C, &[3, max_pages as u64], &pages.table);
+            write_npy(&q, &[rows as u64], &pages.seq_ids);
+        }
+        for order in [OutputOrder::Index, OutputOrder::Score] {
+            let spec = QsaSpec::new(rows, nb).with_k_blocks(32).with_order(order);
+            check_qsa(&tmp, &input, &raw, nb, &pos, &positions, &spec, Some((&pt, &q, &pages)));
+        }
+    }
+    // --page-size defaults to 64.
+    let used = max_t / 64 + 1;
+    let pages = Pages { table: page_table(1, used, used), max_pages: used, page_size: 64, seq_ids: vec![0; rows] };
+    write_npy(&pt, &[1, used as u64], &pages.table);
+    write_scalar(&q, 0i32);
+    write_npy(&q, &[rows as u64], &pages.seq_ids);
+    let ids = tmp.path("ids.npy");
+    let o = flashsel(&[
+        "qsa",
+        "--scores",
+        s(&input),
+        "--positions",
+        s(&pos),
+        "--k-blocks",
+        "32",
+        "--ids",
+        s(&ids),
+        "--page-table",
+        s(&pt),
+        "--seq-ids",
+        s(&q),
+    ]);
+    assert_ok(&o);
+    let want = qsa_want(&raw, nb, &positions, &QsaSpec::new(rows, nb).with_k_blocks(32), Some(&pages));
+    assert_i32_npy(&ids, &[rows as u64, want.width as u64], &want.ids, "default page size");
+}
+
+#[test]
+fn qsa_errors_are_clear() {
+    let tmp = Tmp::new("qsa-errors");
+    let (rows, nb) = (3, 10);
+    let input = tmp.path("s.npy");
+    write_npy(&input, &[rows as u64, nb as u64], &scores(rows * nb, 51));
+    let (pos, pt, q, ids, counts) =
+        (tmp.path("p.npy"), tmp.path("pt.npy"), tmp.path("q.npy"), tmp.path("i.npy"), tmp.path("c.npy"));
+    write_npy(&pos, &[3], &[5i64, 20, 39]);
+    let qsa_on = |scores: &Path, extra: &[&str]| {
+        let mut a = vec!["qsa", "--backend", "cpu", "--scores", s(scores), "--positions", s(&pos), "--k-blocks", "2"];
+        a.extend(["--ids", s(&ids), "--counts", s(&counts)]);
+        a.extend(extra);
+        flashsel(&a)
+    };
+    let qsa = |extra: &[&str]| qsa_on(&input, extra);
+    assert_ok(&qsa(&[]));
+    std::fs::remove_file(&ids).unwrap();
+    std::fs::remove_file(&counts).unwrap();
+
+    // Scores.
+    let bad = tmp.path("bad.npy");
+    write_npy(&bad, &[3, 2], &[0.0f64; 6]);
+    assert_fails(&qsa_on(&bad, &[]), 1, &["bad.npy", "unsupported dtype", "<f8", "float32"]);
+    write_npy(&bad, &[10], &[0.0f32; 10]);
+    assert_fails(&qsa_on(&bad, &[]), 1, &["bad.npy", "2-D", "1-D"]);
+    write_npy(&bad, &[3, 2, 5], &[0.0f32; 30]);
+    assert_fails(&qsa_on(&bad, &[]), 1, &["bad.npy", "3-D", "(3, 2, 5)"]);
+    assert_fails(&qsa_on(&tmp.path("nope.npy"), &[]), 1, &["cannot read", "nope.npy"]);
+
+    // Positions: dtype, shape, count, sign, and more blocks than the scores hold.
+    write_npy(&pos, &[3], &[5.0f32, 20.0, 39.0]);
+    assert_fails(&qsa(&[]), 1, &["p.npy", "positions dtype", "<f4", "int32 (<i4) or int64 (<i8)"]);
+    write_npy(&pos, &[3, 1], &[5i64, 20, 39]);
+    assert_fails(&qsa(&[]), 1, &["positions must be 1-D", "(3, 1)"]);
+    write_scalar(&pos, 5i64);
+    assert_fails(&qsa(&[]), 1, &["positions must be 1-D", "()"]);
+    write_npy(&pos, &[2], &[5i64, 20]);
+    assert_fails(&qsa(&[]), 1, &["positions has 2 entries", "3 rows"]);
+    write_npy(&pos, &[3], &[5i32, -1, 39]);
+    assert_fails(&qsa(&[]), 1, &["p.npy", "positions[1] = -1", "negative"]);
+    write_npy(&pos, &[3], &[5i64, 20, 44]);
+    assert_fails(&qsa(&[]), 1, &["positions[2] = 44", "11 blocks", "hold 10"]);
+    write_npy(&pos, &[3], &[5i64, 20, 39]);
+
+    // Page tables: both or neither, dtype, shape, the pages a row needs, seq ids.
+    write_npy(&pt, &[2, 1], &[0i32, 1]);
+    write_npy(&q, &[3], &[0i32, 1, 0]);
+    assert_fails(&qsa(&["--page-table", s(&pt)]), 2, &["--seq-ids"]);
+    assert_fails(&qsa(&["--seq-ids", s(&q)]), 2, &["--page-table"]);
+    assert_fails(&qsa(&["--page-size", "16"]), 2, &["--page-table"]);
+    let paged = |extra: &[&str]| {
+        let mut a = vec!["--page-table", s(&pt), "--seq-ids", s(&q)];
+        a.extend(extra);
+        qsa(&a)
+    };
+    assert_ok(&paged(&[]));
+    std::fs::remove_file(&ids).unwrap();
+    std::fs::remove_file(&counts).unwrap();
+    write_npy(&pt, &[2, 1], &[0.0f32, 1.0]);
+    assert_fails(&paged(&[]), 1, &["pt.npy", "page_table dtype", "<f4"]);
+    write_npy(&pt, &[2], &[0i32, 1]);
+    assert_fails(&paged(&[]), 1, &["page_table must be 2-D", "(2,)"]);
+    write_npy::<i32>(&pt, &[2, 0], &[]);
+    assert_fails(&paged(&[]), 1, &["pt.npy", "(2, 0)", "no pages"]);
+    write_npy_with(&pt, "<i4", npyz::Order::Fortran, &[2, 2], &[0i32, 1, 2, 3]);
+    assert_fails(&paged(&[]), 1, &["page_table", "Fortran"]);
+    write_npy(&pt, &[2, 1], &[0i64, 1 << 33]);
+    assert_fails(&paged(&[]), 1, &["page_table[1, 0] = 8589934592", "int32"]);
+    write_npy(&pt, &[2, 1], &[0i32, 1]);
+    assert_fails(&paged(&["--page-size", "16"]), 1, &["token 16 is on page 1", "1 pages"]);
+    write_npy(&pt, &[2, 1], &[0i32, -1]);
+    assert_fails(&paged(&[]), 1, &["page_table entry", "page_table[1, 0] = -1", ">= 0"]);
+    write_npy(&pt, &[2, 1], &[0i32, 1]);
+    write_npy(&q, &[3], &[0i32, 2, 0]);
+    assert_fails(&paged(&[]), 1, &["seq_ids[1] = 2", "outside 0..2"]);
+    write_npy(&q, &[3], &[0i32, -1, 0]);
+    assert_fails(&paged(&[]), 1, &["seq_ids[1] = -1"]);
+    write_npy(&q, &[2], &[0i32, 1]);
+    assert_fails(&paged(&[]), 1, &["q.npy", "seq_ids has 2 entries", "3 rows"]);
+    write_npy(&q, &[3], &[0i64, 1 << 40, 0]);
+    assert_fails(&paged(&[]), 1, &["seq_ids[1] = 1099511627776", "int32"]);
+    write_npy(&q, &[3], &[0.5f32, 1.0, 0.0]);
+    assert_fails(&paged(&[]), 1, &["seq_ids dtype", "<f4"]);
+
+    // Options: zero is a usage error; a width beyond int32 is an error.
+    let bare = |extra: &[&str]| {
+        let mut a = vec!["qsa", "--scores", s(&input), "--positions", s(&pos), "--ids", s(&ids)];
+        a.extend(extra);
+        flashsel(&a)
+    };
+    for flag in ["--ratio", "--k-blocks", "--page-size"] {
+        assert_fails(&bare(&[flag, "0"]), 2, &[flag, "at least 1"]);
+    }
+    assert_fails(&bare(&["--order", "best"]), 2, &["--order"]);
+    assert_fails(&bare(&["--nan", "high"]), 2, &["--nan"]);
+    assert_fails(&bare(&["--backend", "tpu"]), 2, &["--backend"]);
+    assert_fails(&bare(&["--ratio", "3000000000", "--k-blocks", "1"]), 1, &["does not fit in i32"]);
+    assert_fails(&flashsel(&["qsa", "--scores", s(&input), "--ids", s(&ids)]), 2, &["--positions"]);
+    assert_fails(&flashsel(&["qsa", "--scores", s(&input), "--positions", s(&pos)]), 2, &["--ids"]);
+
+    // Outputs.
+    assert_fails(&bare(&["--counts", s(&ids)]), 1, &["--ids and --counts are the same file"]);
+    assert_fails(&bare(&["--counts", s(&input)]), 1, &["refusing to overwrite the input", "--scores"]);
+    let o = flashsel(&["qsa", "--scores", s(&input), "--positions", s(&pos), "--ids", s(&pos)]);
+    assert_fails(&o, 1, &["refusing to overwrite the input", "--positions"]);
+    let o = flashsel(&[
+        "qsa",
+        "--scores",
+        s(&input),
+        "--positions",
+        s(&pos),
+        "--page-table",
+        s(&pt),
+        "--seq-ids",
+        s(&q),
+        "--ids",
+        s(&q),
+    ]);
+    assert_fails(&o, 1, &["refusing to overwrite the input", "--seq-ids"]);
+
+    // The CUDA QSA path is not in this build: a clear error, with or without a GPU.
+    assert_fails(&bare(&["--backend", "cuda"]), 1, &["--backend cuda", "qsa", "not in this build", "--backend cpu"]);
+    assert_fails(
+        &flashsel_without_gpu(&[
+            "qsa",
+            "--backend",
+            "cuda",
+            "--scores",
+            s(&input),
+            "--positions",
+            s(&pos),
+            "--ids",
+            s(&ids),
+        ]),
+        1,
+        &["not in this build"],
+    );
+    assert_eq!(dir_names(&tmp.0), ["bad.npy", "p.npy", "pt.npy", "q.npy", "s.npy"], "no output or temporary is left");
+}
+
+#[test]
+fn qsa_failed_runs_leave_existing_outputs_as_they_were() {
+    let tmp = Tmp::new("qsa-keep");
+    let input = tmp.path("s.npy");
+    write_npy(&input, &[2, 8], &scores(16, 61));
+    let pos = tmp.path("p.npy");
+    write_npy(&pos, &[2], &[7i64, 31]);
+    let (ids, counts) = (tmp.path("i.npy"), tmp.path("c.npy"));
+    std::fs::write(&ids, "keep\n").unwrap();
+    std::fs::write(&counts, "keep too\n").unwrap();
+    let qsa = |counts: &Path| {
+        flashsel(&[
+            "qsa",
+            "--scores",
+            s(&input),
+            "--positions",
+            s(&pos),
+            "--k-blocks",
+            "2",
+            "--ids",
+            s(&ids),
+            "--counts",
+            s(counts),
+        ])
+    };
+    // --counts cannot be written: --ids is not touched.
+    assert_fails(&qsa(&tmp.path("nope/c.npy")), 1, &["cannot write --counts", "nope/c.npy"]);
+    assert_eq!(std::fs::read_to_string(&ids).unwrap(), "keep\n");
+    // The library refuses the request (a position past the blocks): both stay.
+    write_npy(&pos, &[2], &[7i64, 35]);
+    assert_fails(&qsa(&counts), 1, &["positions[1] = 35", "9 blocks", "hold 8"]);
+    assert_eq!(std::fs::read_to_string(&ids).unwrap(), "keep\n");
+    assert_eq!(std::fs::read_to_string(&counts).unwrap(), "keep too\n");
+    assert_eq!(dir_names(&tmp.0), ["c.npy", "i.npy", "p.npy", "s.npy"]);
+    // A run that succeeds replaces both and leaves nothing else; -v says where it ran.
+    write_npy(&pos, &[2], &[7i64, 31]);
+    let o = flashsel(&[
+        "-v",
+        "qsa",
+        "--scores",
+        s(&input),
+        "--positions",
+        s(&pos),
+        "--k-blocks",
+        "2",
+        "--ids",
+        s(&ids),
+        "--counts",
+        s(&counts),
+    ]);
+    assert_ok(&o);
+    let err = stderr(&o);
+    assert!(err.contains("qsa runs on the CPU engine") && err.contains("ids [2, 11] on cpu"), "{err}");
+    assert_eq!(read_npy::<i32>(&counts).2, [8, 8]);
+    assert_eq!(dir_names(&tmp.0), ["c.npy", "i.npy", "p.npy", "s.npy"]);
+}
