@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use std::mem::{align_of, size_of};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use flashsel::cuda::{CudaEngine, DeviceSelect};
+use flashsel::cuda::{CudaEngine, DevicePages, DeviceQsaSelect, DeviceSelect};
+use flashsel::ops::qsa::QsaSpec;
 use flashsel::{DType, Error, NanPolicy, OutputOrder, ScoreElem, ScoresView, SelectSpec};
 use half::{bf16, f16};
 use numpy::{Element, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray2, PyUntypedArrayMethods};
@@ -148,6 +149,7 @@ fn select_host<T: ScoreElem, B: Element>(
     nan: NanPolicy,
     lengths: Option<&[i32]>,
     starts: Option<&[i32]>,
+    pages: Option<HostPages<'_>>,
     out_indices: &mut [i32],
     out_values: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<()> {
@@ -175,11 +177,39 @@ fn select_host<T: ScoreElem, B: Element>(
             Some(unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut T, s.len()) })
         }
     };
-    py.detach(|| match starts {
-        None => flashsel::cpu::select_into(&view, &spec, lengths, out_indices, values),
-        Some(s) => flashsel::cpu::select_ranges_into(&view, &spec, s, lengths, out_indices, values),
+    let map = match pages {
+        None => None,
+        Some((table, max_pages, page_size, seq_ids)) => {
+            Some(flashsel::PageMap::new(table, max_pages, page_size, seq_ids).map_err(to_py)?)
+        }
+    };
+    py.detach(|| match (starts, &map) {
+        (_, Some(m)) => flashsel::cpu::select_ranges_paged_into(&view, &spec, starts, lengths, m, out_indices, values),
+        (None, None) => flashsel::cpu::select_into(&view, &spec, lengths, out_indices, values),
+        (Some(s), None) => flashsel::cpu::select_ranges_into(&view, &spec, s, lengths, out_indices, values),
     })
     .map_err(to_py)
+}
+
+/// A host page table: (table, max_pages, page_size, seq_ids).
+type HostPages<'a> = (&'a [i32], usize, usize, &'a [i32]);
+
+/// The page table arguments of the host paths, checked to come together.
+fn host_pages<'a>(
+    page_table: &'a Option<PyReadonlyArray2<'_, i32>>,
+    page_size: usize,
+    seq_ids: &'a Option<PyReadonlyArray1<'_, i32>>,
+) -> PyResult<Option<HostPages<'a>>> {
+    match (page_table, seq_ids) {
+        (None, None) => Ok(None),
+        (Some(t), Some(s)) => {
+            let max_pages = t.shape()[1];
+            let table = t.as_slice().map_err(|e| value_err(format!("page_table: {e}")))?;
+            let seqs = s.as_slice().map_err(|e| value_err(format!("seq_ids: {e}")))?;
+            Ok(Some((table, max_pages, page_size, seqs)))
+        }
+        _ => Err(value_err("page_table and seq_ids come together: pass both or neither")),
+    }
 }
 
 /// Top-k of a 2-D NumPy array on the CPU engine, written into `out_indices`
@@ -187,7 +217,8 @@ fn select_host<T: ScoreElem, B: Element>(
 /// `scores`). `dtype` says what the bits are: "f32" (float32 array), "f16" or
 /// "bf16" (uint16 arrays). The GIL is released while selecting.
 #[pyfunction]
-#[pyo3(signature = (scores, dtype, k, order, nan, lengths, out_indices, out_values, starts=None))]
+#[pyo3(signature = (scores, dtype, k, order, nan, lengths, out_indices, out_values, starts=None,
+                    page_table=None, page_size=64, seq_ids=None))]
 #[allow(clippy::too_many_arguments)]
 fn select_cpu(
     py: Python<'_>,
@@ -200,8 +231,12 @@ fn select_cpu(
     mut out_indices: PyReadwriteArray2<'_, i32>,
     out_values: Option<&Bound<'_, PyAny>>,
     starts: Option<PyReadonlyArray1<'_, i32>>,
+    page_table: Option<PyReadonlyArray2<'_, i32>>,
+    page_size: usize,
+    seq_ids: Option<PyReadonlyArray1<'_, i32>>,
 ) -> PyResult<()> {
     let (dt, order, nan) = parse_opts(dtype, order, nan)?;
+    let pages = host_pages(&page_table, page_size, &seq_ids)?;
     let lengths: Option<&[i32]> = match &lengths {
         None => None,
         Some(l) => Some(l.as_slice().map_err(|e| value_err(format!("lengths: {e}")))?),
@@ -212,9 +247,9 @@ fn select_cpu(
     };
     let idx = out_indices.as_slice_mut().map_err(|e| value_err(format!("out_indices: {e}")))?;
     match dt {
-        DType::F32 => select_host::<f32, f32>(py, scores, k, order, nan, lengths, starts, idx, out_values),
-        DType::F16 => select_host::<f16, u16>(py, scores, k, order, nan, lengths, starts, idx, out_values),
-        DType::BF16 => select_host::<bf16, u16>(py, scores, k, order, nan, lengths, starts, idx, out_values),
+        DType::F32 => select_host::<f32, f32>(py, scores, k, order, nan, lengths, starts, pages, idx, out_values),
+        DType::F16 => select_host::<f16, u16>(py, scores, k, order, nan, lengths, starts, pages, idx, out_values),
+        DType::BF16 => select_host::<bf16, u16>(py, scores, k, order, nan, lengths, starts, pages, idx, out_values),
         other => Err(value_err(format!("select takes f32, bf16 or f16 scores, not {other}"))),
     }
 }
@@ -226,7 +261,7 @@ fn qsa_host<T: ScoreElem, B: Element>(
     scores: &Bound<'_, PyAny>,
     positions: &[i64],
     spec: flashsel::ops::qsa::QsaSpec,
-    pages: Option<(&[i32], usize, usize, &[i32])>,
+    pages: Option<HostPages<'_>>,
 ) -> PyResult<flashsel::ops::qsa::QsaSelection> {
     let scores: PyReadonlyArray2<'_, B> = scores.extract().map_err(|e| PyTypeError::new_err(format!("scores: {e}")))?;
     let (rows, blocks, row_stride) = host_geometry(&scores)?;
@@ -271,16 +306,7 @@ fn qsa_select_cpu<'py>(
         .with_k_blocks(k_blocks)
         .with_order(order)
         .with_nan(nan);
-    let pages = match (&page_table, &seq_ids) {
-        (None, None) => None,
-        (Some(t), Some(s)) => {
-            let max_pages = t.shape()[1];
-            let table = t.as_slice().map_err(|e| value_err(format!("page_table: {e}")))?;
-            let seqs = s.as_slice().map_err(|e| value_err(format!("seq_ids: {e}")))?;
-            Some((table, max_pages, page_size, seqs))
-        }
-        _ => return Err(value_err("page_table and seq_ids come together: pass both or neither")),
-    };
+    let pages = host_pages(&page_table, page_size, &seq_ids)?;
     let sel = match dt {
         DType::F32 => qsa_host::<f32, f32>(py, scores, positions, spec, pages)?,
         DType::F16 => qsa_host::<f16, u16>(py, scores, positions, spec, pages)?,
@@ -350,7 +376,8 @@ fn cuda_workspace_bytes(
 /// is private (`flashsel.topk` is the public entry).
 #[pyfunction]
 #[pyo3(signature = (device, dtype, rows, cols, row_stride, k, order, nan,
-                    scores, lengths, out_indices, out_values, workspace, workspace_bytes, stream))]
+                    scores, lengths, out_indices, out_values, workspace, workspace_bytes, stream,
+                    starts=None, pages=None))]
 #[allow(clippy::too_many_arguments)]
 fn cuda_select(
     py: Python<'_>,
@@ -369,8 +396,14 @@ fn cuda_select(
     workspace: u64,
     workspace_bytes: usize,
     stream: u64,
+    starts: Option<u64>,
+    pages: Option<DevicePagesArgs>,
 ) -> PyResult<()> {
     let spec = make_spec(dtype, rows, cols, row_stride, k, order, nan)?;
+    let pages = pages.map(device_pages).transpose()?;
+    if starts == Some(0) {
+        return Err(value_err("starts: null device pointer"));
+    }
     if rows > 0 && cols > 0 && scores == 0 {
         return Err(value_err("scores: null device pointer"));
     }
@@ -380,7 +413,8 @@ fn cuda_select(
     if lengths == Some(0) || out_values == Some(0) {
         return Err(value_err("null device pointer for lengths or out_values"));
     }
-    let args = DeviceSelect { spec, scores, lengths, out_indices, out_values, workspace, workspace_bytes, stream };
+    let args =
+        DeviceSelect { spec, scores, lengths, out_indices, out_values, workspace, workspace_bytes, stream, starts, pages };
     py.detach(|| {
         let e = engine(device)?;
         let need = e.workspace_bytes(&spec, lengths.is_some())?;
@@ -395,6 +429,113 @@ fn cuda_select(
     .map_err(to_py)
 }
 
+/// A device page table from Python: (table pointer, sequences, max_pages,
+/// page_size, seq_ids pointer).
+type DevicePagesArgs = (u64, usize, usize, usize, u64);
+
+fn device_pages((table, sequences, max_pages, page_size, seq_ids): DevicePagesArgs) -> PyResult<DevicePages> {
+    if table == 0 || seq_ids == 0 {
+        return Err(value_err("page_table / seq_ids: null device pointer"));
+    }
+    Ok(DevicePages { table, sequences, max_pages, page_size, seq_ids })
+}
+
+/// The QSA spec from Python's arguments, validated.
+#[allow(clippy::too_many_arguments)]
+fn qsa_spec(
+    rows: usize,
+    blocks: usize,
+    row_stride: usize,
+    ratio: usize,
+    k_blocks: usize,
+    order: OutputOrder,
+    nan: NanPolicy,
+) -> PyResult<QsaSpec> {
+    let spec = QsaSpec::new(rows, blocks)
+        .with_stride(row_stride)
+        .with_ratio(ratio)
+        .with_k_blocks(k_blocks)
+        .with_order(order)
+        .with_nan(nan);
+    spec.validate().map_err(to_py)?;
+    Ok(spec)
+}
+
+/// Bytes of device workspace a `cuda_qsa_select` call needs.
+#[pyfunction]
+#[pyo3(signature = (device, dtype, rows, blocks, row_stride, ratio, k_blocks, order, nan))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_qsa_workspace_bytes(
+    py: Python<'_>,
+    device: usize,
+    dtype: &str,
+    rows: usize,
+    blocks: usize,
+    row_stride: usize,
+    ratio: usize,
+    k_blocks: usize,
+    order: &str,
+    nan: &str,
+) -> PyResult<usize> {
+    let (dt, order, nan) = parse_opts(dtype, order, nan)?;
+    let spec = qsa_spec(rows, blocks, row_stride, ratio, k_blocks, order, nan)?;
+    py.detach(|| engine(device)?.qsa_workspace_bytes(&spec, dt)).map_err(to_py)
+}
+
+/// Launches one QSA block selection on `stream` over caller-owned device
+/// buffers (int32 positions [rows], ids [rows, width], counts [rows]) and
+/// returns without waiting; private for the reasons of `cuda_select`.
+#[pyfunction]
+#[pyo3(signature = (device, dtype, rows, blocks, row_stride, ratio, k_blocks, order, nan,
+                    scores, positions, ids, counts, pages, workspace, workspace_bytes, stream))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_qsa_select(
+    py: Python<'_>,
+    device: usize,
+    dtype: &str,
+    rows: usize,
+    blocks: usize,
+    row_stride: usize,
+    ratio: usize,
+    k_blocks: usize,
+    order: &str,
+    nan: &str,
+    scores: u64,
+    positions: u64,
+    ids: u64,
+    counts: u64,
+    pages: Option<DevicePagesArgs>,
+    workspace: u64,
+    workspace_bytes: usize,
+    stream: u64,
+) -> PyResult<()> {
+    let (dt, order, nan) = parse_opts(dtype, order, nan)?;
+    let spec = qsa_spec(rows, blocks, row_stride, ratio, k_blocks, order, nan)?;
+    let pages = pages.map(device_pages).transpose()?;
+    if rows > 0 && ((blocks > 0 && scores == 0) || positions == 0 || ids == 0 || counts == 0) {
+        return Err(value_err("scores / positions / ids / counts: null device pointer"));
+    }
+    let args = DeviceQsaSelect {
+        spec,
+        dtype: dt,
+        scores,
+        positions,
+        ids,
+        counts: Some(counts),
+        pages,
+        workspace,
+        workspace_bytes,
+        stream,
+    };
+    py.detach(|| {
+        let e = engine(device)?;
+        // SAFETY: as cuda_select: live device allocations of the sizes the
+        // spec implies, on `device`, kept alive by the caller.
+        unsafe { e.qsa_select_device(&args) }
+    })
+    .map_err(to_py)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -404,5 +545,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_engine_error, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_workspace_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_select, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_qsa_workspace_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_qsa_select, m)?)?;
     Ok(())
 }

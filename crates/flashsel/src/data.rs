@@ -209,3 +209,16 @@ pub fn generate_seeded(d: Data, n: usize, seed: u64) -> Vec<f32> {
         .collect();
     parts.concat()
 }
+
+/// A page table for tests and checks: `sequences x max_pages` distinct
+/// physical pages, a random permutation of `0 .. sequences * max_pages`
+/// (so every slot fits `i32` when that many pages of `page_size` do).
+pub fn page_table(rng: &mut Rng, sequences: usize, max_pages: usize) -> Vec<i32> {
+    let n = sequences * max_pages;
+    let mut t: Vec<i32> = (0..n as i32).collect();
+    for i in (1..n).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        t.swap(i, j);
+    }
+    t
+}

@@ -41,12 +41,15 @@ pub mod ops;
 
 pub use backend::{Backend, BackendChoice};
 pub use contract::{composite, CudaError, DType, Error, NanPolicy, Result, ScoreElem, ScoresView};
+pub use ops::pages::PageMap;
 pub use ops::select::{reference_select, OutputOrder, SelectSpec, Selection};
 
 /// The CPU engine's entry points, one per operation.
 pub mod cpu {
     pub use crate::ops::qsa::qsa_select;
-    pub use crate::ops::select::cpu::{select, select_into, select_ranges, select_ranges_into};
+    pub use crate::ops::select::cpu::{
+        select, select_into, select_ranges, select_ranges_into, select_ranges_paged, select_ranges_paged_into,
+    };
 }
 
 /// The select operation's GPU planner (`flashsel plan`).

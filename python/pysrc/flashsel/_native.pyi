@@ -15,6 +15,9 @@ def select_cpu(
     out_indices: Any,
     out_values: Any | None,
     starts: Any | None = None,
+    page_table: Any | None = None,
+    page_size: int = 64,
+    seq_ids: Any | None = None,
 ) -> None: ...
 def cuda_engine_error(device: int) -> str | None: ...
 def cuda_workspace_bytes(
@@ -36,6 +39,8 @@ def cuda_select(
     workspace: int,
     workspace_bytes: int,
     stream: int,
+    starts: int | None = None,
+    pages: tuple[int, int, int, int, int] | None = None,
 ) -> None: ...
 def qsa_select_cpu(
     scores: Any,
@@ -49,3 +54,25 @@ def qsa_select_cpu(
     page_size: int,
     seq_ids: Any,
 ) -> tuple[Any, Any]: ...
+def cuda_qsa_workspace_bytes(
+    device: int, dtype: str, rows: int, blocks: int, row_stride: int, ratio: int, k_blocks: int, order: str, nan: str
+) -> int: ...
+def cuda_qsa_select(
+    device: int,
+    dtype: str,
+    rows: int,
+    blocks: int,
+    row_stride: int,
+    ratio: int,
+    k_blocks: int,
+    order: str,
+    nan: str,
+    scores: int,
+    positions: int,
+    ids: int,
+    counts: int,
+    pages: tuple[int, int, int, int, int] | None,
+    workspace: int,
+    workspace_bytes: int,
+    stream: int,
+) -> None: ...

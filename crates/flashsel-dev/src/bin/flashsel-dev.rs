@@ -87,6 +87,8 @@ fn small(e: &CudaEngine) {
         nan: NanPolicy::Lowest,
         stride_pad: 1,
         lengths: None,
+        ranges: false,
+        page_size: None,
     };
     cases.push(extra(1, 40_000, 512, Data::Normal));
     cases.push(extra(1, 70_000, 512, Data::Relu));

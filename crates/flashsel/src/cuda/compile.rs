@@ -35,16 +35,26 @@ pub enum Module {
     SelectFilter,
     /// The select operation's grid path (`fs_grid_init_all`, `fs_grid*_*`).
     SelectGrid,
+    /// The filter kernels' token form (`fs_scan_tok_*`, `fs_prep_tok_*`,
+    /// `fs_split_tok_*`): rows as ranges or QSA blocks, ids written as
+    /// tokens or KV slots (kernels/select/tokens.cuh). Its own program, so
+    /// that the plain kernels' code stays as measured.
+    SelectFilterTokens,
+    /// The grid kernels' token form (`fs_grid*_tok_*`).
+    SelectGridTokens,
 }
 
 impl Module {
-    pub const ALL: [Module; 2] = [Module::SelectFilter, Module::SelectGrid];
+    pub const ALL: [Module; 4] =
+        [Module::SelectFilter, Module::SelectGrid, Module::SelectFilterTokens, Module::SelectGridTokens];
 
     /// The module's name: its entry file under `kernels/`, without `.cu`.
     pub fn name(self) -> &'static str {
         match self {
             Module::SelectFilter => "select/filter",
             Module::SelectGrid => "select/grid",
+            Module::SelectFilterTokens => "select/filter_tokens",
+            Module::SelectGridTokens => "select/grid_tokens",
         }
     }
 
@@ -62,6 +72,17 @@ impl Module {
                 "fs_prep_bf16",
                 "fs_prep_f16",
             ],
+            Module::SelectFilterTokens => &[
+                "fs_scan_tok_f32",
+                "fs_scan_tok_bf16",
+                "fs_scan_tok_f16",
+                "fs_split_tok_f32",
+                "fs_split_tok_bf16",
+                "fs_split_tok_f16",
+                "fs_prep_tok_f32",
+                "fs_prep_tok_bf16",
+                "fs_prep_tok_f16",
+            ],
             Module::SelectGrid => &[
                 "fs_grid_f32",
                 "fs_grid_bf16",
@@ -72,13 +93,22 @@ impl Module {
                 "fs_grid4_f32",
                 "fs_grid_init_all",
             ],
+            Module::SelectGridTokens => &[
+                "fs_grid_tok_f32",
+                "fs_grid_tok_bf16",
+                "fs_grid_tok_f16",
+                "fs_grid8_tok_f32",
+                "fs_grid8_tok_bf16",
+                "fs_grid8_tok_f16",
+                "fs_grid4_tok_f32",
+            ],
         }
     }
 
     /// Whether the module is built twice, with its candidate buffers in
     /// shared memory or in global memory (`FS_GLOBAL_BUF`).
     pub fn has_buffer_variants(self) -> bool {
-        self == Module::SelectFilter
+        matches!(self, Module::SelectFilter | Module::SelectFilterTokens)
     }
 
     /// The entry file's path under `kernels/`.
@@ -459,8 +489,9 @@ ptxas info    : Used 32 registers, 2096 bytes smem, 496 bytes cmem[0]\n";
     #[test]
     fn variants_and_options() {
         let v = shipped_variants("sm_90a");
-        assert_eq!(v.len(), 3, "{v:?}");
+        assert_eq!(v.len(), 6, "{v:?}");
         assert_eq!(v.iter().filter(|v| v.module == Module::SelectGrid).count(), 1);
+        assert_eq!(v.iter().filter(|v| v.module == Module::SelectFilterTokens).count(), 2);
         let grid = Variant::new(Module::SelectGrid, "sm_80", true);
         assert!(!grid.global_buffer, "the grid module has no global-buffer build");
         assert!(!grid.options().iter().any(|o| o.starts_with("-DFS_GLOBAL_BUF")));
@@ -471,8 +502,9 @@ ptxas info    : Used 32 registers, 2096 bytes smem, 496 bytes cmem[0]\n";
         assert!(p.options().contains(&"-DFS_PROFILE=1".to_string()) && p.name() != f.name());
         assert_eq!(f.name(), "select/filter[sm_80 buffer=global]");
         let mut entries: Vec<&str> = Module::ALL.iter().flat_map(|m| m.entry_points().iter().copied()).collect();
+        assert_eq!(entries.len(), 33);
         entries.sort_unstable();
         entries.dedup();
-        assert_eq!(entries.len(), 17, "entry points are unique across modules");
+        assert_eq!(entries.len(), 33, "entry points are unique across modules");
     }
 }

@@ -26,8 +26,9 @@ use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, Devi
 
 use crate::contract::error::cuda_err;
 use crate::contract::{Error, Result};
+pub use crate::ops::qsa::device::DeviceQsaSelect;
 use crate::ops::select::plan::DeviceProps;
-pub use crate::ops::select::DeviceSelect;
+pub use crate::ops::select::{DevicePages, DeviceSelect};
 pub use compile::{Compiled, KernelResources};
 use compile::{Module, Variant};
 

@@ -6,6 +6,8 @@
 //! - [`select`]: exact top-k per row of a score matrix.
 //! - [`qsa`]: QSA block selection: the block top-k of each query's visible
 //!   blocks, expanded to token ids (or KV slots through a page table).
+//! - [`pages`]: page tables, token ids to KV-cache slots (both operations).
 
+pub mod pages;
 pub mod qsa;
 pub mod select;

@@ -25,6 +25,31 @@ __device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* ou
     }
 }
 
+// The token form of write_row (the *_tok_* kernels, select/tokens.cuh): the
+// m sorted composites as `ratio` ids each, the tail, -1 to the row's width,
+// and the row's count; values (ratio 1 only, the host checks) as write_row's.
+template <int TAG, typename Params>
+__device__ void write_tokens(const u64* buf, u32 m, int order_index, const Params& P, const void* row_scores, int row) {
+    const Tokens& T = P.tok;
+    const TokRow r = tok_row(P, row);
+    const long long o0 = (long long)row * T.width;
+    const u32 sel = m * (u32)T.ratio;
+    for (u32 j = threadIdx.x; j < (u32)T.width; j += FS_BLOCK) {
+        if (j < sel) {
+            const u32 s = j / (u32)T.ratio, i = j - s * (u32)T.ratio;
+            u64 c = buf[s];
+            if (order_index) c = (c << 32) | (c >> 32);
+            const u32 col = composite_col(c);
+            P.out_idx[o0 + j] = tok_id(T, r, r.start + (int)col * T.ratio + (int)i);
+            if (P.out_val) store_bits<TAG>(P.out_val, o0 + j, value_bits<TAG>((u32)(c >> 32), row_scores, col));
+        } else {
+            P.out_idx[o0 + j] = tok_rest(T, r, j - sel);
+            if (P.out_val) store_bits<TAG>(P.out_val, o0 + j, Elem<TAG>::NEG_INF);
+        }
+    }
+    if (threadIdx.x == 0 && T.counts) T.counts[row] = tok_count(T, r, m);
+}
+
 // BUCKET-RANK FINISH. Selects and sorts in one pass when the candidates spread
 // out: n composites -> the m largest, in descending order.
 //   1. the range of the n composites' key words and column words; the bucket
@@ -249,9 +274,10 @@ __device__ bool bucket_rank(u64* buf, Shared& sh, u32 n, u32 m, u32 cap) {
 // compaction if the buffer lacks its scratch space), else an exact radix
 // select and a bitonic sort. Index order sorts the selected set again by
 // column (words swapped: the low word, 0xffffffff - column, leads).
-template <int TAG>
-__device__ void finish_row(u64* buf, Shared& sh, int k, int cap, int order_index, int* out_idx, void* out_val,
-                           const void* row_scores, long long row) {
+// write(buf, m) writes the row (finish_row: indices and values;
+// finish_row_tok: tokens).
+template <int TAG, typename Write>
+__device__ __forceinline__ void finish_with(u64* buf, Shared& sh, int k, int cap, int order_index, Write write) {
     __syncthreads();
     u32 n = sh.count;
     const u32 m = n < (u32)k ? n : (u32)k;
@@ -276,7 +302,7 @@ __device__ void finish_row(u64* buf, Shared& sh, int k, int cap, int order_index
         }
     }
     const long long t2 = PROF_CLOCK();
-    write_row<TAG>(buf, m, order_index, k, out_idx, out_val, row_scores, row);
+    write(buf, m);
     __syncthreads();
     if (threadIdx.x == 0) {
         PROF_ADD(PROF_FINISH_COMPACT, t1 - t0);
@@ -285,6 +311,37 @@ __device__ void finish_row(u64* buf, Shared& sh, int k, int cap, int order_index
         PROF_ADD(PROF_FINISH_CANDIDATES, n);
         PROF_ADD(PROF_BUCKET_FINISHES, sorted ? 1 : 0);
     }
+}
+
+template <int TAG>
+__device__ void finish_row(u64* buf, Shared& sh, int k, int cap, int order_index, int* out_idx, void* out_val,
+                           const void* row_scores, long long row) {
+    finish_with<TAG>(buf, sh, k, cap, order_index, [&](const u64* b, u32 m) {
+        write_row<TAG>(b, m, order_index, k, out_idx, out_val, row_scores, row);
+    });
+}
+
+// The selection and sort of finish_row without its write: buf[0, m) holds
+// the row's selection in output order; returns m. A call (noinline) whose
+// arguments are plain values, so that the scan kernels' registers hold.
+template <int TAG>
+__device__ __noinline__ u32 finish_sorted(u64* buf, Shared& sh, int k, int cap, int order_index) {
+    u32 selected = 0;
+    finish_with<TAG>(buf, sh, k, cap, order_index, [&](const u64*, u32 m) { selected = m; });
+    return selected;
+}
+
+// The token kernels' finish: finish_sorted, then write_tokens (from P.tok)
+// in the kernel itself, so that P stays in the parameter space (a call that
+// takes it by reference copies the block to the stack: measured spills).
+// (Not finish_row with one more parameter: finish_row is a call, and its
+// code would change.)
+template <int TAG, typename Params>
+__device__ __forceinline__ void finish_row_tok(u64* buf, Shared& sh, int k, int cap, int order_index,
+                                               const void* row_scores, int row, const Params& P) {
+    const u32 m = finish_sorted<TAG>(buf, sh, k, cap, order_index);
+    write_tokens<TAG>(buf, m, order_index, P, row_scores, row);
+    __syncthreads();
 }
 
 #endif  // FLASHSEL_SELECT_FILTER_FINISH_CUH

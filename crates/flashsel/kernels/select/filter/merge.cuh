@@ -27,8 +27,8 @@ __device__ __forceinline__ void load_slots(u64 (&c)[N], const u64* slots, u32 ba
     }
 }
 
-template <int TAG>
-__device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shared& sh, int row, const void* row_scores,
+template <int TAG, bool TOK, typename Params>
+__device__ __forceinline__ void split_finish(const Params& P, u64* buf, Shared& sh, int row, const void* row_scores,
                              bool aligned) {
     constexpr int ITEMS = 8;
     constexpr int TILE = FS_BLOCK * ITEMS;
@@ -81,7 +81,7 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
         for (int j = 0; j < ITEMS; ++j) push(buf, sh, base + j * FS_BLOCK + tid < total && c[j] >= lb, c[j]);
     }
     __syncthreads();
-    const int len = row_length(P.lengths, row, P.cols);
+    const int len = row_span<TOK>(P, row).len;
     if (P.row_lb[row] != 0ull && (int)sh.count < (len < P.k ? len : P.k)) {
         // The row's sampled bound admitted fewer than min(k, len) elements (a
         // sample unrepresentative by over SAMPLE_SD standard deviations:
@@ -89,7 +89,11 @@ __device__ __forceinline__ void split_finish(const ScanParams& P, u64* buf, Shar
         // selects the whole row again (rescue).
         rescue<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest, len < P.k ? len : P.k, PROF_SPLIT_FALLBACKS);
     }
-    finish_row<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, P.out_idx, P.out_val, row_scores, row);
+    if constexpr (TOK) {
+        finish_row_tok<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, row_scores, row, P);
+    } else {
+        finish_row<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, P.out_idx, P.out_val, row_scores, row);
+    }
     if (tid == 0) PROF_ADD(PROF_MERGE_CYCLES, PROF_CLOCK() - t_m);
 }
 

@@ -4,6 +4,7 @@
 #define FLASHSEL_SELECT_FILTER_PARAMS_CUH
 
 #include "common/types.cuh"
+#include "select/tokens.cuh"
 
 // The streaming filter's knobs, at their measured values (enumerators: no
 // device variables).
@@ -38,5 +39,13 @@ struct ScanParams {
 };
 // The host mirror (src/ops/select/device.rs) asserts the same layout.
 static_assert(sizeof(ScanParams) == 112, "ScanParams layout changed: update src/ops/select/device.rs");
+
+// The token kernels' parameters (fs_*_tok_*): ScanParams, then the token
+// description. (A type of its own: the plain kernels keep their 112-byte
+// block, whose code a larger one changes.)
+struct ScanTokParams : ScanParams {
+    Tokens tok;
+};
+static_assert(sizeof(ScanTokParams) == 176, "ScanTokParams layout changed: update src/ops/select/device.rs");
 
 #endif  // FLASHSEL_SELECT_FILTER_PARAMS_CUH

@@ -4,6 +4,7 @@
 #define FLASHSEL_SELECT_GRID_PARAMS_CUH
 
 #include "common/types.cuh"
+#include "select/tokens.cuh"
 
 struct GridParams {
     const void* scores;    // rows x row_stride elements of the dtype
@@ -21,5 +22,12 @@ struct GridParams {
     int order_index;       // 1: output by ascending column
 };
 static_assert(sizeof(GridParams) == 80, "GridParams layout changed: update src/ops/select/device.rs");
+
+// The token kernels' parameters (fs_grid*_tok_*): GridParams, then the token
+// description (a type of its own, as ScanTokParams).
+struct GridTokParams : GridParams {
+    Tokens tok;
+};
+static_assert(sizeof(GridTokParams) == 144, "GridTokParams layout changed: update src/ops/select/device.rs");
 
 #endif  // FLASHSEL_SELECT_GRID_PARAMS_CUH

@@ -14,11 +14,14 @@
 // entry's rank in the list, and it is selected iff ahead < m. Index order:
 // only entries >= T are selected, and ahead counts the selected ones with
 // lower columns. Either way the count is the entry's output slot.
-template <int TAG, int EPW>
-__device__ __forceinline__ void grid_place(const GridParams& P, const u64* stage, u32 e_lo, u32 e_hi, u32 n_pad, u64 T,
+// TOK: each selected entry's column as its tokens (select/tokens.cuh).
+template <int TAG, int EPW, bool TOK, typename Params>
+__device__ __forceinline__ void grid_place(const Params& P, const u64* stage, u32 e_lo, u32 e_hi, u32 n_pad, u64 T,
                                            u32 m, int row, u32 lenm1, const void* row_scores, bool prof,
                                            unsigned long long& t_prev) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    TokRow tr = {0, 0, 0, 0, 0};
+    if constexpr (TOK) tr = tok_row(P, row);
     for (u32 e = e_lo + warp * EPW; e < e_hi; e += WARPS * EPW) {
         // Past the share, or (index order) below T: an entry that is never
         // written; ~0 counts nothing. (Score order: T is not known; an entry
@@ -55,10 +58,18 @@ __device__ __forceinline__ void grid_place(const GridParams& P, const u64* stage
         for (int a = 0; a < EPW; ++a) {
             const u32 ahead = __reduce_add_sync(FULL_MASK, c[a]);
             if (lane == a && x[a] != ~0ull && ahead < m) {  // (index order: always below m)
-                const long long o = (long long)row * P.k + ahead;
-                const u32 col = lenm1 - (u32)x[a];
-                P.out_idx[o] = (int)col;
-                if (P.out_val) store_bits<TAG>(P.out_val, o, value_bits<TAG>((u32)(x[a] >> 32), row_scores, col));
+                if constexpr (TOK) {
+                    const u32 col = lenm1 - (u32)x[a];
+                    tok_put(P.tok, tr, P.out_idx + (long long)row * P.tok.width, ahead, col);
+                    if (P.out_val)  // ratio 1 (the host checks)
+                        store_bits<TAG>(P.out_val, (long long)row * P.tok.width + ahead,
+                                        value_bits<TAG>((u32)(x[a] >> 32), row_scores, col));
+                } else {
+                    const long long o = (long long)row * P.k + ahead;
+                    const u32 col = lenm1 - (u32)x[a];
+                    P.out_idx[o] = (int)col;
+                    if (P.out_val) store_bits<TAG>(P.out_val, o, value_bits<TAG>((u32)(x[a] >> 32), row_scores, col));
+                }
             }
         }
     }

@@ -29,7 +29,8 @@
 //! with `lengths = V`; rows with `V <= k_blocks` get length 0 there and read
 //! nothing.
 
-use crate::contract::{try_vec, Error, NanPolicy, Result, ScoreElem, ScoresView, PAD};
+use crate::contract::{try_vec, DType, Error, NanPolicy, Result, ScoreElem, ScoresView, PAD};
+pub use crate::ops::pages::PageMap;
 use crate::ops::select::{OutputOrder, SelectSpec};
 
 /// A QSA block-selection request: everything but the data.
@@ -90,7 +91,12 @@ impl QsaSpec {
 
     /// The select request of the block top-k.
     fn block_spec<T: ScoreElem>(&self) -> SelectSpec {
-        SelectSpec::new(self.rows, self.blocks, self.k_blocks, T::DTYPE)
+        self.block_spec_of(T::DTYPE)
+    }
+
+    /// The select request of the block top-k over scores of `dtype`.
+    pub(crate) fn block_spec_of(&self, dtype: DType) -> SelectSpec {
+        SelectSpec::new(self.rows, self.blocks, self.k_blocks, dtype)
             .with_stride(self.row_stride)
             .with_order(self.order)
             .with_nan(self.nan)
@@ -153,58 +159,6 @@ impl QsaSpec {
     }
 }
 
-/// Token ids to KV-cache slots through a page table.
-#[derive(Debug, Clone, Copy)]
-pub struct PageMap<'a> {
-    table: &'a [i32],
-    max_pages: usize,
-    page_size: usize,
-    seq_ids: &'a [i32],
-}
-
-impl<'a> PageMap<'a> {
-    /// `table`: `[sequences, max_pages]` physical page numbers, row-major;
-    /// `seq_ids`: the sequence of each query row.
-    pub fn new(table: &'a [i32], max_pages: usize, page_size: usize, seq_ids: &'a [i32]) -> Result<Self> {
-        if page_size == 0 {
-            return Err(Error::InvalidOption { what: "page_size", value: "0".into(), expected: ">= 1" });
-        }
-        if max_pages == 0 || !table.len().is_multiple_of(max_pages) {
-            return Err(Error::Shape(format!(
-                "page_table holds {} entries, not a whole number of rows of max_pages = {max_pages}",
-                table.len()
-            )));
-        }
-        Ok(Self { table, max_pages, page_size, seq_ids })
-    }
-
-    fn sequences(&self) -> usize {
-        self.table.len() / self.max_pages
-    }
-
-    /// The slot of token `tok` of sequence `seq` (both checked by the caller
-    /// against the table's shape).
-    fn slot(&self, row: usize, seq: usize, tok: usize) -> Result<i32> {
-        let page_idx = tok / self.page_size;
-        if page_idx >= self.max_pages {
-            return Err(Error::Shape(format!(
-                "row {row}: token {tok} is on page {page_idx} but page_table has {} pages a sequence",
-                self.max_pages
-            )));
-        }
-        let page = self.table[seq * self.max_pages + page_idx];
-        if page < 0 {
-            return Err(Error::InvalidOption {
-                what: "page_table entry",
-                value: format!("page_table[{seq}, {page_idx}] = {page} (row {row}, token {tok})"),
-                expected: ">= 0",
-            });
-        }
-        let slot = page as u128 * self.page_size as u128 + (tok % self.page_size) as u128;
-        i32::try_from(slot).map_err(|_| Error::too_large("a KV slot", slot))
-    }
-}
-
 /// The result: `rows x width` ids (tokens or slots, `-1` padded) and the
 /// valid count of each row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,19 +195,29 @@ fn expand_row(spec: &QsaSpec, t: usize, v: usize, blocks: impl Iterator<Item = i
     n
 }
 
-/// Checks the page map against the request and maps a row's valid ids.
-fn map_row(pages: &PageMap<'_>, row: usize, ids: &mut [i32]) -> Result<()> {
-    let seq = pages.seq_ids[row];
-    if seq < 0 || seq as usize >= pages.sequences() {
-        return Err(Error::Shape(format!(
-            "seq_ids[{row}] = {seq} is outside 0..{} (the page table's sequences)",
-            pages.sequences()
-        )));
+/// Every check of a request the host can make: the shapes, each position
+/// (`t >= 0`, `V <= blocks`, `t` fits `i32`), and with pages every page a row
+/// may reach (its tokens `0..=t`). Returns each row's `V`. The device paths
+/// run it before a launch, so that they refuse what the CPU refuses.
+pub(crate) fn check_request<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    positions: &[i64],
+    spec: &QsaSpec,
+    pages: Option<&PageMap<'_>>,
+) -> Result<Vec<i32>> {
+    spec.validate()?;
+    let visible = spec.visible(positions)?;
+    spec.block_spec::<T>().validate_host(scores, None)?;
+    if let Some(&t) = positions.iter().find(|&&t| t > i32::MAX as i64) {
+        return Err(Error::too_large("a position", t as u128));
     }
-    for id in ids.iter_mut() {
-        *id = pages.slot(row, seq as usize, *id as usize)?;
+    if let Some(p) = pages {
+        p.check_rows(spec.rows)?;
+        for (row, &t) in positions.iter().enumerate() {
+            p.check_span(row, 0, t as usize + 1)?;
+        }
     }
-    Ok(())
+    Ok(visible)
 }
 
 /// Checks the request, then writes every row: the blocks `top(i)` gives for
@@ -268,18 +232,7 @@ fn assemble<T: ScoreElem>(
     pages: Option<&PageMap<'_>>,
     top: impl Fn(&[i32]) -> Result<Vec<i32>>,
 ) -> Result<QsaSelection> {
-    spec.validate()?;
-    let visible = spec.visible(positions)?;
-    spec.block_spec::<T>().validate_host(scores, None)?;
-    if let Some(p) = pages {
-        if p.seq_ids.len() != spec.rows {
-            return Err(Error::Shape(format!(
-                "seq_ids has {} entries but there are {} rows",
-                p.seq_ids.len(),
-                spec.rows
-            )));
-        }
-    }
+    let visible = check_request(scores, positions, spec, pages)?;
     let blocks = top(&visible)?;
     let width = spec.width();
     let mut ids = try_vec("the id output", spec.rows * width, PAD)?;
@@ -294,7 +247,7 @@ fn assemble<T: ScoreElem>(
             expand_row(spec, t, v, 0..v as i32, out)
         };
         if let Some(p) = pages {
-            map_row(p, i, &mut out[..n])?;
+            p.map_row(i, &mut out[..n])?;
         }
         counts[i] = n as i32;
     }
@@ -343,6 +296,9 @@ pub fn reference_qsa_select<T: ScoreElem>(
         Ok(blocks)
     })
 }
+
+pub mod check;
+pub mod device;
 
 #[cfg(test)]
 mod tests;

@@ -23,6 +23,12 @@ pub struct Case {
     pub stride_pad: usize,
     /// `Some(spec)`: per-row lengths from this recipe.
     pub lengths: Option<LengthRecipe>,
+    /// Per-row ranges `starts[r] .. ends[r]` (the edges, then random; the
+    /// lengths recipe is not used).
+    pub ranges: bool,
+    /// Indices written as KV slots through a random page table of this
+    /// page size.
+    pub page_size: Option<usize>,
 }
 
 /// How per-row lengths are drawn.
@@ -42,6 +48,16 @@ impl Case {
             .with_nan(self.nan)
     }
     pub fn describe(&self) -> String {
+        let mut d = self.describe_select();
+        if self.ranges {
+            d.push_str(" ranges");
+        }
+        if let Some(ps) = self.page_size {
+            d.push_str(&format!(" slots(page {ps})"));
+        }
+        d
+    }
+    fn describe_select(&self) -> String {
         format!(
             "{}x{} k={} {} {:?} order={} nan={} pad={} lengths={:?}",
             self.rows,
@@ -73,6 +89,46 @@ fn lengths_for(c: &Case, rng: &mut Rng) -> Option<Vec<i32>> {
     )
 }
 
+/// Per-row ranges: the edges (empty at 0, one column, the last column,
+/// the whole row, k - 1, k and k + 1 columns from an odd start, empty at
+/// cols), then random.
+fn ranges_for(c: &Case, rng: &mut Rng) -> (Vec<i32>, Vec<i32>) {
+    let (cols, k) = (c.cols, c.k);
+    let odd = 1.min(cols);
+    let edges = [
+        (0, 0),
+        (0, 1.min(cols)),
+        (cols.saturating_sub(1), cols),
+        (0, cols),
+        (odd, (odd + k.saturating_sub(1)).min(cols)),
+        (odd, (odd + k).min(cols)),
+        (odd, (odd + k + 1).min(cols)),
+        (cols, cols),
+    ];
+    (0..c.rows)
+        .map(|i| {
+            let (s, e) = if i < edges.len() {
+                edges[i]
+            } else {
+                let a = rng.below(cols as u64 + 1) as usize;
+                let b = rng.below(cols as u64 + 1) as usize;
+                (a.min(b), a.max(b))
+            };
+            (s as i32, e as i32)
+        })
+        .unzip()
+}
+
+/// A random page table covering `cols` tokens for `sequences` sequences:
+/// (table, max_pages, seq_ids with row r in sequence r % sequences).
+pub(crate) fn pages_for(rng: &mut Rng, rows: usize, tokens: usize, page_size: usize) -> (Vec<i32>, usize, Vec<i32>) {
+    let sequences = rows.div_ceil(2).max(1);
+    let max_pages = tokens.div_ceil(page_size) + 1;
+    let table = crate::data::page_table(rng, sequences, max_pages);
+    let seq_ids = (0..rows).map(|r| (r % sequences) as i32).collect();
+    (table, max_pages, seq_ids)
+}
+
 /// The outcome of one case.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -88,13 +144,13 @@ pub struct Outcome {
 
 impl Outcome {
     /// The outcome of a case run under `plan`.
-    fn of_plan(case: String, plan: &Plan, ok: bool, detail: String) -> Self {
+    pub(crate) fn of_plan(case: String, plan: &Plan, ok: bool, detail: String) -> Self {
         let grid_items = plan.grid().map_or(0, |g| g.items);
         Outcome { case, path: plan.path(), ctas_per_row: plan.ctas_per_row(), grid_items, ok, detail }
     }
 
     /// A case that could not run (`path`: the path it was meant for).
-    fn error(case: String, path: Path, err: crate::contract::Error) -> Self {
+    pub(crate) fn error(case: String, path: Path, err: crate::contract::Error) -> Self {
         Outcome { case, path, ctas_per_row: 0, grid_items: 0, ok: false, detail: format!("error: {err}") }
     }
 }
@@ -106,10 +162,35 @@ fn same_as_cpu(data: &[f32], spec: &SelectSpec, lengths: Option<&[i32]>, idx: &[
     Ok(want.indices == idx && want.values.iter().zip(val).all(|(a, b)| a.to_bits() == b.to_bits()))
 }
 
-fn run_typed<T: ScoreElem>(e: &CudaEngine, c: &Case, data: &[f32], lengths: Option<&[i32]>) -> Result<(bool, String)> {
+/// A case's token inputs: range starts (ends in `lengths`) and the page map.
+struct TokenInputs {
+    starts: Option<Vec<i32>>,
+    pages: Option<(Vec<i32>, usize, usize, Vec<i32>)>,
+}
+
+fn run_typed<T: ScoreElem>(
+    e: &CudaEngine,
+    c: &Case,
+    data: &[f32],
+    lengths: Option<&[i32]>,
+    tok: &TokenInputs,
+) -> Result<(bool, String)> {
     let spec = c.spec();
     let typed: Vec<T> = data.iter().map(|&x| T::from_f32(x)).collect();
     let view = ScoresView::with_stride(&typed, c.rows, c.cols, spec.row_stride)?;
+    if tok.starts.is_some() || tok.pages.is_some() {
+        let starts = tok.starts.as_deref();
+        let map = match &tok.pages {
+            Some((t, max_pages, ps, q)) => Some(crate::ops::pages::PageMap::new(t, *max_pages, *ps, q)?),
+            None => None,
+        };
+        let want = match &map {
+            Some(m) => super::cpu::select_ranges_paged(&view, &spec, starts, lengths, m)?,
+            None => super::cpu::select_ranges(&view, &spec, starts.unwrap_or(&[]), lengths)?,
+        };
+        let got = e.select_ranges_host(&view, &spec, starts, lengths, map.as_ref())?;
+        return Ok(compare(&want, &got, c.k));
+    }
     let want = super::cpu::select(&view, &spec, lengths)?;
     let got = e.select_host(&view, &spec, lengths)?;
     if want != got && want.indices.len() <= 1 << 22 {
@@ -125,29 +206,44 @@ fn run_typed<T: ScoreElem>(e: &CudaEngine, c: &Case, data: &[f32], lengths: Opti
             ));
         }
     }
+    Ok(compare(&want, &got, c.k))
+}
+
+/// The first difference between two selections (indices, then value bits).
+fn compare<T: ScoreElem>(want: &Selection<T>, got: &Selection<T>, k: usize) -> (bool, String) {
     for (i, (a, b)) in want.indices.iter().zip(&got.indices).enumerate() {
         if a != b {
-            return Ok((false, format!("index mismatch at row {} slot {}: cpu {a}, gpu {b}", i / c.k, i % c.k)));
+            return (false, format!("index mismatch at row {} slot {}: cpu {a}, gpu {b}", i / k, i % k));
         }
     }
     for (i, (a, b)) in want.values.iter().zip(&got.values).enumerate() {
         if a.bits() != b.bits() {
-            return Ok((false, format!("value bits differ at row {} slot {}", i / c.k, i % c.k)));
+            return (false, format!("value bits differ at row {} slot {}", i / k, i % k));
         }
     }
-    Ok((true, String::new()))
+    (true, String::new())
 }
 
 /// Runs one case with fresh data from `rng`.
 pub fn run_case(e: &CudaEngine, c: &Case, rng: &mut Rng) -> Result<Outcome> {
     let spec = c.spec();
-    let lengths = lengths_for(c, rng);
+    let (lengths, starts) = if c.ranges {
+        let (s, e) = ranges_for(c, rng);
+        (Some(e), Some(s))
+    } else {
+        (lengths_for(c, rng), None)
+    };
+    let pages = c.page_size.map(|ps| {
+        let (t, max_pages, q) = pages_for(rng, c.rows, c.cols, ps);
+        (t, max_pages, ps, q)
+    });
+    let tok = TokenInputs { starts, pages };
     let plan = e.plan(&spec, lengths.is_some())?;
     let data = generate(c.data, spec.elements_needed(), rng);
     let (ok, detail) = match c.dtype {
-        DType::F32 => run_typed::<f32>(e, c, &data, lengths.as_deref())?,
-        DType::BF16 => run_typed::<bf16>(e, c, &data, lengths.as_deref())?,
-        DType::F16 => run_typed::<f16>(e, c, &data, lengths.as_deref())?,
+        DType::F32 => run_typed::<f32>(e, c, &data, lengths.as_deref(), &tok)?,
+        DType::BF16 => run_typed::<bf16>(e, c, &data, lengths.as_deref(), &tok)?,
+        DType::F16 => run_typed::<f16>(e, c, &data, lengths.as_deref(), &tok)?,
         other => return Err(crate::contract::Error::UnknownDType(format!("no check cases for {other}"))),
     };
     Ok(Outcome::of_plan(c.describe(), &plan, ok, detail))
@@ -167,6 +263,8 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         nan: NanPolicy::Lowest,
         stride_pad: 0,
         lengths: None,
+        ranges: false,
+        page_size: None,
     };
     // Every family x dtype x order x NaN policy on small multi-row shapes.
     for &data in &ALL_DATA {
@@ -288,6 +386,45 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         cases.push(base(1, 1 << 20, 2048, dtype, Data::GridSampleLow { len: 1 << 20 }));
         cases.push(base(2, 262_144, 512, dtype, Data::GridSampleLow { len: 262_144 }));
     }
+    // Ranges (DSA's ks/ke) and slots through a page table, the token
+    // kernels on every path: each family, dtype, order and NaN policy on a
+    // small shape, alone and paged; then the row path (prefill rows), the
+    // split path (DSA decode, 64 x 131,072 k 2048) and the grid path (one
+    // wide row; odd starts misalign it), each with ranges and slots; slots
+    // without ranges; and the global-memory buffer.
+    for (i, &data) in ALL_DATA.iter().enumerate() {
+        for order in [OutputOrder::Score, OutputOrder::Index] {
+            let mut c = base(12, 5000, 300, dtypes[i % 3], data);
+            c.order = order;
+            c.nan = if i % 2 == 0 { NanPolicy::Lowest } else { NanPolicy::Largest };
+            c.stride_pad = i % 3;
+            c.ranges = true;
+            c.page_size = (order == OutputOrder::Index).then_some(16);
+            cases.push(c);
+        }
+    }
+    for (rows, cols, k, dtype) in [
+        (300, 70_000, 2048, DType::BF16),
+        (64, 131_072, 2048, DType::F32),
+        (64, 131_072, 2048, DType::BF16),
+        (2, 262_144, 512, DType::F32),
+        (9, 1 << 20, 2048, DType::BF16),
+        (3, 100_000, 16_000, DType::F32),
+    ] {
+        for (page_size, data) in [(None, Data::Normal), (Some(64), Data::Relu), (Some(1), Data::Nan5)] {
+            let mut c = base(rows, cols, k, dtype, data);
+            c.ranges = true;
+            c.page_size = page_size;
+            c.order = if page_size.is_some() { OutputOrder::Index } else { OutputOrder::Score };
+            cases.push(c);
+        }
+    }
+    for (rows, cols, k) in [(5, 300_000, 700), (1, 262_144, 512), (100, 20_000, 512)] {
+        let mut c = base(rows, cols, k, DType::F32, Data::ReluFew);
+        c.lengths = Some(LengthRecipe::Edges);
+        c.page_size = Some(64);
+        cases.push(c);
+    }
     // Large k: the global-memory buffer.
     for &data in &[Data::Normal, Data::Relu, Data::Ascending] {
         cases.push(base(2, 200_000, 20_000, DType::F32, data));
@@ -328,7 +465,8 @@ pub fn run_suite(
     let graphs = [300_000usize, 1_000_000];
     // Back-to-back calls sharing a workspace: grid, split and row plans.
     let chains = [(1usize, 262_144usize, 512usize), (1, 2_097_152, 2048), (160, 8192, 256)];
-    let total = cases.len() + graphs.len() + chains.len();
+    let qsa = crate::ops::qsa::check::cases(quick);
+    let total = cases.len() + graphs.len() + chains.len() + qsa.len() + 1;
     for (i, c) in cases.iter().enumerate() {
         let o = run_case(e, c, &mut rng).unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
         rep.record(&o);
@@ -346,6 +484,19 @@ pub fn run_suite(
         rep.record(&o);
         progress(cases.len() + graphs.len() + i + 1, total, &o);
     }
+    // The QSA block selection (the token kernels' QSA rows) and device rows
+    // out of range.
+    let done = cases.len() + graphs.len() + chains.len();
+    for (i, c) in qsa.iter().enumerate() {
+        let o = crate::ops::qsa::check::run_case(e, c, &mut rng)
+            .unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
+        rep.record(&o);
+        progress(done + i + 1, total, &o);
+    }
+    let o = crate::ops::qsa::check::bad_rows_check(e, &mut rng)
+        .unwrap_or_else(|err| Outcome::error(crate::ops::qsa::check::bad_rows_case(), Path::Grid, err));
+    rep.record(&o);
+    progress(total, total, &o);
     Ok(rep)
 }
 
@@ -405,6 +556,8 @@ pub fn chained_calls_check(e: &CudaEngine, rng: &mut Rng, rows: usize, cols: usi
             workspace: ws,
             workspace_bytes: ws_bytes,
             stream: s.cu_stream() as u64,
+            starts: None,
+            pages: None,
         };
         // SAFETY: buffers sized for the spec above.
         unsafe { e.select_device(&args)? };
@@ -461,6 +614,8 @@ pub fn graph_replay_check(e: &CudaEngine, rng: &mut Rng, cols: usize) -> Result<
         workspace: dws.device_ptr(&s).0,
         workspace_bytes: plan.workspace_bytes() as usize,
         stream: s.cu_stream() as u64,
+        starts: None,
+        pages: None,
     };
     s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(cuda_err)?;
     // SAFETY: buffers sized for the spec above.

@@ -11,6 +11,7 @@ use crate::contract::{DType, Error, NanPolicy, Result, ScoreElem, ScoresView};
 use crate::cuda::compile::Module;
 use crate::cuda::launch::{self, KernelParams, Launch};
 use crate::cuda::{timing, CudaEngine, KernelId};
+use crate::ops::pages::PageMap;
 
 /// One asynchronous selection over caller-owned device buffers.
 ///
@@ -34,6 +35,98 @@ pub struct DeviceSelect {
     pub workspace_bytes: usize,
     /// The `CUstream` to launch on (0: the legacy default stream).
     pub stream: u64,
+    /// Optional `i32` range starts, `rows` entries: row `r` selects among
+    /// columns `starts[r] .. lengths[r]` (the lengths are then the range
+    /// ends; `cols` where absent), indices absolute. A row whose range is out
+    /// of bounds comes out as all padding.
+    pub starts: Option<u64>,
+    /// Optional page table: the indices are written as KV-cache slots
+    /// ([`crate::ops::pages`]; `-1` stays `-1`).
+    pub pages: Option<DevicePages>,
+}
+
+/// A page table on the device ([`crate::ops::pages`]'s contract).
+#[derive(Debug, Clone, Copy)]
+pub struct DevicePages {
+    /// `i32 [sequences, max_pages]` page numbers, row-major.
+    pub table: u64,
+    pub sequences: usize,
+    pub max_pages: usize,
+    pub page_size: usize,
+    /// `i32 [rows]`: the sequence of each row.
+    pub seq_ids: u64,
+}
+
+impl DevicePages {
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.page_size == 0 || self.max_pages == 0 || self.sequences == 0 {
+            return Err(Error::InvalidOption {
+                what: "page table",
+                value: format!("{} x {} pages of {}", self.sequences, self.max_pages, self.page_size),
+                expected: "at least one sequence, one page, one token a page",
+            });
+        }
+        let max = i32::MAX as usize;
+        if self.page_size > max || self.max_pages > max || self.sequences > max {
+            return Err(Error::too_large(
+                "page table geometry",
+                self.page_size.max(self.max_pages).max(self.sequences) as u128,
+            ));
+        }
+        if self.table == 0 || self.seq_ids == 0 {
+            return Err(Error::InvalidOption {
+                what: "page table",
+                value: "a null pointer".into(),
+                expected: "device pointers",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `Tokens` in kernels/select/tokens.cuh: the rows' extents and the token
+/// write of the `*_tok_*` kernels.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Tokens {
+    pub starts: u64,
+    pub positions: u64,
+    pub counts: u64,
+    pub page_table: u64,
+    pub seq_ids: u64,
+    pub ratio: i32,
+    pub width: i32,
+    pub page_size: i32,
+    pub max_pages: i32,
+    pub batch: i32,
+    pub pad: i32,
+}
+
+impl Tokens {
+    pub(crate) fn with_pages(mut self, pages: Option<&DevicePages>) -> Self {
+        if let Some(p) = pages {
+            self.page_table = p.table;
+            self.seq_ids = p.seq_ids;
+            self.page_size = p.page_size as i32;
+            self.max_pages = p.max_pages as i32;
+            self.batch = p.sequences as i32;
+        }
+        self
+    }
+}
+
+/// One launch of the select kernels: a selection, or (with `tok`) its token
+/// form (ranges, QSA blocks, slots).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Job {
+    pub spec: SelectSpec,
+    pub scores: u64,
+    pub lengths: u64,
+    pub out_idx: u64,
+    pub out_val: u64,
+    pub workspace: u64,
+    pub stream: u64,
+    pub tok: Option<Tokens>,
 }
 
 /// `ScanParams` in kernels/select/: the filter kernels (`fs_scan_*`,
@@ -65,6 +158,7 @@ struct ScanParams {
     order_index: i32,
     /// 1: the load ring (`stage_bytes`) follows the shared buffer.
     stage: i32,
+    tok: Tokens,
 }
 // SAFETY: #[repr(C)], the layout of the kernel's ScanParams (test below; the
 // kernel asserts its size).
@@ -89,6 +183,7 @@ struct GridParams {
     chunks: i32,
     nan_largest: i32,
     order_index: i32,
+    tok: Tokens,
 }
 // SAFETY: as ScanParams.
 unsafe impl KernelParams for GridParams {}
@@ -112,35 +207,54 @@ enum FilterKernel {
     Prep,
 }
 
-/// The filter kernel of a kind, dtype and buffer kind.
-fn filter_kernel(kind: FilterKernel, dtype: DType, global_buffer: bool) -> KernelId {
+/// The filter kernel of a kind, dtype and buffer kind; `tok`: its token form.
+fn filter_kernel(kind: FilterKernel, dtype: DType, global_buffer: bool, tok: bool) -> KernelId {
     use FilterKernel::*;
-    let entry = match (kind, dtype) {
-        (Scan, DType::F32) => "fs_scan_f32",
-        (Scan, DType::BF16) => "fs_scan_bf16",
-        (Scan, _) => "fs_scan_f16",
-        (Split, DType::F32) => "fs_split_f32",
-        (Split, DType::BF16) => "fs_split_bf16",
-        (Split, _) => "fs_split_f16",
-        (Prep, DType::F32) => "fs_prep_f32",
-        (Prep, DType::BF16) => "fs_prep_bf16",
-        (Prep, _) => "fs_prep_f16",
+    let entry = match (kind, dtype, tok) {
+        (Scan, DType::F32, false) => "fs_scan_f32",
+        (Scan, DType::BF16, false) => "fs_scan_bf16",
+        (Scan, _, false) => "fs_scan_f16",
+        (Split, DType::F32, false) => "fs_split_f32",
+        (Split, DType::BF16, false) => "fs_split_bf16",
+        (Split, _, false) => "fs_split_f16",
+        (Prep, DType::F32, false) => "fs_prep_f32",
+        (Prep, DType::BF16, false) => "fs_prep_bf16",
+        (Prep, _, false) => "fs_prep_f16",
+        (Scan, DType::F32, true) => "fs_scan_tok_f32",
+        (Scan, DType::BF16, true) => "fs_scan_tok_bf16",
+        (Scan, _, true) => "fs_scan_tok_f16",
+        (Split, DType::F32, true) => "fs_split_tok_f32",
+        (Split, DType::BF16, true) => "fs_split_tok_bf16",
+        (Split, _, true) => "fs_split_tok_f16",
+        (Prep, DType::F32, true) => "fs_prep_tok_f32",
+        (Prep, DType::BF16, true) => "fs_prep_tok_bf16",
+        (Prep, _, true) => "fs_prep_tok_f16",
     };
-    KernelId { module: Module::SelectFilter, global_buffer, entry }
+    let module = if tok { Module::SelectFilterTokens } else { Module::SelectFilter };
+    KernelId { module, global_buffer, entry }
 }
 
-/// The grid kernel of a width (`plan::grid_kernel_name`) and dtype.
-fn grid_kernel(items: u32, dtype: DType) -> KernelId {
-    let entry = match (items, dtype) {
-        (plan::GRID_ITEMS_TINY, _) => "fs_grid4_f32",
-        (plan::GRID_ITEMS_SMALL, DType::F32) => "fs_grid8_f32",
-        (plan::GRID_ITEMS_SMALL, DType::BF16) => "fs_grid8_bf16",
-        (plan::GRID_ITEMS_SMALL, _) => "fs_grid8_f16",
-        (_, DType::F32) => "fs_grid_f32",
-        (_, DType::BF16) => "fs_grid_bf16",
-        _ => "fs_grid_f16",
+/// The grid kernel of a width (`plan::grid_kernel_name`) and dtype; `tok`:
+/// its token form.
+fn grid_kernel(items: u32, dtype: DType, tok: bool) -> KernelId {
+    let entry = match (items, dtype, tok) {
+        (plan::GRID_ITEMS_TINY, _, false) => "fs_grid4_f32",
+        (plan::GRID_ITEMS_SMALL, DType::F32, false) => "fs_grid8_f32",
+        (plan::GRID_ITEMS_SMALL, DType::BF16, false) => "fs_grid8_bf16",
+        (plan::GRID_ITEMS_SMALL, _, false) => "fs_grid8_f16",
+        (_, DType::F32, false) => "fs_grid_f32",
+        (_, DType::BF16, false) => "fs_grid_bf16",
+        (_, _, false) => "fs_grid_f16",
+        (plan::GRID_ITEMS_TINY, _, true) => "fs_grid4_tok_f32",
+        (plan::GRID_ITEMS_SMALL, DType::F32, true) => "fs_grid8_tok_f32",
+        (plan::GRID_ITEMS_SMALL, DType::BF16, true) => "fs_grid8_tok_bf16",
+        (plan::GRID_ITEMS_SMALL, _, true) => "fs_grid8_tok_f16",
+        (_, DType::F32, true) => "fs_grid_tok_f32",
+        (_, DType::BF16, true) => "fs_grid_tok_bf16",
+        (_, _, true) => "fs_grid_tok_f16",
     };
-    KernelId { module: Module::SelectGrid, global_buffer: false, entry }
+    let module = if tok { Module::SelectGridTokens } else { Module::SelectGrid };
+    KernelId { module, global_buffer: false, entry }
 }
 
 impl CudaEngine {
@@ -170,26 +284,58 @@ impl CudaEngine {
     pub unsafe fn select_device(&self, args: &DeviceSelect) -> Result<()> {
         let spec = &args.spec;
         spec.validate()?;
-        let plan = self.plan(spec, args.lengths.is_some())?;
-        if (args.workspace_bytes as u64) < plan.workspace_bytes() {
+        if let Some(p) = &args.pages {
+            p.validate()?;
+        }
+        if args.starts == Some(0) {
+            return Err(Error::InvalidOption {
+                what: "starts",
+                value: "a null pointer".into(),
+                expected: "a device pointer",
+            });
+        }
+        let tok = (args.starts.is_some() || args.pages.is_some()).then(|| {
+            Tokens { starts: args.starts.unwrap_or(0), ratio: 1, width: spec.k as i32, ..Tokens::default() }
+                .with_pages(args.pages.as_ref())
+        });
+        let job = Job {
+            spec: *spec,
+            scores: args.scores,
+            lengths: args.lengths.unwrap_or(0),
+            out_idx: args.out_indices,
+            out_val: args.out_values.unwrap_or(0),
+            workspace: args.workspace,
+            stream: args.stream,
+            tok,
+        };
+        self.run_job(&job, args.workspace_bytes)
+    }
+
+    /// Plans and launches a job after checking its workspace.
+    ///
+    /// # Safety
+    /// As [`CudaEngine::select_device`].
+    pub(crate) unsafe fn run_job(&self, job: &Job, workspace_bytes: usize) -> Result<()> {
+        let plan = self.plan(&job.spec, job.lengths != 0 || job.tok.is_some())?;
+        if (workspace_bytes as u64) < plan.workspace_bytes() {
             return Err(Error::BufferSize {
                 what: "workspace (bytes)",
-                got: args.workspace_bytes,
+                got: workspace_bytes,
                 need: plan.workspace_bytes() as usize,
             });
         }
-        if plan.workspace_bytes() > 0 && !args.workspace.is_multiple_of(crate::cuda::workspace::ALIGN) {
+        if plan.workspace_bytes() > 0 && !job.workspace.is_multiple_of(crate::cuda::workspace::ALIGN) {
             return Err(Error::InvalidOption {
                 what: "workspace pointer",
-                value: format!("{:#x}", args.workspace),
+                value: format!("{:#x}", job.workspace),
                 expected: "256-byte aligned",
             });
         }
-        if spec.rows == 0 {
+        if job.spec.rows == 0 {
             return Ok(());
         }
         self.context().bind_to_thread().map_err(cuda_err)?;
-        run_plan(self, &plan, args)
+        run_plan(self, &plan, job)
     }
 
     /// Selects from host data: uploads, runs on the engine's stream, downloads.
@@ -205,6 +351,47 @@ impl CudaEngine {
         // SAFETY: every buffer was allocated above with the sizes the spec needs.
         unsafe { self.select_device(&dev.args(self, spec))? };
         dev.download(self, spec)
+    }
+
+    /// [`crate::cpu::select_ranges`] (or, with `pages`,
+    /// [`crate::cpu::select_ranges_paged`]) on this device from host data:
+    /// the CPU's checks, then the token kernels; outputs poisoned before the
+    /// run. `starts` `None`: every row from column 0 (for a page-mapped
+    /// selection without ranges).
+    pub fn select_ranges_host<T: ScoreElem>(
+        &self,
+        scores: &ScoresView<'_, T>,
+        spec: &SelectSpec,
+        starts: Option<&[i32]>,
+        ends: Option<&[i32]>,
+        pages: Option<&PageMap<'_>>,
+    ) -> Result<Selection<T>> {
+        let dev = DeviceData::upload_ranges(self, scores, spec, starts, ends, pages)?;
+        dev.poison(self)?;
+        // SAFETY: every buffer was allocated above with the sizes the spec needs.
+        unsafe { self.select_device(&dev.args(self, spec))? };
+        dev.download(self, spec)
+    }
+
+    /// [`CudaEngine::time_select`] of [`CudaEngine::select_ranges_host`].
+    pub fn time_select_ranges<T: ScoreElem>(
+        &self,
+        scores: &ScoresView<'_, T>,
+        spec: &SelectSpec,
+        starts: Option<&[i32]>,
+        ends: Option<&[i32]>,
+        pages: Option<&PageMap<'_>>,
+        iters: usize,
+    ) -> Result<(Selection<T>, Vec<f64>)> {
+        let dev = DeviceData::upload_ranges(self, scores, spec, starts, ends, pages)?;
+        dev.poison(self)?;
+        let args = dev.args(self, spec);
+        // SAFETY: buffers sized for the spec, as above.
+        let run = || unsafe { self.select_device(&args) };
+        run()?;
+        let out = dev.download(self, spec)?;
+        let times = timing::time_on_stream(self.stream(), iters, run)?;
+        Ok((out, times))
     }
 
     /// Uploads once, then times `iters` runs on the device. Runs shorter than
@@ -239,8 +426,10 @@ impl CudaEngine {
 ///
 /// # Safety
 /// As [`CudaEngine::select_device`].
-unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &DeviceSelect) -> Result<()> {
+unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &Job) -> Result<()> {
     let spec = &a.spec;
+    let tok = a.tok.unwrap_or_default();
+    let is_tok = a.tok.is_some();
     let ws = a.workspace;
     let pdl = e.pdl();
     let nan_largest = (spec.nan == NanPolicy::Largest) as i32;
@@ -258,9 +447,9 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &DeviceSelect) -> Result<()> 
         let gp = GridParams {
             scores: a.scores,
             row_stride: spec.row_stride as i64,
-            lengths: a.lengths.unwrap_or(0),
-            out_idx: a.out_indices,
-            out_val: a.out_values.unwrap_or(0),
+            lengths: a.lengths,
+            out_idx: a.out_idx,
+            out_val: a.out_val,
             list: at(g.list),
             state: at(g.state),
             rows: spec.rows as i32,
@@ -269,6 +458,7 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &DeviceSelect) -> Result<()> 
             chunks: g.ctas_per_row as i32,
             nan_largest,
             order_index,
+            tok,
         };
         // Zero every row's barrier counters and histograms, then the
         // cooperative selection (which may start early with PDL and waits
@@ -278,7 +468,7 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &DeviceSelect) -> Result<()> 
         let init =
             e.function(KernelId { module: Module::SelectGrid, global_buffer: false, entry: "fs_grid_init_all" })?;
         on((init_ctas, 1), 0, pdl, false).run(&init, &GridInitParams { state: at(g.state), words })?;
-        let kern = e.function(grid_kernel(g.items, spec.dtype))?;
+        let kern = e.function(grid_kernel(g.items, spec.dtype, is_tok))?;
         return on((g.ctas_per_row, g.row_slots), g.smem_bytes, pdl, true).run(&kern, &gp);
     }
     let f = plan.filter().expect("a row or split plan");
@@ -287,9 +477,9 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &DeviceSelect) -> Result<()> 
     let sp = ScanParams {
         scores: a.scores,
         row_stride: spec.row_stride as i64,
-        lengths: a.lengths.unwrap_or(0),
-        out_idx: a.out_indices,
-        out_val: a.out_values.unwrap_or(0),
+        lengths: a.lengths,
+        out_idx: a.out_idx,
+        out_val: a.out_val,
         cand: split.map_or(0, |s| at(s.cand)),
         row_count: split.map_or(0, |s| at(s.row_count)),
         row_done: split.map_or(0, |s| at(s.row_done)),
@@ -303,25 +493,61 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &DeviceSelect) -> Result<()> 
         nan_largest,
         order_index,
         stage: (f.stage_bytes > 0) as i32,
+        tok,
     };
     let kind = if split.is_some() {
         // The prep kernel's sample lives in registers: no dynamic shared
         // memory. (Its registers still keep a split CTA off its SM: sharing
         // SMs measured no faster.)
-        let prep = e.function(filter_kernel(FilterKernel::Prep, spec.dtype, global))?;
+        let prep = e.function(filter_kernel(FilterKernel::Prep, spec.dtype, global, is_tok))?;
         on((1, f.row_slots), 0, pdl, false).run(&prep, &sp)?;
         FilterKernel::Split
     } else {
         FilterKernel::Scan
     };
-    let scan = e.function(filter_kernel(kind, spec.dtype, global))?;
+    let scan = e.function(filter_kernel(kind, spec.dtype, global, is_tok))?;
     on((f.ctas_per_row, f.row_slots), f.smem_bytes, pdl, false).run(&scan, &sp)
+}
+
+/// A device copy of a host page table.
+pub(crate) struct PagesCopy {
+    table: CudaSlice<i32>,
+    seq_ids: CudaSlice<i32>,
+    sequences: usize,
+    max_pages: usize,
+    page_size: usize,
+}
+
+impl PagesCopy {
+    pub(crate) fn upload(e: &CudaEngine, p: &PageMap<'_>) -> Result<Self> {
+        let s = e.stream();
+        Ok(Self {
+            table: s.clone_htod(p.table()).map_err(cuda_err)?,
+            seq_ids: s.clone_htod(p.seq_ids()).map_err(cuda_err)?,
+            sequences: p.sequences(),
+            max_pages: p.max_pages(),
+            page_size: p.page_size(),
+        })
+    }
+
+    pub(crate) fn pages(&self, e: &CudaEngine) -> DevicePages {
+        let st = e.stream();
+        DevicePages {
+            table: self.table.device_ptr(st).0,
+            sequences: self.sequences,
+            max_pages: self.max_pages,
+            page_size: self.page_size,
+            seq_ids: self.seq_ids.device_ptr(st).0,
+        }
+    }
 }
 
 /// Device copies of one host problem.
 struct DeviceData {
     scores: CudaSlice<u8>,
     lengths: Option<CudaSlice<i32>>,
+    starts: Option<CudaSlice<i32>>,
+    pages: Option<PagesCopy>,
     out_idx: CudaSlice<i32>,
     out_val: CudaSlice<u8>,
     workspace: CudaSlice<u8>,
@@ -358,12 +584,42 @@ impl DeviceData {
         Ok(Self {
             scores: dscores,
             lengths: dlen,
+            starts: None,
+            pages: None,
             out_idx: s.alloc_zeros(outn).map_err(cuda_err)?,
             out_val: s.alloc_zeros(outn * elem).map_err(cuda_err)?,
             workspace: s.alloc_zeros(wb.max(256)).map_err(cuda_err)?,
             workspace_bytes: wb,
             elem,
         })
+    }
+
+    /// [`DeviceData::upload`] with range starts and a page table, after
+    /// the CPU's checks of both.
+    fn upload_ranges<T: ScoreElem>(
+        e: &CudaEngine,
+        scores: &ScoresView<'_, T>,
+        spec: &SelectSpec,
+        starts: Option<&[i32]>,
+        ends: Option<&[i32]>,
+        pages: Option<&PageMap<'_>>,
+    ) -> Result<Self> {
+        spec.validate_host(scores, ends)?;
+        if let Some(st) = starts {
+            spec.validate_starts(st, ends)?;
+        }
+        if let Some(p) = pages {
+            p.check_ranges(spec, starts, ends)?;
+        }
+        let mut d = Self::upload(e, scores, spec, ends)?;
+        let s = e.stream();
+        if let Some(st) = starts {
+            d.starts = Some(s.clone_htod(st).map_err(cuda_err)?);
+        }
+        if let Some(p) = pages {
+            d.pages = Some(PagesCopy::upload(e, p)?);
+        }
+        Ok(d)
     }
 
     fn poison(&self, e: &CudaEngine) -> Result<()> {
@@ -392,6 +648,8 @@ impl DeviceData {
             workspace: self.workspace.device_ptr(st).0,
             workspace_bytes: self.workspace_bytes,
             stream: st.cu_stream() as u64,
+            starts: self.starts.as_ref().map(|v| v.device_ptr(st).0),
+            pages: self.pages.as_ref().map(|p| p.pages(e)),
         }
     }
 
@@ -414,7 +672,7 @@ impl DeviceData {
 
 #[cfg(test)]
 mod tests {
-    use super::{filter_kernel, grid_kernel, FilterKernel, GridInitParams, GridParams, ScanParams};
+    use super::{filter_kernel, grid_kernel, FilterKernel, GridInitParams, GridParams, ScanParams, Tokens};
     use crate::contract::DType;
     use crate::cuda::compile::Module;
 
@@ -422,14 +680,19 @@ mod tests {
     /// whenever NVRTC compiles them), and the fields are laid out as there.
     #[test]
     fn parameter_blocks_match_the_kernels() {
-        assert_eq!(std::mem::size_of::<ScanParams>(), 112);
+        assert_eq!(std::mem::size_of::<ScanParams>(), 176);
         assert_eq!(std::mem::offset_of!(ScanParams, row_lb), 72);
         assert_eq!(std::mem::offset_of!(ScanParams, rows), 80);
         assert_eq!(std::mem::offset_of!(ScanParams, stage), 108);
-        assert_eq!(std::mem::size_of::<GridParams>(), 80);
+        assert_eq!(std::mem::offset_of!(ScanParams, tok), 112);
+        assert_eq!(std::mem::size_of::<GridParams>(), 144);
         assert_eq!(std::mem::offset_of!(GridParams, state), 48);
         assert_eq!(std::mem::offset_of!(GridParams, rows), 56);
         assert_eq!(std::mem::offset_of!(GridParams, order_index), 76);
+        assert_eq!(std::mem::offset_of!(GridParams, tok), 80);
+        assert_eq!(std::mem::size_of::<Tokens>(), 64);
+        assert_eq!(std::mem::offset_of!(Tokens, ratio), 40);
+        assert_eq!(std::mem::offset_of!(Tokens, batch), 56);
         assert_eq!(std::mem::size_of::<GridInitParams>(), 16);
     }
 
@@ -441,15 +704,23 @@ mod tests {
                 [(FilterKernel::Scan, "scan"), (FilterKernel::Split, "split"), (FilterKernel::Prep, "prep")]
             {
                 for global in [false, true] {
-                    let id = filter_kernel(kind, dtype, global);
-                    assert!(Module::SelectFilter.entry_points().contains(&id.entry), "{name} {dtype}: {}", id.entry);
-                    assert_eq!((id.entry.to_string(), id.global_buffer), (format!("fs_{name}_{dtype}"), global));
+                    for (tok, infix) in [(false, ""), (true, "tok_")] {
+                        let id = filter_kernel(kind, dtype, global, tok);
+                        assert!(id.module.entry_points().contains(&id.entry), "{name} {dtype}: {}", id.entry);
+                        assert_eq!(
+                            (id.entry.to_string(), id.global_buffer),
+                            (format!("fs_{name}_{infix}{dtype}"), global)
+                        );
+                    }
                 }
             }
             let widths: &[u32] = if dtype == DType::F32 { &[4, 8, 16] } else { &[8, 16] };
             for &items in widths {
-                let id = grid_kernel(items, dtype);
-                assert!(Module::SelectGrid.entry_points().contains(&id.entry), "{items} {dtype}: {}", id.entry);
+                for tok in [false, true] {
+                    let id = grid_kernel(items, dtype, tok);
+                    assert!(id.module.entry_points().contains(&id.entry), "{items} {dtype}: {}", id.entry);
+                    assert_eq!(id.entry.contains("_tok_"), tok);
+                }
             }
         }
         assert!(Module::SelectGrid.entry_points().contains(&"fs_grid_init_all"));

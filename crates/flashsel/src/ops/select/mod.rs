@@ -31,7 +31,7 @@ pub(crate) mod device;
 pub mod plan;
 mod spec;
 
-pub use device::DeviceSelect;
+pub use device::{DevicePages, DeviceSelect};
 pub use spec::{write_row_into, OutputOrder, SelectSpec, Selection};
 
 use crate::contract::{composite, Result, ScoreElem, ScoresView};

@@ -114,6 +114,52 @@ pub fn select_ranges<T: ScoreElem>(
     Ok(out)
 }
 
+/// [`select_ranges`] (`starts` `None`: [`select`]) with the indices written
+/// as KV-cache slots through `pages` ([`crate::ops::pages`]): token `c` of
+/// row `r` becomes the slot of token `c` of sequence `seq_ids[r]`; `-1`
+/// stays `-1`.
+pub fn select_ranges_paged<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    spec: &SelectSpec,
+    starts: Option<&[i32]>,
+    ends: Option<&[i32]>,
+    pages: &crate::ops::pages::PageMap<'_>,
+) -> Result<Selection<T>> {
+    spec.validate_host(scores, ends)?;
+    if let Some(s) = starts {
+        spec.validate_starts(s, ends)?;
+    }
+    pages.check_ranges(spec, starts, ends)?;
+    let mut out = match starts {
+        Some(s) => select_ranges(scores, spec, s, ends)?,
+        None => select(scores, spec, ends)?,
+    };
+    pages.map_padded(&mut out.indices, spec.k)?;
+    Ok(out)
+}
+
+/// [`select_ranges_paged`] into caller-owned buffers, as [`select_into`].
+pub fn select_ranges_paged_into<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    spec: &SelectSpec,
+    starts: Option<&[i32]>,
+    ends: Option<&[i32]>,
+    pages: &crate::ops::pages::PageMap<'_>,
+    out_indices: &mut [i32],
+    out_values: Option<&mut [T]>,
+) -> Result<()> {
+    spec.validate_host(scores, ends)?;
+    if let Some(s) = starts {
+        spec.validate_starts(s, ends)?;
+    }
+    pages.check_ranges(spec, starts, ends)?;
+    match starts {
+        Some(s) => select_ranges_into(scores, spec, s, ends, out_indices, out_values)?,
+        None => select_into(scores, spec, ends, out_indices, out_values)?,
+    }
+    pages.map_padded(out_indices, spec.k)
+}
+
 /// [`select`] into caller-owned buffers: `out_indices` (and `out_values` when
 /// given) must hold exactly `rows * k` elements, else [`Error::BufferSize`].
 /// Every element is written, padding included.
