@@ -310,3 +310,83 @@ pub fn bad_rows_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {
     let plan = plan.expect("two geometries ran");
     Ok(Outcome::of_plan(bad_rows_case(), &plan, ok, detail))
 }
+
+pub(crate) fn parity_case() -> String {
+    "qsa parity: the same rows alone (grid), in 16s (split) and in a batch of 300 (row path), f32/bf16/f16: \
+     every output the CPU's bytes"
+        .into()
+}
+
+/// The parity check: one set of rows (random, NaN on every fifth block,
+/// ReLU plateaus of exact zeros, all equal; visible lengths on both sides of
+/// the row path's fit and of the grid path's chunking, one with a final part
+/// of one block) selected alone, in batches of 16 and in one batch of 300,
+/// which the planner sends down the grid, split and row paths, in each
+/// dtype: every row's ids and count equal the CPU's for that row alone.
+pub fn parity_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {
+    let blocks = 100_000usize;
+    let k = 512usize;
+    let ratio = 4usize;
+    let fit =
+        e.plan(&QsaSpec::new(1, blocks).block_spec_of(DType::F32), true).map(|p| p.fit() as usize).unwrap_or(8192);
+    let mut vs = vec![blocks, blocks - 1, fit - 1, fit, fit + 1, 2 * fit + 1, k + 1, 64 * 2048 + 1, 8 * 1000 + 1];
+    vs.retain(|&v| v <= blocks);
+    let families = [Data::Normal, Data::Nan5, Data::Relu, Data::AllEqual];
+    let mut rows_data = Vec::new();
+    let mut positions = Vec::new();
+    for (i, &v) in vs.iter().enumerate() {
+        for (j, &d) in families.iter().enumerate() {
+            rows_data.extend(generate(d, blocks, rng));
+            positions.push(position(v, (i + j) % ratio, ratio));
+        }
+    }
+    let n = positions.len();
+    let mut fails = Vec::new();
+    let mut last_plan = None;
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        for order in [OutputOrder::Index, OutputOrder::Score] {
+            let batches: [(&str, usize); 3] = [("alone", 1), ("16s", 16), ("300", 300)];
+            for (name, b) in batches {
+                // Row r of the batch is row r % n of the set.
+                let chunk_rows = if b == 300 { 300 } else { b };
+                for start in (0..n).step_by(chunk_rows.min(n)) {
+                    let rows: Vec<usize> = (0..chunk_rows).map(|r| (start + r) % n).collect();
+                    let data: Vec<f32> =
+                        rows.iter().flat_map(|&r| rows_data[r * blocks..(r + 1) * blocks].to_vec()).collect();
+                    let pos: Vec<i64> = rows.iter().map(|&r| positions[r]).collect();
+                    let spec = QsaSpec::new(rows.len(), blocks).with_order(order);
+                    let plan = e.plan(&spec.block_spec_of(dtype), true)?;
+                    let (ok, detail) = match dtype {
+                        DType::F32 => parity_typed::<f32>(e, &spec, &data, &pos)?,
+                        DType::BF16 => parity_typed::<bf16>(e, &spec, &data, &pos)?,
+                        _ => parity_typed::<f16>(e, &spec, &data, &pos)?,
+                    };
+                    if !ok {
+                        fails.push(format!("{} {} {name} ({:?}): {detail}", dtype.name(), order.name(), plan.path()));
+                    }
+                    last_plan = Some(plan);
+                    if b == 300 || b == 1 && start >= 8 {
+                        break; // one batch of 300; 8 rows alone
+                    }
+                }
+            }
+        }
+    }
+    let plan = last_plan.expect("batches ran");
+    Ok(Outcome::of_plan(parity_case(), &plan, fails.is_empty(), fails.join("; ")))
+}
+
+/// A batch on the GPU against the CPU engine, each row alone.
+fn parity_typed<T: ScoreElem>(e: &CudaEngine, spec: &QsaSpec, data: &[f32], pos: &[i64]) -> Result<(bool, String)> {
+    let typed: Vec<T> = data.iter().map(|&x| T::from_f32(x)).collect();
+    let view = ScoresView::new(&typed, spec.rows, spec.blocks)?;
+    let got = e.qsa_select_host(&view, pos, spec, None)?;
+    for r in 0..spec.rows {
+        let one = ScoresView::new(&typed[r * spec.blocks..(r + 1) * spec.blocks], 1, spec.blocks)?;
+        let want = super::qsa_select(&one, &pos[r..r + 1], &QsaSpec { rows: 1, ..*spec }, None)?;
+        if want.counts[0] != got.counts[r] || want.row(0) != got.row(r) {
+            return Ok((false, format!("row {r} (position {}) differs from the CPU's row alone", pos[r])));
+        }
+    }
+    Ok((true, String::new()))
+}

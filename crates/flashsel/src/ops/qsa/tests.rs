@@ -143,3 +143,30 @@ fn bad_requests_are_typed_errors() {
     let s = qsa_select(&view, &[34, 0], &spec, None).unwrap();
     assert_eq!(s.counts, [2 * 4 + 3, 1]);
 }
+
+/// The paths the geometries take on the H200 (132 SMs): the block
+/// top-k is the select planner's over the block scores, so decode rows
+/// spread over the GPU (grid rows; 16 rows split), prefill chunks take one
+/// CTA a row, and the boundaries around the row path's fit hold for QSA
+/// specs as for plain ones.
+#[test]
+fn qsa_geometries_take_the_planned_paths() {
+    use crate::ops::select::plan::{plan, DeviceProps, Path};
+    let h200 = DeviceProps::hopper(132);
+    let path = |rows: usize, blocks: usize, dtype: DType| {
+        let p = plan(&QsaSpec::new(rows, blocks).block_spec_of(dtype), true, &h200).unwrap();
+        (p.path(), p.ctas_per_row())
+    };
+    assert_eq!(path(1, 262_144, DType::BF16), (Path::Grid, 64));
+    assert_eq!(path(16, 262_144, DType::BF16), (Path::Split, 8));
+    assert_eq!(path(1, 16_384, DType::F32), (Path::Grid, 8));
+    assert_eq!(path(8192, 65_536, DType::BF16), (Path::Row, 1));
+    assert_eq!(path(8192, 2048, DType::BF16), (Path::Row, 1));
+    // One row around the row path's fit (k 512: 8192 columns).
+    let fit = plan(&QsaSpec::new(1, 1 << 20).block_spec_of(DType::F32), true, &h200).unwrap().fit() as usize;
+    assert_eq!(fit, 8192);
+    for blocks in [fit - 1, fit] {
+        assert_eq!(path(1, blocks, DType::F32), (Path::Row, 1), "1 x {blocks}");
+    }
+    assert_ne!(path(1, 2 * fit, DType::F32).0, Path::Row);
+}

@@ -466,7 +466,7 @@ pub fn run_suite(
     // Back-to-back calls sharing a workspace: grid, split and row plans.
     let chains = [(1usize, 262_144usize, 512usize), (1, 2_097_152, 2048), (160, 8192, 256)];
     let qsa = crate::ops::qsa::check::cases(quick);
-    let total = cases.len() + graphs.len() + chains.len() + qsa.len() + 1;
+    let total = cases.len() + graphs.len() + chains.len() + qsa.len() + 2;
     for (i, c) in cases.iter().enumerate() {
         let o = run_case(e, c, &mut rng).unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
         rep.record(&o);
@@ -495,6 +495,10 @@ pub fn run_suite(
     }
     let o = crate::ops::qsa::check::bad_rows_check(e, &mut rng)
         .unwrap_or_else(|err| Outcome::error(crate::ops::qsa::check::bad_rows_case(), Path::Grid, err));
+    rep.record(&o);
+    progress(total - 1, total, &o);
+    let o = crate::ops::qsa::check::parity_check(e, &mut rng)
+        .unwrap_or_else(|err| Outcome::error(crate::ops::qsa::check::parity_case(), Path::Row, err));
     rep.record(&o);
     progress(total, total, &o);
     Ok(rep)
