@@ -16,11 +16,19 @@
 //!   covers the whole standard suite).
 //!
 //! Any mismatch or backend error fails the run (status 1) after the table.
+//!
+//! The token operations (QSA block selection, DSA ranges written as KV slots)
+//! are cases of their own after the top-k suite, built the same way (see
+//! [`tokens`]). `--only` picks groups of cases: `select`, `qsa-decode`,
+//! `qsa-prefill`, `dsa` (`qsa` = both QSA groups).
+
+mod tokens;
 
 use std::fs::File;
 use std::io::Write;
 use std::time::Instant;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use flashsel::{Backend, DType, ScoreElem, ScoresView, SelectSpec, Selection};
 use half::bf16;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -28,6 +36,54 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::BenchArgs;
+
+/// A group of cases `--only` can pick; the `op` column of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// The top-k suite (`select`).
+    Select,
+    /// QSA decode rows: every row at the last position.
+    QsaDecode,
+    /// QSA prefill chunks: rows at consecutive positions.
+    QsaPrefill,
+    /// DSA: per-row ranges, the indices written as KV slots.
+    Dsa,
+}
+
+impl Group {
+    const ALL: [Group; 4] = [Group::Select, Group::QsaDecode, Group::QsaPrefill, Group::Dsa];
+
+    fn name(self) -> &'static str {
+        match self {
+            Group::Select => "select",
+            Group::QsaDecode => "qsa-decode",
+            Group::QsaPrefill => "qsa-prefill",
+            Group::Dsa => "dsa",
+        }
+    }
+}
+
+/// One `--only` value: the groups it names.
+#[derive(Debug, Clone, Copy)]
+pub struct Groups(&'static [Group]);
+
+/// `--only`'s values: a group's name, or `qsa` for both QSA groups.
+pub fn group_parser() -> impl TypedValueParser<Value = Groups> {
+    PossibleValuesParser::new(["select", "qsa", "qsa-decode", "qsa-prefill", "dsa"]).map(|s| {
+        Groups(match s.as_str() {
+            "select" => &[Group::Select],
+            "qsa" => &[Group::QsaDecode, Group::QsaPrefill],
+            "qsa-decode" => &[Group::QsaDecode],
+            "qsa-prefill" => &[Group::QsaPrefill],
+            _ => &[Group::Dsa],
+        })
+    })
+}
+
+/// The groups to run: those `--only` names, or all of them.
+fn selected_groups(only: &[Groups]) -> Vec<Group> {
+    Group::ALL.into_iter().filter(|g| only.is_empty() || only.iter().any(|o| o.0.contains(g))).collect()
+}
 
 /// One shape of a suite.
 #[derive(Debug, Clone, Copy)]
@@ -94,8 +150,8 @@ impl Suite {
             Suite::Full => "the standard suite".into(),
             Suite::Quick => "a small smoke-test suite (--quick)".into(),
             Suite::Cpu => format!(
-                "the CPU suite: the 8192- and 4096-row shapes are cut to {CPU_MAX_ROWS} rows (marked *); \
-                 --backend cuda runs them whole"
+                "the CPU suite: the 8192- and 4096-row top-k shapes and the 8192-row QSA prefill chunk deep in \
+                 the prompt are cut to {CPU_MAX_ROWS} rows (marked *); --backend cuda runs them whole"
             ),
         }
     }
@@ -123,10 +179,13 @@ impl DataKind {
 /// One line of the table and of the JSON.
 #[derive(Debug, Clone, Serialize)]
 struct Row {
-    /// `rows x cols` as run.
+    /// The group: `select`, `qsa-decode`, `qsa-prefill`, `dsa`.
+    op: &'static str,
+    /// `rows x cols` as run (QSA: cols = blocks).
     shape: String,
     rows: usize,
     cols: usize,
+    /// Entries selected per row (QSA: blocks, `k_blocks`).
     k: usize,
     /// Rows of this shape in the full suite (> rows when the CPU suite cut it).
     suite_rows: usize,
@@ -137,8 +196,12 @@ struct Row {
     /// Median of the timed runs, microseconds.
     median_us: f64,
     min_us: f64,
-    /// Bytes of scores (read once per run).
+    /// The bytes of the floor: `select`: the scores (read once per run);
+    /// QSA and DSA: the scores the rows read plus the ids (and counts)
+    /// written ([`tokens`]).
     bytes: u64,
+    /// QSA and DSA: the positions, ranges and page table of the case.
+    case: Option<String>,
     /// `bytes / median`, in 1e9 bytes per second.
     gbps: f64,
     /// Time of the read-once floor for these bytes, when known.
@@ -166,6 +229,8 @@ struct Report {
     seed: u64,
     threads: usize,
     floor_method: String,
+    /// The groups run (`--only`, or all).
+    groups: Vec<&'static str>,
     debug_build: bool,
     ok: bool,
     results: Vec<Row>,
@@ -215,8 +280,12 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
         device_floor_bps: device_floor_bandwidth(&backend)?,
     };
     let threads = rayon::current_num_threads();
+    let groups = selected_groups(&a.only);
     let floor_method = match &backend {
-        Backend::Cpu => format!("a plain rayon sum pass over the same buffer ({threads} threads), median time"),
+        Backend::Cpu => format!(
+            "a plain rayon sum pass over the same buffer ({threads} threads), median time \
+             (qsa/dsa: over the scores the rows read, then a fill of the output's bytes)"
+        ),
         _ => match ctx.device_floor_bps {
             Some(bw) => format!(
                 "bytes / device copy bandwidth ({:.1} GB/s read+written, cuMemcpyDtoD of {} MiB)",
@@ -243,19 +312,30 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
         a.seed
     );
     println!("suite: {}", suite.note());
-    println!("GB/s: score bytes read once / median time; floor: {floor_method}; of floor: floor time / median time");
+    if groups.len() < Group::ALL.len() {
+        println!("groups: {} (--only)", groups.iter().map(|g| g.name()).collect::<Vec<_>>().join(", "));
+    }
     println!(
-        "verified: det = repeat runs identical; ref = rows equal flashsel::reference_select; \
-         cpu = whole result equals flashsel::cpu::select"
+        "GB/s: bytes / median time (select: the scores, read once; qsa/dsa: the scores the rows read + ids \
+         and counts written); floor: {floor_method}; of floor: floor time / median time"
     );
+    println!(
+        "verified: det = repeat runs identical; ref = rows equal flashsel::reference_select \
+         (qsa: reference_qsa_select; dsa: reference_select_ranges, then the page table); \
+         cpu = whole result equals flashsel::cpu::select (qsa: cpu::qsa_select; dsa: cpu::select_ranges_paged)"
+    );
+    let token_cases: Vec<tokens::TokCase> =
+        tokens::cases(suite).into_iter().filter(|c| groups.contains(&c.group)).collect();
+    tokens::print_legend(&token_cases);
     if cfg!(debug_assertions) && !a.quick {
         println!("note: this is a debug build; build with --release for meaningful timings");
     }
     println!();
     print_header();
 
-    let shapes = suite.shapes();
-    let total: u64 = shapes.iter().map(|s| KINDS.len() as u64 * s.dtypes.len() as u64).sum();
+    let shapes = if groups.contains(&Group::Select) { suite.shapes() } else { Vec::new() };
+    let total: u64 = shapes.iter().map(|s| KINDS.len() as u64 * s.dtypes.len() as u64).sum::<u64>()
+        + KINDS.len() as u64 * token_cases.len() as u64;
     let pb = ProgressBar::new(total);
     if let Ok(style) = ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}") {
         pb.set_style(style);
@@ -288,6 +368,13 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
             }
         }
     }
+    for (ci, c) in token_cases.iter().enumerate() {
+        tokens::run_cases(&ctx, c, ci, &pb, &mut |row: Row| {
+            pb.suspend(|| print_row(&row));
+            pb.inc(1);
+            rows.push(row);
+        });
+    }
     pb.finish_and_clear();
 
     let failed: Vec<&Row> = rows.iter().filter(|r| !r.ok).collect();
@@ -307,6 +394,7 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
         seed: a.seed,
         threads,
         floor_method,
+        groups: groups.iter().map(|g| g.name()).collect(),
         debug_build: cfg!(debug_assertions),
         ok: failed.is_empty(),
         results: rows.clone(),
@@ -323,7 +411,8 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
     } else {
         for r in &failed {
             eprintln!(
-                "failed: {} k{} {} {}: {}",
+                "failed: {} {} k{} {} {}: {}",
+                r.op,
                 r.shape,
                 r.k,
                 r.dtype,
@@ -341,8 +430,19 @@ fn label(s: &Shape, dtype: &str, kind: DataKind) -> String {
 
 fn print_header() {
     println!(
-        "{:<14} {:>5} {:<5} {:<11} {:<7} {:>5} {:>11} {:>8} {:>10} {:>10} {:>8}  verified",
-        "shape", "k", "dtype", "data", "backend", "iters", "median us", "GB/s", "floor us", "floor GB/s", "of floor"
+        "{:<11} {:<14} {:>5} {:<5} {:<11} {:<7} {:>5} {:>11} {:>8} {:>10} {:>10} {:>8}  verified",
+        "op",
+        "shape",
+        "k",
+        "dtype",
+        "data",
+        "backend",
+        "iters",
+        "median us",
+        "GB/s",
+        "floor us",
+        "floor GB/s",
+        "of floor"
     );
 }
 
@@ -354,7 +454,8 @@ fn print_row(r: &Row) {
         None => r.verified.clone(),
     };
     println!(
-        "{:<14} {:>5} {:<5} {:<11} {:<7} {:>5} {:>11.1} {:>8.2} {:>10} {:>10} {:>8}  {}",
+        "{:<11} {:<14} {:>5} {:<5} {:<11} {:<7} {:>5} {:>11.1} {:>8.2} {:>10} {:>10} {:>8}  {}",
+        r.op,
         shape,
         r.k,
         r.dtype,
@@ -370,29 +471,87 @@ fn print_row(r: &Row) {
     );
 }
 
+impl Row {
+    /// A row not measured yet.
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        ctx: &Ctx<'_>,
+        group: Group,
+        (rows, cols, k, suite_rows): (usize, usize, usize, usize),
+        dtype: DType,
+        kind: DataKind,
+        bytes: u64,
+        case: Option<String>,
+    ) -> Self {
+        Row {
+            op: group.name(),
+            shape: format!("{rows}x{cols}"),
+            rows,
+            cols,
+            k,
+            suite_rows,
+            dtype: dtype.name(),
+            data: kind.name(),
+            backend: ctx.backend.name(),
+            iters: 0,
+            median_us: f64::NAN,
+            min_us: f64::NAN,
+            bytes,
+            case,
+            gbps: f64::NAN,
+            floor_us: None,
+            floor_gbps: None,
+            fraction_of_floor: None,
+            verified: String::new(),
+            ok: false,
+            error: None,
+        }
+    }
+
+    /// Records the timed runs (median, min, GB/s) and the floor, when known:
+    /// `cpu_floor_s` on the CPU, else `bytes` at the device's bandwidth.
+    fn set_times(
+        &mut self,
+        ctx: &Ctx<'_>,
+        times: &mut [f64],
+        cpu_floor_s: impl FnOnce() -> Option<f64>,
+    ) -> Result<(), String> {
+        if times.is_empty() {
+            return Err("the backend returned no timings".into());
+        }
+        let median = median(times);
+        self.iters = times.len();
+        self.median_us = median * 1e6;
+        self.min_us = times[0] * 1e6;
+        self.gbps = self.bytes as f64 / median / 1e9;
+        let floor_s = match ctx.backend {
+            Backend::Cpu => cpu_floor_s(),
+            _ => ctx.device_floor_bps.map(|bw| self.bytes as f64 / bw),
+        };
+        if let Some(f) = floor_s {
+            self.floor_us = Some(f * 1e6);
+            self.floor_gbps = Some(self.bytes as f64 / f / 1e9);
+            self.fraction_of_floor = Some(f / median);
+        }
+        Ok(())
+    }
+
+    /// Records the checks: `ok` when nothing is `bad`.
+    fn set_verified(&mut self, checks: Vec<String>, bad: Vec<String>) {
+        if bad.is_empty() {
+            self.verified = checks.join(", ");
+            self.ok = true;
+        } else {
+            self.verified = bad.join("; ");
+            self.ok = false;
+        }
+    }
+}
+
 fn run_case<T: ScoreElem>(ctx: &Ctx<'_>, s: &Shape, data: &[T], kind: DataKind, shape_idx: usize) -> Row {
     let bytes = (data.len() * T::DTYPE.size()) as u64;
-    let mut row = Row {
-        shape: format!("{}x{}", s.rows, s.cols),
-        rows: s.rows,
-        cols: s.cols,
-        k: s.k,
-        suite_rows: s.full_rows,
-        dtype: T::DTYPE.name(),
-        data: kind.name(),
-        backend: ctx.backend.name(),
-        iters: 0,
-        median_us: f64::NAN,
-        min_us: f64::NAN,
-        bytes,
-        gbps: f64::NAN,
-        floor_us: None,
-        floor_gbps: None,
-        fraction_of_floor: None,
-        verified: String::new(),
-        ok: false,
-        error: None,
-    };
+    let dims = (s.rows, s.cols, s.k, s.full_rows);
+    let mut row = Row::new(ctx, Group::Select, dims, T::DTYPE, kind, bytes, None);
     if let Err(e) = measure(ctx, s, data, kind, shape_idx, &mut row) {
         row.error = Some(e);
         row.ok = false;
@@ -418,25 +577,7 @@ fn measure<T: ScoreElem>(
 
     let iters = ctx.iters.unwrap_or_else(|| default_iters(ctx.suite, backend, t_first));
     let (last, mut times) = backend.time_select(&view, &spec, None, iters).map_err(|e| e.to_string())?;
-    if times.is_empty() {
-        return Err("the backend returned no timings".into());
-    }
-    let median = median(&mut times);
-    row.iters = times.len();
-    row.median_us = median * 1e6;
-    row.min_us = times[0] * 1e6;
-    row.gbps = row.bytes as f64 / median / 1e9;
-
-    // The floor.
-    let floor_s = match backend {
-        Backend::Cpu => Some(cpu_floor(data, iters.clamp(5, 50))),
-        _ => ctx.device_floor_bps.map(|bw| row.bytes as f64 / bw),
-    };
-    if let Some(f) = floor_s {
-        row.floor_us = Some(f * 1e6);
-        row.floor_gbps = Some(row.bytes as f64 / f / 1e9);
-        row.fraction_of_floor = Some(f / median);
-    }
+    row.set_times(ctx, &mut times, || Some(cpu_floor(data, iters.clamp(5, 50))))?;
 
     // Verification.
     let mut checks = Vec::new();
@@ -471,13 +612,7 @@ fn measure<T: ScoreElem>(
     } else {
         format!("ref {}/{} rows", sample.len(), s.rows)
     });
-    row.verified = checks.join(", ");
-    if bad.is_empty() {
-        row.ok = true;
-    } else {
-        row.verified = bad.join("; ");
-        row.ok = false;
-    }
+    row.set_verified(checks, bad);
     Ok(())
 }
 

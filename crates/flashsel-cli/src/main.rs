@@ -43,8 +43,17 @@ Ranges (DSA's ks/ke): with --starts, row i selects among columns
 starts[i]..lengths[i] (half-open; --lengths are then the ranges' ends,
 default cols), 0 <= starts[i] <= lengths[i] <= cols; the indices out stay
 absolute column numbers. A query at position t that may attend to its own
-key passes lengths[i] = t + 1. CPU engine only so far (--backend cuda is an
-error; auto runs it on the CPU).";
+key passes lengths[i] = t + 1.
+
+KV slots: with --page-table ([B, max_pages] page numbers) and --seq-ids (the
+sequence of each row), with or without --starts, every selected column c of
+row i is written to --output as the slot
+page_table[seq_ids[i], c / page_size] * page_size + c % page_size (-1 stays
+-1; --values are unchanged). Every page a row's columns may reach must be in
+the table and >= 0.
+
+Ranges and slots run on the backend asked for, as plain selection does (CPU:
+flashsel::cpu::select_ranges / select_ranges_paged; CUDA: the token kernels).";
 
 const QSA_LONG_ABOUT: &str = "\
 QSA block selection: the token ids (or KV-cache slots) each query attends to.
@@ -64,8 +73,8 @@ page_table[seq, tok / page_size] * page_size + tok % page_size.
 
 Output: --ids gets int32 [T, width], --counts int32 [T] (the valid ids of
 each row), little-endian; an existing file is replaced only when every output
-was written. Integer inputs: int32 or int64, either byte order. CPU engine
-only so far (--backend cuda is an error; auto runs it on the CPU).";
+was written. Integer inputs: int32 or int64, either byte order. Runs on the
+backend asked for (auto: CUDA when usable, else the CPU; -v says why).";
 
 #[derive(Debug, Parser)]
 #[command(name = "flashsel", version, about = ABOUT, propagate_version = true)]
@@ -85,7 +94,7 @@ enum Cmd {
     /// QSA block selection: block scores and query positions to token ids or KV slots.
     #[command(long_about = QSA_LONG_ABOUT)]
     Qsa(QsaArgs),
-    /// Benchmark the standard suite of shapes on the best backend, verifying every result.
+    /// Benchmark the standard suite (top-k, QSA, DSA ranges) on the best backend, verifying every result.
     Bench(BenchArgs),
     /// Version and the backends available here (and why one is not).
     Info,
@@ -143,9 +152,20 @@ pub struct SelectArgs {
     pub lengths: Option<PathBuf>,
     /// Per-row range starts (.npy, <i4 or <i8, 1-D one per row or a 0-d scalar):
     /// row i selects among columns starts[i]..lengths[i] (ends default to cols),
-    /// indices out stay absolute. CPU engine only so far.
+    /// indices out stay absolute.
     #[arg(long, value_name = "S.npy")]
     pub starts: Option<PathBuf>,
+    /// Page table [B, max_pages] (.npy, <i4 or <i8): the indices out become KV-cache
+    /// slots (column c of row i: page_table[seq_ids[i], c / page_size] * page_size
+    /// + c % page_size). Needs --seq-ids.
+    #[arg(long, value_name = "PT.npy", requires = "seq_ids")]
+    pub page_table: Option<PathBuf>,
+    /// The sequence (page-table row) of each row (.npy, <i4 or <i8, 1-D one per row). Needs --page-table.
+    #[arg(long, value_name = "Q.npy", requires = "page_table")]
+    pub seq_ids: Option<PathBuf>,
+    /// Tokens per page of the page table (with --page-table).
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = parse_at_least_1, requires = "page_table")]
+    pub page_size: usize,
     /// Order of each output row: best first, or by ascending column index.
     #[arg(long, default_value = "score", value_parser = order_parser())]
     pub order: OutputOrder,
@@ -198,7 +218,7 @@ pub struct QsaArgs {
     /// Counts out: [T] <i4, the valid ids of each row.
     #[arg(long, value_name = "C.npy")]
     pub counts: Option<PathBuf>,
-    /// Backend: auto and cpu run the CPU engine (the CUDA path is not in this build yet).
+    /// Backend: CUDA when usable (auto), or the one named.
     #[arg(long, default_value = "auto", value_parser = backend_parser())]
     pub backend: BackendChoice,
 }
@@ -220,6 +240,11 @@ pub struct BenchArgs {
     /// Seed for the generated data.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// Run only these groups of cases (comma-separated or repeated): select (the
+    /// plain top-k suite), qsa (= qsa-decode,qsa-prefill), qsa-decode, qsa-prefill,
+    /// dsa (ranges written as KV slots). Default: all.
+    #[arg(long, value_name = "GROUP", value_delimiter = ',', value_parser = bench::group_parser())]
+    pub only: Vec<bench::Groups>,
 }
 
 /// Opens the backend asked for. `auto` falls back to the CPU; the reason is

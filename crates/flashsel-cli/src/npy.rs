@@ -372,7 +372,7 @@ pub fn read_positions(path: &Path, rows: usize) -> Result<Vec<i64>, String> {
     Ok(f.values)
 }
 
-/// Reads the sequence of each query row (`qsa --seq-ids`): int32 or int64,
+/// Reads the sequence of each row (`--seq-ids` of `qsa` and `select`): int32 or int64,
 /// 1-D with one entry per row, each fitting int32 (the library checks each
 /// against the page table's sequences).
 pub fn read_seq_ids(path: &Path, rows: usize) -> Result<Vec<i32>, String> {
@@ -387,7 +387,40 @@ pub struct PageTable {
     pub max_pages: usize,
 }
 
-/// Reads `qsa --page-table`: int32 or int64 (each fitting int32), 2-D
+/// A page table with the sequence of each row and the page size, as read
+/// from `--page-table`, `--seq-ids` and `--page-size` (`qsa`, `select`).
+pub struct Paging<'a> {
+    pub path: &'a Path,
+    pub table: PageTable,
+    pub seq_ids: Vec<i32>,
+    pub page_size: usize,
+}
+
+impl<'a> Paging<'a> {
+    /// Reads both files when both are given (clap lets through both or
+    /// neither): the table, and one sequence per row of `rows`.
+    pub fn read(
+        page_table: Option<&'a Path>,
+        seq_ids: Option<&Path>,
+        page_size: usize,
+        rows: usize,
+    ) -> Result<Option<Self>, String> {
+        match (page_table, seq_ids) {
+            (Some(path), Some(q)) => {
+                Ok(Some(Self { path, table: read_page_table(path)?, seq_ids: read_seq_ids(q, rows)?, page_size }))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The library's view of it; its geometry errors name the table's file.
+    pub fn map(&self) -> Result<flashsel::PageMap<'_>, String> {
+        flashsel::PageMap::new(&self.table.table, self.table.max_pages, self.page_size, &self.seq_ids)
+            .map_err(|e| format!("{}: {e}", self.path.display()))
+    }
+}
+
+/// Reads `--page-table` (`qsa`, `select`): int32 or int64 (each fitting int32), 2-D
 /// `[sequences, max_pages]` in C order, at least one page a sequence.
 pub fn read_page_table(path: &Path) -> Result<PageTable, String> {
     let f = read_ints(path, "page_table")?;

@@ -1,70 +1,49 @@
-//! The engine behind the operations whose CUDA path is not in this build yet:
-//! `select --starts` (per-row ranges) and `qsa`. Both run on the CPU engine;
-//! `--backend cuda` is a clear error, `auto` means the CPU.
+//! The engine behind the token operations: `select --starts` (per-row
+//! ranges), `select --page-table` (indices written as KV-cache slots) and
+//! `qsa`, on the CPU engine or the CUDA engine, and their timed forms for
+//! `flashsel bench`.
 //!
-//! This module is the one place to wire their CUDA paths once the library
-//! has them: open the backend in [`backend`] as `select` does
-//! ([`crate::open_backend`]) and add the `Backend::Cuda` arm of the dispatch
-//! functions below; the commands call only these.
+//! The backend is opened as for plain `select` ([`crate::open_backend`]):
+//! `auto` is CUDA when it is usable, else the CPU (the reason printed with
+//! `-v`); an explicit `cuda` that cannot open is an error. The commands and
+//! the bench call only the functions here.
 
-use flashsel::ops::qsa::{PageMap, QsaSelection, QsaSpec};
-use flashsel::{Backend, BackendChoice, ScoreElem, ScoresView, SelectSpec, Selection};
+use std::time::Instant;
 
-/// An operation that runs on the CPU engine only, for now.
-#[derive(Debug, Clone, Copy)]
-pub enum Op {
-    /// `select --starts`: the top k of each row's columns `starts[i]..ends[i]`.
-    Ranges,
-    /// `qsa`: QSA block selection.
-    Qsa,
-}
+use flashsel::ops::qsa::{QsaSelection, QsaSpec};
+use flashsel::{Backend, PageMap, ScoreElem, ScoresView, SelectSpec, Selection};
 
-impl Op {
-    fn what(self) -> &'static str {
-        match self {
-            Op::Ranges => "select --starts (per-row ranges)",
-            Op::Qsa => "qsa",
-        }
-    }
-}
-
-/// The error of a CUDA request for `op` in this build.
-fn not_built(op: Op) -> String {
-    format!(
-        "--backend cuda: the CUDA path of {} is not in this build yet; it runs on the CPU engine \
-         (--backend cpu, or auto)",
-        op.what()
-    )
-}
-
-/// The backend that runs `op` for `choice`: the CPU for `auto` (said with
-/// `-v`) and `cpu`; `cuda` is an error. Nothing is opened or read before.
-pub fn backend(op: Op, choice: BackendChoice, verbose: bool) -> Result<Backend, String> {
-    match choice {
-        BackendChoice::Cuda => Err(not_built(op)),
-        BackendChoice::Auto => {
-            if verbose {
-                eprintln!("note: {} runs on the CPU engine (its CUDA path is not in this build yet)", op.what());
-            }
-            Ok(Backend::Cpu)
-        }
-        BackendChoice::Cpu => Ok(Backend::Cpu),
-    }
-}
-
-/// The top `spec.k` of each row's columns `starts[i]..ends[i]` (ends: the
-/// lengths, or `cols`), absolute column indices; the library's error, as text.
+/// The top `spec.k` of each row's columns `starts[i]..ends[i]` (`starts`
+/// absent: from column 0; `ends`: the lengths, or `cols`), absolute column
+/// indices, or with `pages` the KV-cache slots of those columns; the
+/// library's error, as text.
 pub fn select_ranges<T: ScoreElem>(
     backend: &Backend,
     scores: &ScoresView<'_, T>,
     spec: &SelectSpec,
-    starts: &[i32],
+    starts: Option<&[i32]>,
     ends: Option<&[i32]>,
+    pages: Option<&PageMap<'_>>,
 ) -> Result<Selection<T>, String> {
+    let fail = |e: flashsel::Error| format!("selection on {} failed: {e}", backend.name());
     match backend {
-        Backend::Cpu => flashsel::cpu::select_ranges(scores, spec, starts, ends)
-            .map_err(|e| format!("selection on {} failed: {e}", backend.name())),
-        Backend::Cuda(_) => Err(not_built(Op::Ranges)),
+        Backend::Cpu => cpu_select_ranges(scores, spec, starts, ends, pages).map_err(fail),
+        Backend::Cuda(e) => e.select_ranges_host(scores, spec, starts, ends, pages).map_err(fail),
+    }
+}
+
+/// The CPU engine's form of [`select_ranges`].
+fn cpu_select_ranges<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    spec: &SelectSpec,
+    starts: Option<&[i32]>,
+    ends: Option<&[i32]>,
+    pages: Option<&PageMap<'_>>,
+) -> flashsel::Result<Selection<T>> {
+    match (starts, pages) {
+        (_, Some(p)) => flashsel::cpu::select_ranges_paged(scores, spec, starts, ends, p),
+        (Some(s), None) => flashsel::cpu::select_ranges(scores, spec, s, ends),
+        (None, None) => flashsel::cpu::select(scores, spec, ends),
     }
 }
 
@@ -78,6 +57,56 @@ pub fn qsa_select<T: ScoreElem>(
 ) -> Result<QsaSelection, String> {
     match backend {
         Backend::Cpu => flashsel::cpu::qsa_select(scores, positions, spec, pages).map_err(|e| e.to_string()),
-        Backend::Cuda(_) => Err(not_built(Op::Qsa)),
+        Backend::Cuda(e) => e.qsa_select_host(scores, positions, spec, pages).map_err(|e| e.to_string()),
     }
+}
+
+/// Runs `f` once, then `iters` times under the wall clock (the CPU engine's
+/// timing, as `Backend::time_select`); returns the last result.
+fn wall_clock<R>(iters: usize, mut f: impl FnMut() -> flashsel::Result<R>) -> flashsel::Result<(R, Vec<f64>)> {
+    let mut out = f()?;
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        out = f()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    Ok((out, times))
+}
+
+/// [`select_ranges`] `iters` times after a warm-up, with the time of each
+/// run in seconds: on CUDA by the device (`CudaEngine::time_select_ranges`:
+/// the input uploaded once, graph replays for short runs; the result is the
+/// warm-up's), on the CPU by the wall clock (the result is the last run's).
+pub fn time_select_ranges<T: ScoreElem>(
+    backend: &Backend,
+    scores: &ScoresView<'_, T>,
+    spec: &SelectSpec,
+    starts: Option<&[i32]>,
+    ends: Option<&[i32]>,
+    pages: Option<&PageMap<'_>>,
+    iters: usize,
+) -> Result<(Selection<T>, Vec<f64>), String> {
+    match backend {
+        Backend::Cpu => wall_clock(iters, || cpu_select_ranges(scores, spec, starts, ends, pages)),
+        Backend::Cuda(e) => e.time_select_ranges(scores, spec, starts, ends, pages, iters),
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// [`qsa_select`] `iters` times after a warm-up, timed as
+/// [`time_select_ranges`] (on CUDA: `CudaEngine::time_qsa_select`).
+pub fn time_qsa_select<T: ScoreElem>(
+    backend: &Backend,
+    scores: &ScoresView<'_, T>,
+    positions: &[i64],
+    spec: &QsaSpec,
+    pages: Option<&PageMap<'_>>,
+    iters: usize,
+) -> Result<(QsaSelection, Vec<f64>), String> {
+    match backend {
+        Backend::Cpu => wall_clock(iters, || flashsel::cpu::qsa_select(scores, positions, spec, pages)),
+        Backend::Cuda(e) => e.time_qsa_select(scores, positions, spec, pages, iters),
+    }
+    .map_err(|e| e.to_string())
 }

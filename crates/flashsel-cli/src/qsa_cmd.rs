@@ -1,5 +1,6 @@
 //! `flashsel qsa`: QSA block selection, .npy in, token ids (or KV-cache
-//! slots) and counts out, by `flashsel::cpu::qsa_select`.
+//! slots) and counts out, by `flashsel::cpu::qsa_select` or the CUDA
+//! engine's `qsa_select_host` (the backend chosen as for `select`).
 //!
 //! Outputs are staged ([`crate::staged`]): an existing file is replaced only
 //! when every output was written; a failed run leaves it as it was.
@@ -11,7 +12,7 @@ use flashsel::ops::qsa::{PageMap, QsaSpec};
 use flashsel::{ScoreElem, ScoresView};
 
 use crate::npy::{self, Matrix, Scores};
-use crate::ops_backend::{self, Op};
+use crate::ops_backend;
 use crate::staged::{check_distinct, write_output, Staged};
 use crate::QsaArgs;
 
@@ -28,7 +29,7 @@ pub fn run(a: &QsaArgs, verbose: bool) -> Result<(), String> {
     .filter_map(|(flag, p)| Some((flag, p?)))
     .collect();
     check_distinct(&outputs, &inputs)?;
-    let backend = ops_backend::backend(Op::Qsa, a.backend, verbose)?;
+    let backend = crate::open_backend(a.backend, verbose)?.0;
 
     let m = npy::read_scores(&a.scores)?;
     if m.one_d {
@@ -38,17 +39,8 @@ pub fn run(a: &QsaArgs, verbose: bool) -> Result<(), String> {
         ));
     }
     let positions = npy::read_positions(&a.positions, m.rows)?;
-    let tables = match (&a.page_table, &a.seq_ids) {
-        (Some(pt), Some(q)) => Some((pt, npy::read_page_table(pt)?, npy::read_seq_ids(q, m.rows)?)),
-        // clap lets through both or neither.
-        _ => None,
-    };
-    let pages = match &tables {
-        Some((path, pt, seqs)) => Some(
-            PageMap::new(&pt.table, pt.max_pages, a.page_size, seqs).map_err(|e| format!("{}: {e}", path.display()))?,
-        ),
-        None => None,
-    };
+    let paging = npy::Paging::read(a.page_table.as_deref(), a.seq_ids.as_deref(), a.page_size, m.rows)?;
+    let pages = paging.as_ref().map(npy::Paging::map).transpose()?;
     let spec =
         QsaSpec::new(m.rows, m.cols).with_ratio(a.ratio).with_k_blocks(a.k_blocks).with_order(a.order).with_nan(a.nan);
     spec.validate().map_err(|e| e.to_string())?;

@@ -1,5 +1,8 @@
 //! `flashsel select`: .npy in, top-k indices (and values) out; with
-//! `--starts`, over per-row column ranges `starts[i]..lengths[i]`.
+//! `--starts`, over per-row column ranges `starts[i]..lengths[i]`; with
+//! `--page-table`, the indices written as KV-cache slots. Plain selections
+//! run through `Backend::select`, the token forms through
+//! [`crate::ops_backend::select_ranges`]; both on the backend asked for.
 //!
 //! Outputs are staged ([`crate::staged`]): an existing file is replaced only
 //! when every output was written; a failed run leaves it as it was.
@@ -7,27 +10,28 @@
 use std::path::Path;
 use std::time::Instant;
 
-use flashsel::{ScoreElem, ScoresView};
+use flashsel::{PageMap, ScoreElem, ScoresView};
 
 use crate::npy::{self, Matrix, NpyElem, Scores};
-use crate::ops_backend::{self, Op};
+use crate::ops_backend;
 use crate::staged::{check_distinct, write_output, Staged};
 use crate::SelectArgs;
 
 pub fn run(a: &SelectArgs, verbose: bool) -> Result<(), String> {
     let mut outputs = vec![("--output", a.output.as_path())];
     outputs.extend(a.values.as_deref().map(|p| ("--values", p)));
-    let inputs: Vec<(&str, &Path)> =
-        [("--input", Some(a.input.as_path())), ("--lengths", a.lengths.as_deref()), ("--starts", a.starts.as_deref())]
-            .into_iter()
-            .filter_map(|(flag, p)| Some((flag, p?)))
-            .collect();
+    let inputs: Vec<(&str, &Path)> = [
+        ("--input", Some(a.input.as_path())),
+        ("--lengths", a.lengths.as_deref()),
+        ("--starts", a.starts.as_deref()),
+        ("--page-table", a.page_table.as_deref()),
+        ("--seq-ids", a.seq_ids.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, p)| Some((flag, p?)))
+    .collect();
     check_distinct(&outputs, &inputs)?;
-    // Per-row ranges run where their operation is built; plain select on the backend asked for.
-    let backend = match &a.starts {
-        Some(_) => ops_backend::backend(Op::Ranges, a.backend, verbose)?,
-        None => crate::open_backend(a.backend, verbose)?.0,
-    };
+    let backend = crate::open_backend(a.backend, verbose)?.0;
     let m = npy::read_scores(&a.input)?;
     let lengths = match &a.lengths {
         Some(p) => Some(npy::read_lengths(p, m.rows, m.cols)?),
@@ -40,23 +44,32 @@ pub fn run(a: &SelectArgs, verbose: bool) -> Result<(), String> {
         }
         None => None,
     };
-    let (lengths, starts) = (lengths.as_deref(), starts.as_deref());
+    let paging = npy::Paging::read(a.page_table.as_deref(), a.seq_ids.as_deref(), a.page_size, m.rows)?;
+    let pages = paging.as_ref().map(npy::Paging::map).transpose()?;
+    let req = Request { lengths: lengths.as_deref(), starts: starts.as_deref(), pages: pages.as_ref() };
     match &m.scores {
-        Scores::F32(d) => select_typed(d, &m, a, lengths, starts, &backend, verbose),
-        Scores::F16(d) => select_typed(d, &m, a, lengths, starts, &backend, verbose),
-        Scores::Bf16 { data, .. } => select_typed(data, &m, a, lengths, starts, &backend, verbose),
+        Scores::F32(d) => select_typed(d, &m, a, &req, &backend, verbose),
+        Scores::F16(d) => select_typed(d, &m, a, &req, &backend, verbose),
+        Scores::Bf16 { data, .. } => select_typed(data, &m, a, &req, &backend, verbose),
     }
+}
+
+/// What a selection reads beside the scores.
+struct Request<'a> {
+    lengths: Option<&'a [i32]>,
+    starts: Option<&'a [i32]>,
+    pages: Option<&'a PageMap<'a>>,
 }
 
 fn select_typed<T: ScoreElem + NpyElem>(
     data: &[T],
     m: &Matrix,
     a: &SelectArgs,
-    lengths: Option<&[i32]>,
-    starts: Option<&[i32]>,
+    req: &Request<'_>,
     backend: &flashsel::Backend,
     verbose: bool,
 ) -> Result<(), String> {
+    let (lengths, starts) = (req.lengths, req.starts);
     let input = a.input.display();
     let view = ScoresView::new(data, m.rows, m.cols).map_err(|e| format!("{input}: {e}"))?;
     let spec = view.spec(a.k).with_order(a.order).with_nan(a.nan);
@@ -71,11 +84,10 @@ fn select_typed<T: ScoreElem + NpyElem>(
     };
 
     let t = Instant::now();
-    let sel = match starts {
-        Some(starts) => ops_backend::select_ranges(backend, &view, &spec, starts, lengths)?,
-        None => {
-            backend.select(&view, &spec, lengths).map_err(|e| format!("selection on {} failed: {e}", backend.name()))?
-        }
+    let sel = if starts.is_some() || req.pages.is_some() {
+        ops_backend::select_ranges(backend, &view, &spec, starts, lengths, req.pages)?
+    } else {
+        backend.select(&view, &spec, lengths).map_err(|e| format!("selection on {} failed: {e}", backend.name()))?
     };
     let secs = t.elapsed().as_secs_f64();
 
@@ -87,9 +99,10 @@ fn select_typed<T: ScoreElem + NpyElem>(
     staged.commit()?;
     if verbose {
         eprintln!(
-            "selected top-{}{} of {}x{} {} ({}) by {} on {} in {:.3} ms{}",
+            "selected top-{}{}{} of {}x{} {} ({}) by {} on {} in {:.3} ms{}",
             a.k,
             if starts.is_some() { " over per-row ranges" } else { "" },
+            if req.pages.is_some() { " as KV slots through the page table" } else { "" },
             m.rows,
             m.cols,
             T::DTYPE.name(),

@@ -706,6 +706,8 @@ fn usage_errors_exit_2() {
         (&["select", "--input", "a.npy", "--k", "-1", "--output", "b.npy"], "-1"),
         (&["select", "--input", "a.npy", "--k", "0", "--output", "b.npy"], "--k"),
         (&["bench", "--iters", "0"], "--iters"),
+        (&["bench", "--only", "topk"], "--only"),
+        (&["bench", "--only", "qsa,nope"], "--only"),
         (&["plan", "--rows", "1", "--cols", "8", "--k", "2", "--dtype", "f64"], "--dtype"),
         (&["plan", "--rows", "1", "--cols", "8"], "--k"),
         (&["kernels", "--arch", "volta"], "--arch"),
@@ -813,15 +815,18 @@ fn bench_quick_cpu_prints_a_verified_table_and_json() {
     assert_eq!(v["suite"], "quick");
     assert_eq!(v["ok"], true);
     let results = v["results"].as_array().unwrap();
-    assert_eq!(results.len(), 12); // 2 shapes x 2 dtypes x 3 data kinds
-                                   // One row of the table per result.
-    let table_rows = out.lines().filter(|l| {
-        let first = l.split_whitespace().next().unwrap_or("");
-        first.split_once('x').is_some_and(|(r, c)| r.parse::<u64>().is_ok() && c.parse::<u64>().is_ok())
-    });
-    assert_eq!(table_rows.count(), results.len(), "{out}");
+    // top-k: 2 shapes x 2 dtypes x 3 data kinds; qsa/dsa: 4 cases x 3 data kinds.
+    assert_eq!(results.len(), 24);
+    assert_eq!(table_rows(&out), results.len(), "{out}");
+    let per_op = |op: &str| results.iter().filter(|r| r["op"] == op).count();
+    assert_eq!((per_op("select"), per_op("qsa-decode"), per_op("qsa-prefill"), per_op("dsa")), (12, 3, 6, 3));
+    assert_eq!(v["groups"], serde_json::json!(["select", "qsa-decode", "qsa-prefill", "dsa"]));
+    for piece in ["qsa/dsa cases", "every row at t = 65535", "rows at t = 16320..=16383", "KV slots"] {
+        assert!(out.contains(piece), "legend lacks {piece:?}:\n{out}");
+    }
     for r in results {
         for f in [
+            "op",
             "shape",
             "rows",
             "cols",
@@ -846,10 +851,37 @@ fn bench_quick_cpu_prints_a_verified_table_and_json() {
         assert!(r["floor_us"].as_f64().unwrap() > 0.0);
         assert_eq!(r["shape"].as_str().unwrap(), format!("{}x{}", r["rows"], r["cols"]));
         assert!(r["verified"].as_str().unwrap().contains("ref"));
+        // The token cases say what their rows are; their bytes include the ids written.
+        let token = r["op"] != "select";
+        assert_eq!(r["case"].is_string(), token, "{r}");
+        if token {
+            let width = if r["k"] == 32 { 131 } else { 2051 };
+            let ids = if r["op"] == "dsa" { 8 * 256 * 4 } else { r["rows"].as_u64().unwrap() * width * 4 };
+            assert!(r["bytes"].as_u64().unwrap() > ids, "{r}");
+        }
     }
     let kinds: std::collections::BTreeSet<_> =
         results.iter().map(|r| (r["dtype"].to_string(), r["data"].to_string())).collect();
     assert_eq!(kinds.len(), 6);
+
+    // --only runs the groups named (comma-separated or repeated), nothing else.
+    let o = flashsel(&["bench", "--quick", "--backend", "cpu", "--only", "qsa,dsa", "--json", s(&json)]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains("groups: qsa-decode, qsa-prefill, dsa (--only)"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 12);
+    assert!(results.iter().all(|r| r["op"] != "select" && r["ok"] == true));
+    assert_eq!(table_rows(&out), 12, "{out}");
+    let o =
+        flashsel(&["bench", "--quick", "--backend", "cpu", "--only", "select", "--only", "dsa", "--json", s(&json)]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let ops: std::collections::BTreeSet<_> =
+        v["results"].as_array().unwrap().iter().map(|r| r["op"].as_str().unwrap().to_string()).collect();
+    assert_eq!(ops.into_iter().collect::<Vec<_>>(), ["dsa", "select"]);
+    assert!(!stdout(&o).contains("qsa-decode"), "{}", stdout(&o));
 
     // --iters is honoured.
     let o = flashsel(&["bench", "--quick", "--backend", "cpu", "--iters", "1", "--json", s(&json)]);
@@ -860,6 +892,19 @@ fn bench_quick_cpu_prints_a_verified_table_and_json() {
     // An unwritable --json fails before the suite runs.
     let o = flashsel(&["bench", "--quick", "--backend", "cpu", "--json", s(&tmp.path("no/dir/b.json"))]);
     assert_fails(&o, 1, &["cannot write --json"]);
+}
+
+/// The table's rows: lines whose first word is an op and whose second is `RxC`.
+fn table_rows(out: &str) -> usize {
+    out.lines()
+        .filter(|l| {
+            let mut w = l.split_whitespace();
+            let op = w.next().unwrap_or("");
+            let shape = w.next().unwrap_or("").trim_end_matches('*');
+            ["select", "qsa-decode", "qsa-prefill", "dsa"].contains(&op)
+                && shape.split_once('x').is_some_and(|(r, c)| r.parse::<u64>().is_ok() && c.parse::<u64>().is_ok())
+        })
+        .count()
 }
 
 #[test]
@@ -1180,8 +1225,8 @@ fn select_starts_errors_are_clear() {
     assert_fails(&with_starts(&["--lengths", s(&ep)]), 1, &["en.npy", "lengths[1] = 7", "beyond cols = 6"]);
     assert!(!out.exists(), "a failed run leaves no output");
 
-    // The CUDA range path is not in this build: a clear error, whatever the machine.
-    let o = flashsel(&[
+    // An explicit CUDA run without a GPU: the error of plain select, before anything is read.
+    let o = flashsel_without_gpu(&[
         "select",
         "--backend",
         "cuda",
@@ -1194,16 +1239,25 @@ fn select_starts_errors_are_clear() {
         "--starts",
         s(&sp),
     ]);
-    assert_fails(&o, 1, &["--backend cuda", "select --starts", "not in this build", "--backend cpu"]);
+    assert_fails(&o, 1, &["--backend cuda"]);
     assert!(!out.exists());
-    // `auto` says with -v that the CPU runs it.
-    let o = flashsel(&["-v", "select", "--input", s(&input), "--k", "2", "--output", s(&out), "--starts", s(&sp)]);
+    // `auto` without a GPU runs on the CPU and says why with -v, once.
+    let o = flashsel_without_gpu(&[
+        "-v",
+        "select",
+        "--input",
+        s(&input),
+        "--k",
+        "2",
+        "--output",
+        s(&out),
+        "--starts",
+        s(&sp),
+    ]);
     assert_ok(&o);
-    assert!(
-        stderr(&o).contains("runs on the CPU engine") && stderr(&o).contains("over per-row ranges"),
-        "{}",
-        stderr(&o)
-    );
+    let err = stderr(&o);
+    assert_eq!(err.matches("CUDA is not usable").count(), 1, "{err}");
+    assert!(err.contains("over per-row ranges") && err.contains("on cpu"), "{err}");
     // An output over an input is refused.
     let o = flashsel(&["select", "--input", s(&input), "--k", "2", "--output", s(&sp), "--starts", s(&sp)]);
     assert_fails(&o, 1, &["refusing to overwrite the input", "--starts"]);
@@ -1580,8 +1634,7 @@ fn qsa_errors_are_clear() {
     ]);
     assert_fails(&o, 1, &["refusing to overwrite the input", "--seq-ids"]);
 
-    // The CUDA QSA path is not in this build: a clear error, with or without a GPU.
-    assert_fails(&bare(&["--backend", "cuda"]), 1, &["--backend cuda", "qsa", "not in this build", "--backend cpu"]);
+    // An explicit CUDA run without a GPU is an error that names the flag.
     assert_fails(
         &flashsel_without_gpu(&[
             "qsa",
@@ -1595,7 +1648,7 @@ fn qsa_errors_are_clear() {
             s(&ids),
         ]),
         1,
-        &["not in this build"],
+        &["--backend cuda"],
     );
     assert_eq!(dir_names(&tmp.0), ["bad.npy", "p.npy", "pt.npy", "q.npy", "s.npy"], "no output or temporary is left");
 }
@@ -1634,9 +1687,10 @@ fn qsa_failed_runs_leave_existing_outputs_as_they_were() {
     assert_eq!(std::fs::read_to_string(&ids).unwrap(), "keep\n");
     assert_eq!(std::fs::read_to_string(&counts).unwrap(), "keep too\n");
     assert_eq!(dir_names(&tmp.0), ["c.npy", "i.npy", "p.npy", "s.npy"]);
-    // A run that succeeds replaces both and leaves nothing else; -v says where it ran.
+    // A run that succeeds replaces both and leaves nothing else; -v says where it ran (auto
+    // without a GPU: the CPU, and why).
     write_npy(&pos, &[2], &[7i64, 31]);
-    let o = flashsel(&[
+    let o = flashsel_without_gpu(&[
         "-v",
         "qsa",
         "--scores",
@@ -1652,7 +1706,413 @@ fn qsa_failed_runs_leave_existing_outputs_as_they_were() {
     ]);
     assert_ok(&o);
     let err = stderr(&o);
-    assert!(err.contains("qsa runs on the CPU engine") && err.contains("ids [2, 11] on cpu"), "{err}");
+    assert!(err.contains("CUDA is not usable") && err.contains("ids [2, 11] on cpu"), "{err}");
     assert_eq!(read_npy::<i32>(&counts).2, [8, 8]);
     assert_eq!(dir_names(&tmp.0), ["c.npy", "i.npy", "p.npy", "s.npy"]);
+}
+
+// ---------------------------------------------- select --page-table (KV slots)
+
+/// The slot of column `col` of a row of sequence `seq` (the contract of
+/// `flashsel::ops::pages`, written out here independently).
+fn slot_of(p: &Pages, seq: usize, col: i32) -> i32 {
+    if col < 0 {
+        return col;
+    }
+    let (ps, col) = (p.page_size, col as usize);
+    p.table[seq * p.max_pages + col / ps] * ps as i32 + (col % ps) as i32
+}
+
+/// Runs `select --page-table` (with `--starts` / `--lengths` when given) on
+/// `backend` and checks both outputs against
+/// `flashsel::cpu::select_ranges_paged`, and the slots against the page
+/// table applied by hand to the plain selection's columns.
+#[allow(clippy::too_many_arguments)]
+fn check_paged<T: ScoreElem>(
+    tmp: &Tmp,
+    input: &Path,
+    data: &[T],
+    (rows, cols, one_d): (usize, usize, bool),
+    (k, order, nan): (usize, OutputOrder, NanPolicy),
+    starts: Option<(&Path, &[i32])>,
+    ends: Option<(&Path, &[i32])>,
+    (pt, q, pages): (&Path, &Path, &Pages),
+    backend: &str,
+) {
+    let (out, vals) = (tmp.path("pi.npy"), tmp.path("pv.npy"));
+    let (ks, ps) = (k.to_string(), pages.page_size.to_string());
+    let mut args = vec!["select", "--backend", backend, "--input", s(input), "--k", &ks, "--order", order.name()];
+    args.extend(["--nan", nan.name(), "--output", s(&out), "--values", s(&vals)]);
+    args.extend(["--page-table", s(pt), "--seq-ids", s(q), "--page-size", &ps]);
+    if let Some((p, _)) = starts {
+        args.extend(["--starts", s(p)]);
+    }
+    if let Some((p, _)) = ends {
+        args.extend(["--lengths", s(p)]);
+    }
+    let o = flashsel(&args);
+    assert_ok(&o);
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+
+    let view = ScoresView::new(data, rows, cols).unwrap();
+    let spec = view.spec(k).with_order(order).with_nan(nan);
+    let map = PageMap::new(&pages.table, pages.max_pages, pages.page_size, &pages.seq_ids).unwrap();
+    let (st, en) = (starts.map(|x| x.1), ends.map(|x| x.1));
+    let want = flashsel::cpu::select_ranges_paged(&view, &spec, st, en, &map).unwrap();
+    let plain = match st {
+        Some(st) => flashsel::cpu::select_ranges(&view, &spec, st, en).unwrap(),
+        None => flashsel::cpu::select(&view, &spec, en).unwrap(),
+    };
+    let by_hand: Vec<i32> =
+        plain.indices.iter().enumerate().map(|(i, &c)| slot_of(pages, pages.seq_ids[i / k] as usize, c)).collect();
+    assert_eq!(want.indices, by_hand, "the library's slots");
+    let shape = if one_d { vec![k as u64] } else { vec![rows as u64, k as u64] };
+    let ctx = format!("k={k} {order:?} {nan:?} page_size={} starts={st:?} ends={en:?}", pages.page_size);
+    assert_i32_npy(&out, &shape, &want.indices, &ctx);
+    let (vshape, _, got) = read_bits(&vals);
+    assert_eq!(vshape, shape);
+    // The values are the selected scores, as without a page table.
+    assert_eq!(got, plain.values.iter().map(|x| x.bits()).collect::<Vec<_>>(), "value bits, {ctx}");
+}
+
+/// Writes a page table and seq ids as int32 or (big-endian) int64.
+fn write_pages(pt: &Path, q: &Path, p: &Pages, int64: bool) {
+    let sequences = (p.table.len() / p.max_pages) as u64;
+    if int64 {
+        write_npy(pt, &[sequences, p.max_pages as u64], &p.table.iter().map(|&x| i64::from(x)).collect::<Vec<_>>());
+        let seqs: Vec<i64> = p.seq_ids.iter().map(|&x| i64::from(x)).collect();
+        write_npy_with(q, ">i8", npyz::Order::C, &[p.seq_ids.len() as u64], &seqs);
+    } else {
+        write_npy_with(pt, ">i4", npyz::Order::C, &[sequences, p.max_pages as u64], &p.table);
+        write_npy(q, &[p.seq_ids.len() as u64], &p.seq_ids);
+    }
+}
+
+#[test]
+fn select_writes_kv_slots_through_a_page_table() {
+    let tmp = Tmp::new("paged");
+    let (rows, cols) = (7, 200);
+    let data = scores(rows * cols, 71);
+    let input = tmp.path("s.npy");
+    write_npy(&input, &[rows as u64, cols as u64], &data);
+    // Empty (row 1), one-column (row 5), short and whole ranges.
+    let starts = [0i32, 50, 3, 64, 190, 199, 0];
+    let ends = [200i32, 50, 130, 200, 200, 200, 70];
+    let (sp, ep, pt, q) = (tmp.path("st.npy"), tmp.path("en.npy"), tmp.path("pt.npy"), tmp.path("q.npy"));
+    write_npy(&sp, &[rows as u64], &starts);
+    write_npy(&ep, &[rows as u64], &ends);
+    let geo = (rows, cols, false);
+    for (page_size, int64) in [(16usize, true), (64, false), (1, false), (5000, true)] {
+        let used = cols.div_ceil(page_size);
+        let max_pages = used + 2;
+        let pages = Pages {
+            table: page_table(3, max_pages, used),
+            max_pages,
+            page_size,
+            seq_ids: (0..rows).map(|i| ((i * 2) % 3) as i32).collect(),
+        };
+        write_pages(&pt, &q, &pages, int64);
+        let paged = (pt.as_path(), q.as_path(), &pages);
+        for k in [1, 5, 64, 250] {
+            for (order, nan) in [(OutputOrder::Score, NanPolicy::Lowest), (OutputOrder::Index, NanPolicy::Largest)] {
+                let opts = (k, order, nan);
+                check_paged(&tmp, &input, &data, geo, opts, Some((&sp, &starts)), Some((&ep, &ends)), paged, "cpu");
+                check_paged(&tmp, &input, &data, geo, opts, None, Some((&ep, &ends)), paged, "cpu");
+                check_paged(&tmp, &input, &data, geo, opts, None, None, paged, "cpu");
+            }
+        }
+        // Starts without ends (ranges to cols); the default backend (auto) too.
+        let opts = (8, OutputOrder::Score, NanPolicy::Lowest);
+        check_paged(&tmp, &input, &data, geo, opts, Some((&sp, &starts)), None, paged, "auto");
+    }
+
+    // f16 and bf16 bits: the values stay in the input's dtype.
+    let pages = Pages { table: page_table(1, 4, 4), max_pages: 4, page_size: 64, seq_ids: vec![0; rows] };
+    write_pages(&pt, &q, &pages, false);
+    let paged = (pt.as_path(), q.as_path(), &pages);
+    let opts = (10, OutputOrder::Index, NanPolicy::Lowest);
+    let half: Vec<f16> = data.iter().map(|&x| f16::from_f32(x)).collect();
+    let hp = tmp.path("h.npy");
+    write_npy(&hp, &[rows as u64, cols as u64], &half);
+    check_paged(&tmp, &hp, &half, geo, opts, Some((&sp, &starts)), Some((&ep, &ends)), paged, "cpu");
+    let b: Vec<bf16> = data.iter().map(|&x| bf16::from_f32(x)).collect();
+    let bp = tmp.path("b.npy");
+    write_npy(&bp, &[rows as u64, cols as u64], &b.iter().map(|x| x.to_bits()).collect::<Vec<u16>>());
+    check_paged(&tmp, &bp, &b, geo, opts, None, None, paged, "cpu");
+
+    // A 1-D input is one row: one seq id, 1-D outputs.
+    let rp = tmp.path("row.npy");
+    write_npy(&rp, &[cols as u64], &data[..cols]);
+    let one = Pages { table: page_table(2, 4, 4), max_pages: 4, page_size: 64, seq_ids: vec![1] };
+    write_pages(&pt, &q, &one, false);
+    let (s1, e1) = (tmp.path("s1.npy"), tmp.path("e1.npy"));
+    write_scalar(&s1, 70i32);
+    write_scalar(&e1, 180i64);
+    let paged = (pt.as_path(), q.as_path(), &one);
+    let opts = (12, OutputOrder::Score, NanPolicy::Largest);
+    check_paged(&tmp, &rp, &data[..cols], (1, cols, true), opts, Some((&s1, &[70])), Some((&e1, &[180])), paged, "cpu");
+
+    // Pages no row reaches may be anything: with every range from column 64,
+    // page 0 (of 64 tokens) may be -1; without the ranges it is an error.
+    let from_64 = [64i32; 7];
+    let s64 = tmp.path("s64.npy");
+    write_npy(&s64, &[rows as u64], &from_64);
+    let mut holes = Pages { table: page_table(1, 4, 4), max_pages: 4, page_size: 64, seq_ids: vec![0; rows] };
+    holes.table[0] = -1;
+    write_pages(&pt, &q, &holes, false);
+    let paged = (pt.as_path(), q.as_path(), &holes);
+    let opts = (6, OutputOrder::Score, NanPolicy::Lowest);
+    check_paged(&tmp, &input, &data, geo, opts, Some((&s64, &from_64)), None, paged, "cpu");
+    let out = tmp.path("o.npy");
+    let o = flashsel(&[
+        "select",
+        "--backend",
+        "cpu",
+        "--input",
+        s(&input),
+        "--k",
+        "6",
+        "--output",
+        s(&out),
+        "--page-table",
+        s(&pt),
+        "--seq-ids",
+        s(&q),
+    ]);
+    assert_fails(&o, 1, &["page_table entry", "page_table[0, 0] = -1", ">= 0"]);
+    assert!(!out.exists());
+
+    // --page-size defaults to 64; -v says the indices are slots.
+    let pages = Pages { table: page_table(1, 4, 4), max_pages: 4, page_size: 64, seq_ids: vec![0; rows] };
+    write_pages(&pt, &q, &pages, false);
+    let o = flashsel_without_gpu(&[
+        "-v",
+        "select",
+        "--input",
+        s(&input),
+        "--k",
+        "9",
+        "--output",
+        s(&out),
+        "--page-table",
+        s(&pt),
+        "--seq-ids",
+        s(&q),
+    ]);
+    assert_ok(&o);
+    let err = stderr(&o);
+    assert!(err.contains("as KV slots through the page table") && err.contains("on cpu"), "{err}");
+    let view = ScoresView::new(&data, rows, cols).unwrap();
+    let map = PageMap::new(&pages.table, 4, 64, &pages.seq_ids).unwrap();
+    let want = flashsel::cpu::select_ranges_paged(&view, &view.spec(9), None, None, &map).unwrap();
+    assert_i32_npy(&out, &[rows as u64, 9], &want.indices, "default page size");
+}
+
+#[test]
+fn select_page_table_errors_are_clear() {
+    let tmp = Tmp::new("paged-errors");
+    let input = tmp.path("s.npy");
+    write_npy(&input, &[3, 40], &scores(120, 81));
+    let (pt, q, sp, out) = (tmp.path("pt.npy"), tmp.path("q.npy"), tmp.path("st.npy"), tmp.path("out.npy"));
+    write_npy(&pt, &[2, 3], &[0i32, 1, 2, 3, 4, 5]);
+    write_npy(&q, &[3], &[0i32, 1, 0]);
+    write_npy(&sp, &[3], &[0i32, 4, 8]);
+    let sel = |extra: &[&str]| {
+        let mut a = vec!["select", "--backend", "cpu", "--input", s(&input), "--k", "4", "--output", s(&out)];
+        a.extend(extra);
+        flashsel(&a)
+    };
+    let paged = |extra: &[&str]| {
+        let mut a = vec!["--page-table", s(&pt), "--seq-ids", s(&q), "--page-size", "16"];
+        a.extend(extra);
+        sel(&a)
+    };
+    assert_ok(&paged(&[]));
+    assert_ok(&paged(&["--starts", s(&sp)]));
+    std::fs::remove_file(&out).unwrap();
+
+    // Usage: both files or neither; --page-size needs the table and is at least 1.
+    assert_fails(&sel(&["--page-table", s(&pt)]), 2, &["--seq-ids"]);
+    assert_fails(&sel(&["--seq-ids", s(&q)]), 2, &["--page-table"]);
+    assert_fails(&sel(&["--page-size", "16"]), 2, &["--page-table"]);
+    let zero = ["--page-table", s(&pt), "--seq-ids", s(&q), "--page-size", "0"];
+    assert_fails(&sel(&zero), 2, &["--page-size", "at least 1"]);
+
+    // The table: dtype, shape, the pages a row reaches, its entries.
+    write_npy(&pt, &[2, 3], &[0.0f32; 6]);
+    assert_fails(&paged(&[]), 1, &["pt.npy", "page_table dtype", "<f4"]);
+    write_npy(&pt, &[6], &[0i32, 1, 2, 3, 4, 5]);
+    assert_fails(&paged(&[]), 1, &["page_table must be 2-D", "(6,)"]);
+    write_npy(&pt, &[2, 2], &[0i32, 1, 2, 3]);
+    assert_fails(&paged(&[]), 1, &["token 32 is on page 2", "2 pages"]);
+    write_npy(&pt, &[2, 3], &[0i32, 1, 2, 3, -4, 5]);
+    assert_fails(&paged(&[]), 1, &["page_table entry", "page_table[1, 1] = -4"]);
+    write_npy(&pt, &[2, 3], &[0i64, 1, 2, 3, 4, 1 << 40]);
+    assert_fails(&paged(&[]), 1, &["page_table[1, 2] = 1099511627776", "int32"]);
+    write_npy(&pt, &[2, 3], &[0i32, 1, 2, 3, 4, i32::MAX / 8]);
+    assert_fails(&paged(&[]), 1, &["KV slot", "does not fit in i32"]);
+    write_npy(&pt, &[2, 3], &[0i32, 1, 2, 3, 4, 5]);
+
+    // Seq ids: count, range, dtype.
+    write_npy(&q, &[2], &[0i32, 1]);
+    assert_fails(&paged(&[]), 1, &["q.npy", "seq_ids has 2 entries", "3 rows"]);
+    write_npy(&q, &[3], &[0i32, 2, 0]);
+    assert_fails(&paged(&[]), 1, &["seq_ids[1] = 2", "outside 0..2"]);
+    write_npy(&q, &[3], &[0.0f32, 1.0, 0.0]);
+    assert_fails(&paged(&[]), 1, &["seq_ids dtype", "<f4"]);
+    write_npy(&q, &[3], &[0i32, 1, 0]);
+
+    // Outputs over the new inputs are refused.
+    let o = flashsel(&[
+        "select",
+        "--input",
+        s(&input),
+        "--k",
+        "4",
+        "--page-table",
+        s(&pt),
+        "--seq-ids",
+        s(&q),
+        "--output",
+        s(&pt),
+    ]);
+    assert_fails(&o, 1, &["refusing to overwrite the input", "--page-table"]);
+    let o = flashsel(&[
+        "select",
+        "--input",
+        s(&input),
+        "--k",
+        "4",
+        "--page-table",
+        s(&pt),
+        "--seq-ids",
+        s(&q),
+        "--output",
+        s(&out),
+        "--values",
+        s(&q),
+    ]);
+    assert_fails(&o, 1, &["refusing to overwrite the input", "--seq-ids"]);
+    // An explicit CUDA run without a GPU fails before reading anything.
+    let o = flashsel_without_gpu(&[
+        "select",
+        "--backend",
+        "cuda",
+        "--input",
+        s(&tmp.path("missing.npy")),
+        "--k",
+        "4",
+        "--page-table",
+        s(&pt),
+        "--seq-ids",
+        s(&q),
+        "--output",
+        s(&out),
+    ]);
+    assert_fails(&o, 1, &["--backend cuda"]);
+    assert!(!stderr(&o).contains("missing.npy"), "{}", stderr(&o));
+    assert_eq!(dir_names(&tmp.0), ["pt.npy", "q.npy", "s.npy", "st.npy"], "no output or temporary is left");
+}
+
+// ---------------------------------------------------------- CUDA token paths
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo test -p flashsel-cli --test cli -- --ignored gpu_"]
+fn gpu_select_ranges_and_slots_on_cuda_match_the_cpu() {
+    let tmp = Tmp::new("gpu-ranges");
+    let (rows, cols) = (7, 5000);
+    let data = scores(rows * cols, 91);
+    let input = tmp.path("s.npy");
+    write_npy(&input, &[rows as u64, cols as u64], &data);
+    let starts = [0i32, 50, 3, 64, 4990, 4999, 0];
+    let ends = [5000i32, 50, 1300, 5000, 5000, 5000, 700];
+    let (sp, ep, pt, q) = (tmp.path("st.npy"), tmp.path("en.npy"), tmp.path("pt.npy"), tmp.path("q.npy"));
+    write_npy(&sp, &[rows as u64], &starts);
+    write_npy(&ep, &[rows as u64], &ends);
+    let geo = (rows, cols, false);
+    let used = cols.div_ceil(64);
+    let pages =
+        Pages { table: page_table(3, used, used), max_pages: used, page_size: 64, seq_ids: vec![2, 0, 1, 1, 0, 2, 0] };
+    write_pages(&pt, &q, &pages, false);
+    let paged = (pt.as_path(), q.as_path(), &pages);
+    for k in [1, 64, 2048] {
+        for (order, nan) in [(OutputOrder::Score, NanPolicy::Lowest), (OutputOrder::Index, NanPolicy::Largest)] {
+            check_ranges(&tmp, &input, &data, geo, k, order, nan, (&sp, &starts), Some((&ep, &ends)), "cuda");
+            let opts = (k, order, nan);
+            check_paged(&tmp, &input, &data, geo, opts, Some((&sp, &starts)), Some((&ep, &ends)), paged, "cuda");
+            check_paged(&tmp, &input, &data, geo, opts, None, None, paged, "cuda");
+        }
+    }
+    // -v says where it ran.
+    let out = tmp.path("o.npy");
+    let o = flashsel(&[
+        "-v",
+        "select",
+        "--backend",
+        "cuda",
+        "--input",
+        s(&input),
+        "--k",
+        "16",
+        "--starts",
+        s(&sp),
+        "--output",
+        s(&out),
+    ]);
+    assert_ok(&o);
+    assert!(stderr(&o).contains("over per-row ranges") && stderr(&o).contains("on cuda"), "{}", stderr(&o));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo test -p flashsel-cli --test cli -- --ignored gpu_"]
+fn gpu_qsa_on_cuda_matches_the_cpu() {
+    let tmp = Tmp::new("gpu-qsa");
+    let nb = 3000;
+    let positions = qsa_positions(4, 512, nb);
+    let rows = positions.len();
+    let raw = scores(rows * nb, 92);
+    let b: Vec<bf16> = raw.iter().map(|&x| bf16::from_f32(x)).collect();
+    let (input, pos, ids, counts) = (tmp.path("s.npy"), tmp.path("p.npy"), tmp.path("i.npy"), tmp.path("c.npy"));
+    write_npy(&input, &[rows as u64, nb as u64], &b.iter().map(|x| x.to_bits()).collect::<Vec<u16>>());
+    write_npy(&pos, &[rows as u64], &positions);
+    let max_t = *positions.iter().max().unwrap() as usize;
+    let used = max_t / 64 + 1;
+    let pages = Pages { table: page_table(2, used, used), max_pages: used, page_size: 64, seq_ids: vec![1; rows] };
+    let (pt, q) = (tmp.path("pt.npy"), tmp.path("q.npy"));
+    write_pages(&pt, &q, &pages, true);
+    for order in [OutputOrder::Index, OutputOrder::Score] {
+        for with_pages in [false, true] {
+            let mut args = vec!["-v", "qsa", "--backend", "cuda", "--scores", s(&input), "--positions", s(&pos)];
+            args.extend(["--order", order.name(), "--ids", s(&ids), "--counts", s(&counts)]);
+            if with_pages {
+                args.extend(["--page-table", s(&pt), "--seq-ids", s(&q)]);
+            }
+            let o = flashsel(&args);
+            assert_ok(&o);
+            assert!(stderr(&o).contains("on cuda"), "{}", stderr(&o));
+            let spec = QsaSpec::new(rows, nb).with_order(order);
+            let want = qsa_want(&b, nb, &positions, &spec, with_pages.then_some(&pages));
+            let ctx = format!("{order:?} pages {with_pages}");
+            assert_i32_npy(&ids, &[rows as u64, 2051], &want.ids, &ctx);
+            assert_i32_npy(&counts, &[rows as u64], &want.counts, &ctx);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: cargo test -p flashsel-cli --test cli -- --ignored gpu_"]
+fn gpu_bench_token_rows_on_cuda_are_verified_against_the_cpu() {
+    let tmp = Tmp::new("gpu-bench");
+    let json = tmp.path("b.json");
+    let o = flashsel(&["bench", "--quick", "--backend", "cuda", "--only", "qsa,dsa", "--json", s(&json)]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["backend"], "cuda");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 12);
+    for r in results {
+        assert_eq!(r["ok"], true, "{r}");
+        assert!(r["verified"].as_str().unwrap().contains("cpu all"), "{r}");
+        assert!(r["floor_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
 }
