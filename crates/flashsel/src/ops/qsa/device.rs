@@ -110,7 +110,7 @@ impl CudaEngine {
     }
 
     /// Uploads once, then times `iters` runs (as
-    /// [`CudaEngine::time_select`]); returns the first run's result.
+    /// [`CudaEngine::time_select`]); returns the last timed run's result.
     pub fn time_qsa_select<T: ScoreElem>(
         &self,
         scores: &ScoresView<'_, T>,
@@ -121,10 +121,11 @@ impl CudaEngine {
     ) -> Result<(QsaSelection, Vec<f64>)> {
         let dev = QsaData::upload(self, scores, positions, spec, pages)?;
         dev.run(self)?;
-        let out = dev.download(self)?;
         let args = dev.args(self);
         // SAFETY: buffers sized for the spec (QsaData::upload).
         let times = timing::time_on_stream(self.stream(), iters, || unsafe { self.qsa_select_device(&args) })?;
+        // The last timed run's output (every run writes the same buffers).
+        let out = dev.download(self)?;
         Ok((out, times))
     }
 }

@@ -389,8 +389,9 @@ impl CudaEngine {
         // SAFETY: buffers sized for the spec, as above.
         let run = || unsafe { self.select_device(&args) };
         run()?;
-        let out = dev.download(self, spec)?;
         let times = timing::time_on_stream(self.stream(), iters, run)?;
+        // The last timed run's output (every run writes the same buffers).
+        let out = dev.download(self, spec)?;
         Ok((out, times))
     }
 
@@ -410,8 +411,9 @@ impl CudaEngine {
         // SAFETY: buffers sized for the spec, as above.
         let run = || unsafe { self.select_device(&args) };
         run()?;
-        let out = dev.download(self, spec)?;
         let times = timing::time_on_stream(self.stream(), iters, run)?;
+        // The last timed run's output (every run writes the same buffers).
+        let out = dev.download(self, spec)?;
         Ok((out, times))
     }
 }
