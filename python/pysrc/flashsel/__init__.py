@@ -20,8 +20,15 @@ The contract (the same bytes on every backend)
   ``order="index"`` lists the same set by ascending column index.
 """
 
+import sys as _sys
+
 from ._api import backends, qsa_select, topk
 from ._native import __version__
+
+if _sys.modules.get("torch") is not None:
+    # torch came first: register its operators (torch.ops.flashsel.topk,
+    # .qsa_select) now; otherwise the first call on a tensor does.
+    from . import _torch_ops  # noqa: F401
 
 __all__ = ["__version__", "backends", "qsa_select", "topk"]
 

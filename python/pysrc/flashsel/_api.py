@@ -122,14 +122,13 @@ def topk(
     if torch is not None and isinstance(scores, torch.Tensor):
         if scores.layout != torch.strided:
             raise TypeError(f"scores must be a dense (strided) tensor, got layout {scores.layout}")
-        dev = scores.device.type
-        if dev == "cuda":
-            if starts is not None:
-                raise NotImplementedError("topk(starts=...) runs on the CPU engine so far: pass CPU data")
-            return _topk_cuda(torch, scores, k, lengths, order, nan, return_values)
-        if dev == "cpu":
-            return _topk_torch_cpu(torch, scores, k, lengths, order, nan, return_values, starts)
-        raise ValueError(f"scores is on device {scores.device}; flashsel runs on the CPU and on CUDA devices")
+        if scores.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"scores is on device {scores.device}; flashsel runs on the CPU and on CUDA devices")
+        # Through the torch operator flashsel::topk (torch.compile, CUDA graphs):
+        # _topk_torch_cpu or _topk_cuda by device.
+        from . import _torch_ops  # noqa: PLC0415 - imports torch, already imported here
+
+        return _torch_ops.topk(scores, k, lengths, order, nan, return_values, starts)
     if isinstance(scores, np.ma.MaskedArray):
         raise TypeError("masked arrays are not supported: pass the data with masked scores filled (or use lengths)")
     if isinstance(scores, np.ndarray):
@@ -656,17 +655,15 @@ def qsa_select(
     k_blocks = _check_k(k_blocks)
     page_size = _check_k(page_size)
     torch = sys.modules.get("torch")
-    as_torch = torch is not None and isinstance(scores, torch.Tensor)
-    if as_torch:
-        if scores.device.type != "cpu":
-            raise NotImplementedError(
-                "qsa_select runs on the CPU engine so far: pass a CPU tensor or a NumPy array"
-            )
-        name = _torch_dtype_name(torch, scores.dtype)
-        s = scores.detach()
-        host = s.numpy() if name == "f32" else s.view(torch.int16).numpy().view(np.uint16)
-        bits_dtype = np.float32 if name == "f32" else np.uint16
-    elif isinstance(scores, np.ndarray) and not isinstance(scores, np.ma.MaskedArray):
+    if torch is not None and isinstance(scores, torch.Tensor):
+        if scores.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"scores is on device {scores.device}; flashsel runs on the CPU and on CUDA devices")
+        # Through the torch operator flashsel::qsa_select (torch.compile, CUDA
+        # graphs), which runs _qsa_torch.
+        from . import _torch_ops  # noqa: PLC0415 - imports torch, already imported here
+
+        return _torch_ops.qsa_select(scores, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)
+    if isinstance(scores, np.ndarray) and not isinstance(scores, np.ma.MaskedArray):
         name, bits_dtype, native = _numpy_kind(scores.dtype)
         host = scores if scores.dtype == native else np.ascontiguousarray(scores, dtype=native)
         host = host.view(bits_dtype)
@@ -677,17 +674,72 @@ def qsa_select(
     if not host.flags.aligned:
         raise ValueError("scores: the data is not aligned to its element size; pass an aligned copy")
     rows = host.shape[0]
-    pos = _int_vector("positions", positions.numpy() if as_torch and isinstance(positions, torch.Tensor) else positions, rows, np.int64)
+    pos = _int_vector("positions", positions, rows, np.int64)
     if (page_table is None) != (seq_ids is None):
         raise ValueError("page_table and seq_ids come together: pass both or neither")
     table = seqs = None
     if page_table is not None:
-        t = np.asarray(page_table.numpy() if as_torch and isinstance(page_table, torch.Tensor) else page_table)
+        t = np.asarray(page_table)
         if t.ndim != 2 or t.dtype.kind not in "iu" or t.dtype.itemsize != 4:
             raise TypeError(f"page_table must be int32 [sequences, max_pages], got {t.dtype} {t.shape}")
         table = np.ascontiguousarray(t, dtype=np.int32)
-        seqs = _int_vector("seq_ids", seq_ids.numpy() if as_torch and isinstance(seq_ids, torch.Tensor) else seq_ids, rows, np.int32)
+        seqs = _int_vector("seq_ids", seq_ids, rows, np.int32)
     ids, counts = _native.qsa_select_cpu(host, name, pos, ratio, k_blocks, order, nan, table, page_size, seqs)
-    if as_torch:
-        return torch.from_numpy(ids), torch.from_numpy(counts)
     return ids, counts
+
+
+def _qsa_torch(
+    scores: Any,
+    positions: Any,
+    ratio: int,
+    k_blocks: int,
+    order: str,
+    nan: str,
+    page_table: Any,
+    page_size: int,
+    seq_ids: Any,
+) -> Any:
+    """qsa_select on torch tensors (the real implementation of the
+    ``flashsel::qsa_select`` operator): CUDA tensors go to :func:`_qsa_cuda`;
+    CPU tensors to the CPU engine through zero-copy NumPy views (the NumPy
+    path of :func:`qsa_select`), returning CPU tensors."""
+    torch = sys.modules["torch"]
+    if scores.device.type == "cuda":
+        return _qsa_cuda(scores, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)
+    if scores.device.type != "cpu":
+        raise ValueError(f"scores is on device {scores.device}; flashsel runs on the CPU and on CUDA devices")
+    name = _torch_dtype_name(torch, scores.dtype)
+    s = scores.detach()
+    host = s.view(torch.int16).numpy().view(np.uint16) if name == "bf16" else s.numpy()  # bf16: as bit patterns
+    # The NumPy path reads the CPU tensors positions, page_table and seq_ids
+    # through np.asarray (zero-copy).
+    ids, counts = qsa_select(
+        host,
+        positions,
+        ratio=ratio,
+        k_blocks=k_blocks,
+        order=order,
+        nan=nan,
+        page_table=page_table,
+        page_size=page_size,
+        seq_ids=seq_ids,
+    )
+    return torch.from_numpy(ids), torch.from_numpy(counts)
+
+
+def _qsa_cuda(
+    scores: Any,
+    positions: Any,
+    ratio: int,
+    k_blocks: int,
+    order: str,
+    nan: str,
+    page_table: Any,
+    page_size: int,
+    seq_ids: Any,
+) -> Any:
+    """qsa_select on CUDA tensors: ``(ids, counts)``, int32 ``[T, k_blocks *
+    ratio + ratio - 1]`` and ``[T]`` on the scores' device. Options are checked
+    by the caller; ``positions``, ``page_table`` and ``seq_ids`` are tensors
+    (or None for the last two)."""
+    raise NotImplementedError("qsa_select on CUDA tensors: not built yet")
