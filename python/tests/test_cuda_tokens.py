@@ -173,3 +173,17 @@ def test_ranges_device_out_of_range_rows_are_padding():
     assert (gi[:3] == -1).all()
     wi = flashsel.topk(s[3:], k, lengths=ends[3:], starts=starts[3:])
     assert torch.equal(gi[3:], wi)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_ranges_to_slots_match_cpu(dtype):
+    rows, cols, k, ps = 64, 131_072, 2048, 64
+    s = scores("normal", rows, cols, dtype, 17)
+    starts, ends = ranges_for(rows, cols, k, 17)
+    table, seq_ids = page_table(rows, cols, ps, 17)
+    want = flashsel.topk(s, k, lengths=ends, starts=starts, order="index", page_table=table, seq_ids=seq_ids)
+    got = flashsel.topk(
+        s.to(DEV), k, lengths=ends.to(DEV), starts=starts.to(DEV), order="index",
+        page_table=table.to(DEV), seq_ids=seq_ids.to(DEV),
+    )
+    assert torch.equal(got.cpu(), want)

@@ -119,8 +119,9 @@ def test_cpu_tensors_give_tensors_and_cuda_tensors_are_refused():
             bits = t.view(torch.int16).numpy()
             np.testing.assert_array_equal(ids.numpy(), flashsel.qsa_select(bits, positions, k_blocks=40, order="score")[0])
     if torch.cuda.is_available():
-        with pytest.raises(NotImplementedError):
-            flashsel.qsa_select(torch.zeros(1, 8, device="cuda"), [3])
+        ids, counts = flashsel.qsa_select(torch.from_numpy(s).cuda(), torch.tensor(positions).cuda(), k_blocks=40, order="score")
+        np.testing.assert_array_equal(ids.cpu().numpy(), want[0])
+        np.testing.assert_array_equal(counts.cpu().numpy(), want[1])
 
 
 # ---------------------------------------------------------------------------
@@ -159,3 +160,23 @@ def test_topk_range_errors():
         flashsel.topk(s, 2, starts=[0])
     with pytest.raises(TypeError):
         flashsel.topk(s, 2, starts=[0.5, 1.0])
+
+
+def test_topk_slots_are_the_ranges_mapped_through_the_page_table():
+    rng = np.random.default_rng(9)
+    rows, cols, k, ps = 5, 700, 50, 16
+    s = rng.standard_normal((rows, cols)).astype(np.float32)
+    starts = np.array([0, 3, 650, 100, 0], np.int32)
+    ends = np.array([700, 40, 700, 100, 10], np.int32)
+    max_pages = -(-cols // ps)
+    table = rng.permutation(3 * max_pages).astype(np.int32).reshape(3, max_pages)
+    seq_ids = np.array([2, 0, 1, 1, 0], np.int32)
+    for order in ("score", "index"):
+        idx = flashsel.topk(s, k, lengths=ends, starts=starts, order=order)
+        slots = flashsel.topk(s, k, lengths=ends, starts=starts, order=order, page_table=table, page_size=ps, seq_ids=seq_ids)
+        want = np.where(idx >= 0, table[seq_ids[:, None], np.maximum(idx, 0) // ps] * ps + np.maximum(idx, 0) % ps, -1)
+        np.testing.assert_array_equal(slots, want)
+    with pytest.raises(ValueError, match="together"):
+        flashsel.topk(s, k, page_table=table)
+    with pytest.raises(ValueError, match="page"):
+        flashsel.topk(s, k, page_table=table[:, :2], page_size=ps, seq_ids=seq_ids)  # tokens past the table's pages

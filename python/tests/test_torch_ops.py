@@ -124,11 +124,13 @@ def _topk_samples(device):
     yield "f16 strided rows", (data("nan5", 6, 80, torch.float16, device)[::2, 5:55], 7, None, None, "score", "lowest", True)
     yield "f16 1-D", (f16[1], 9, None, None, "score", "lowest", True)
     yield "no rows", (torch.zeros(0, 10, device=device), 3, None, None, "score", "lowest", True)
-    if device == "cpu" or _torch_ops.CUDA_TAKES_STARTS:
-        st = torch.tensor([0, 5, 17, 100], dtype=torch.int32, device=device)
-        ends = torch.tensor([17, 50, 117, 300], dtype=torch.int32, device=device)
-        yield "starts", (x, 8, ends, st, "score", "lowest", True)
-        yield "start int", (x, 8, None, None, "index", "lowest", True, 200, 10)
+    st = torch.tensor([0, 5, 17, 100], dtype=torch.int32, device=device)
+    ends = torch.tensor([17, 50, 117, 300], dtype=torch.int32, device=device)
+    yield "starts", (x, 8, ends, st, "score", "lowest", True)
+    yield "start int", (x, 8, None, None, "index", "lowest", True, 200, 10)
+    table = torch.arange(3 * 5, dtype=torch.int32, device=device).flip(0).reshape(3, 5)
+    seqs = torch.tensor([2, 0, 1, 1], dtype=torch.int32, device=device)
+    yield "slots", (x, 8, ends, st, "index", "lowest", True, None, None, table, 64, seqs)
 
 
 def _qsa_samples(device):
@@ -396,10 +398,6 @@ def test_cuda_opcheck(cuda_engine):
     for name, args in _topk_samples(cuda_engine):
         print("topk sample:", name)  # shown when one fails
         torch.library.opcheck(TOPK, args)
-    try:
-        flashsel.qsa_select(torch.zeros(1, 8, device=cuda_engine), torch.tensor([3], device=cuda_engine))
-    except NotImplementedError:
-        return  # qsa_select's CUDA path is not built yet (test_cuda_qsa_select skips)
     for name, args in _qsa_samples(cuda_engine):
         print("qsa_select sample:", name)
         torch.library.opcheck(QSA, args)
@@ -409,10 +407,6 @@ def test_cuda_opcheck(cuda_engine):
 @pytest.mark.parametrize("name", [n for n, _, _ in TOPK_CONFIGS])
 def test_cuda_compile_topk_matches_eager_and_the_cpu(cuda_engine, name):
     _, x, kw = next(c for c in TOPK_CONFIGS if c[0] == name)
-    if "starts" in kw and not _torch_ops.CUDA_TAKES_STARTS:
-        with pytest.raises(NotImplementedError, match="starts"):
-            flashsel.topk(x.to(cuda_engine), **kw)
-        pytest.skip("topk(starts=...) is not on the CUDA engine yet")
     dev_kw = {k: (v.to(cuda_engine) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
     xd = x.to(cuda_engine)
 
@@ -517,10 +511,7 @@ def test_cuda_compile_reduce_overhead(cuda_engine):
 def test_cuda_qsa_select(cuda_engine):
     s = data("normal", 6, 300, torch.float32, cuda_engine, seed=11)
     pos = torch.tensor([0, 2, 3, 163, 700, 1199], device=cuda_engine)
-    try:
-        want = flashsel.qsa_select(s, pos, k_blocks=40)
-    except NotImplementedError as e:
-        pytest.skip(f"{e}")
+    want = flashsel.qsa_select(s, pos, k_blocks=40)
 
     def f(scores, positions):
         return flashsel.qsa_select(scores, positions, k_blocks=40)

@@ -30,6 +30,9 @@ def topk(
     nan: Literal["lowest", "largest"] = "lowest",
     return_values: bool = False,
     starts: Any = None,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
 ) -> Any:
     """Exact, deterministic top-k of each row of ``scores``.
 
@@ -117,6 +120,9 @@ def topk(
     order = _check_option("order", order, _ORDERS)
     nan = _check_option("nan", nan, _NANS)
     return_values = bool(return_values)
+    page_size = _check_k(page_size)
+    if (page_table is None) != (seq_ids is None):
+        raise ValueError("page_table and seq_ids come together: pass both or neither")
 
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(scores, torch.Tensor):
@@ -128,11 +134,11 @@ def topk(
         # _topk_torch_cpu or _topk_cuda by device.
         from . import _torch_ops  # noqa: PLC0415 - imports torch, already imported here
 
-        return _torch_ops.topk(scores, k, lengths, order, nan, return_values, starts)
+        return _torch_ops.topk(scores, k, lengths, order, nan, return_values, starts, page_table, page_size, seq_ids)
     if isinstance(scores, np.ma.MaskedArray):
         raise TypeError("masked arrays are not supported: pass the data with masked scores filled (or use lengths)")
     if isinstance(scores, np.ndarray):
-        return _topk_numpy(scores, k, lengths, order, nan, return_values, starts)
+        return _topk_numpy(scores, k, lengths, order, nan, return_values, starts, (page_table, page_size, seq_ids))
     raise TypeError(
         f"scores must be a numpy.ndarray or a torch.Tensor, got {type(scores).__module__}.{type(scores).__qualname__}"
         " (for a list of floats: np.asarray(x, dtype=np.float32))"
@@ -337,8 +343,27 @@ def _host_select(
     out_indices: np.ndarray,
     out_value_bits: np.ndarray | None,
     starts: np.ndarray | None = None,
+    pages: tuple[Any, int, Any] | None = None,
 ) -> None:
-    _native.select_cpu(bits, name, k, order, nan, lengths, out_indices, out_value_bits, starts)
+    table, page_size, seqs = _host_pages(pages, out_indices.shape[0])
+    _native.select_cpu(bits, name, k, order, nan, lengths, out_indices, out_value_bits, starts, table, page_size, seqs)
+
+
+def _host_pages(pages: tuple[Any, int, Any] | None, rows: int) -> tuple[Any, int, Any]:
+    """(page_table, page_size, seq_ids) as native int32 arrays for the host
+    engine, or (None, 64, None)."""
+    if pages is None or pages[0] is None:
+        return None, 64, None
+    page_table, page_size, seq_ids = pages
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(page_table, torch.Tensor):
+        page_table = page_table.detach().cpu().numpy()
+    if torch is not None and isinstance(seq_ids, torch.Tensor):
+        seq_ids = seq_ids.detach().cpu().numpy()
+    t = np.asarray(page_table)
+    if t.ndim != 2 or t.dtype.kind not in "iu" or t.dtype.itemsize != 4:
+        raise TypeError(f"page_table must be int32 [sequences, max_pages], got {t.dtype} {t.shape}")
+    return np.ascontiguousarray(t, dtype=np.int32), page_size, _int_vector("seq_ids", seq_ids, rows, np.int32)
 
 
 def _host_starts(starts: Any, rows: int) -> np.ndarray | None:
@@ -375,7 +400,14 @@ def _host_row_stride(strides: tuple[int, int], rows: int, cols: int, itemsize: i
 
 
 def _topk_numpy(
-    scores: np.ndarray, k: int, lengths: Any, order: str, nan: str, return_values: bool, starts: Any = None
+    scores: np.ndarray,
+    k: int,
+    lengths: Any,
+    order: str,
+    nan: str,
+    return_values: bool,
+    starts: Any = None,
+    pages: tuple[Any, int, Any] | None = None,
 ) -> Any:
     name, bits_dtype, native = _numpy_kind(scores.dtype)
     rows, cols, was_1d = _as_2d_shape(scores.shape)
@@ -400,6 +432,7 @@ def _topk_numpy(
         out_idx,
         None if out_val is None else out_val.view(bits_dtype),
         st,
+        pages,
     )
     return _result(out_idx, out_val, was_1d, return_values)
 
@@ -429,7 +462,15 @@ def _result(out_idx: Any, out_val: Any, was_1d: bool, return_values: bool) -> An
 
 
 def _topk_torch_cpu(
-    torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: str, return_values: bool, starts: Any = None
+    torch: Any,
+    scores: Any,
+    k: int,
+    lengths: Any,
+    order: str,
+    nan: str,
+    return_values: bool,
+    starts: Any = None,
+    pages: tuple[Any, int, Any] | None = None,
 ) -> Any:
     name = _torch_dtype_name(torch, scores.dtype)
     rows, cols, was_1d = _as_2d_shape(tuple(scores.shape))
@@ -459,6 +500,7 @@ def _topk_torch_cpu(
         out_idx.numpy(),
         None if out_val is None else bits(out_val),
         st,
+        pages,
     )
     return _result(out_idx, out_val, was_1d, return_values)
 
@@ -539,7 +581,33 @@ def _cuda_lengths(torch: Any, lengths: Any, device: Any, rows: int, cols: int) -
     return lengths.detach().to(torch.int32).contiguous()  # on the device, no host sync
 
 
-def _topk_cuda(torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: str, return_values: bool) -> Any:
+def _cuda_starts(torch: Any, starts: Any, device: Any, rows: int) -> Any:
+    """Range starts of a CUDA call as a contiguous int32 tensor on `device`:
+    a host scalar is filled on the device; a CUDA tensor is used as it is
+    (int64 clamped into int32: an out-of-range start gives an all-padding
+    row, never a wrapped one); host data is checked to fit int32."""
+    if isinstance(starts, (int, np.integer)) and not isinstance(starts, bool):
+        if starts < 0 or starts >= 2**31:
+            raise ValueError(f"starts = {starts} must be in 0 .. 2**31 - 1")
+        return torch.full((rows,), int(starts), dtype=torch.int32, device=device)
+    if isinstance(starts, torch.Tensor) and starts.dim() == 0:
+        starts = starts.reshape(1).expand(rows)
+    return _device_int32(torch, "starts", starts, rows, device)
+
+
+def _topk_cuda(
+    torch: Any,
+    scores: Any,
+    k: int,
+    lengths: Any,
+    order: str,
+    nan: str,
+    return_values: bool,
+    starts: Any = None,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> Any:
     name = _torch_dtype_name(torch, scores.dtype)
     rows, cols, was_1d = _as_2d_shape(tuple(scores.shape))
     s2 = scores.detach()
@@ -561,6 +629,8 @@ def _topk_cuda(torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: s
 
     ordinal = scores.get_device()
     lens = None if lengths is None else _cuda_lengths(torch, lengths, scores.device, rows, cols)
+    sts = None if starts is None else _cuda_starts(torch, starts, scores.device, rows)
+    pages, keep = _device_pages(torch, page_table, page_size, seq_ids, rows, scores.device)
 
     out_idx = torch.empty((rows, k), dtype=torch.int32, device=ordinal)
     out_val = torch.empty((rows, k), dtype=scores.dtype, device=ordinal) if return_values else None
@@ -589,7 +659,10 @@ def _topk_cuda(torch: Any, scores: Any, k: int, lengths: Any, order: str, nan: s
             ws.data_ptr(),
             nbytes,
             stream,
+            None if sts is None else sts.data_ptr(),
+            pages,
         )
+        del keep
         # `ws` and `lens` go back to torch's caching allocator here; their
         # reuse is ordered after this launch on the same stream.
     return _result(out_idx, out_val, was_1d, return_values)
@@ -727,6 +800,52 @@ def _qsa_torch(
     return torch.from_numpy(ids), torch.from_numpy(counts)
 
 
+def _device_int32(torch: Any, what: str, x: Any, n: int, device: Any) -> Any:
+    """A per-row int32 vector of `n` entries on `device`, made without a host
+    synchronisation. A CUDA tensor (int32 or int64, on `device`) is clamped
+    into [-1, INT32_MAX] first, so an int64 value outside int32 becomes a row
+    the kernels treat as out of range (all padding), never a wrapped one.
+    Host data (a CPU tensor, an array, a list) is checked to fit int32."""
+    if isinstance(x, torch.Tensor) and x.device.type == "cuda":
+        if x.device != device:
+            raise ValueError(f"{what} is on {x.device} but scores are on {device}")
+        if x.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"{what} must hold int32 or int64 values, got {x.dtype}")
+        if x.dim() != 1 or x.shape[0] != n:
+            raise ValueError(f"{what} must be 1-D with {n} entries (one per row), got shape {tuple(x.shape)}")
+        x = x.detach()
+        if x.dtype == torch.int64:
+            x = x.clamp(-1, 2**31 - 1)
+        return x.to(torch.int32).contiguous()
+    host = x.numpy() if isinstance(x, torch.Tensor) else x
+    return torch.from_numpy(_int_vector(what, host, n, np.int32)).to(device)
+
+
+def _device_pages(torch: Any, page_table: Any, page_size: int, seq_ids: Any, rows: int, device: Any) -> Any:
+    """(table, sequences, max_pages, page_size, seq_ids) device pointers and
+    sizes for the native calls, plus the tensors to keep alive; None without
+    a page table."""
+    if (page_table is None) != (seq_ids is None):
+        raise ValueError("page_table and seq_ids come together: pass both or neither")
+    if page_table is None:
+        return None, ()
+    if not isinstance(page_table, torch.Tensor):
+        page_table = torch.from_numpy(np.ascontiguousarray(np.asarray(page_table)))
+    if page_table.dim() != 2 or page_table.dtype != torch.int32:
+        raise TypeError(f"page_table must be int32 [sequences, max_pages], got {page_table.dtype} {tuple(page_table.shape)}")
+    if page_table.device.type == "cuda" and page_table.device != device:
+        raise ValueError(f"page_table is on {page_table.device} but scores are on {device}")
+    if page_table.shape[0] == 0 or page_table.shape[1] == 0:
+        raise ValueError(f"page_table must have at least one sequence and one page, got shape {tuple(page_table.shape)}")
+    table = page_table.detach().to(device).contiguous()
+    seqs = _device_int32(torch, "seq_ids", seq_ids, rows, device)
+    args = (table.data_ptr(), table.shape[0], table.shape[1], page_size, seqs.data_ptr())
+    return args, (table, seqs)
+
+
+_qsa_ws_cache: dict[tuple[Any, ...], int] = {}
+
+
 def _qsa_cuda(
     scores: Any,
     positions: Any,
@@ -739,7 +858,52 @@ def _qsa_cuda(
     seq_ids: Any,
 ) -> Any:
     """qsa_select on CUDA tensors: ``(ids, counts)``, int32 ``[T, k_blocks *
-    ratio + ratio - 1]`` and ``[T]`` on the scores' device. Options are checked
-    by the caller; ``positions``, ``page_table`` and ``seq_ids`` are tensors
-    (or None for the last two)."""
-    raise NotImplementedError("qsa_select on CUDA tensors: not built yet")
+    ratio + ratio - 1]`` and ``[T]`` on the scores' device, launched on the
+    current stream without a host synchronisation (graph-safe). Device
+    positions and sequence ids are not checked on the host: a row whose
+    values are out of range comes out all -1 with count 0."""
+    torch = sys.modules["torch"]
+    name = _torch_dtype_name(torch, scores.dtype)
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be 2-D [queries, blocks], got shape {tuple(scores.shape)}")
+    rows, blocks = scores.shape
+    s2 = scores.detach()
+    if rows > 0 and blocks > 1 and s2.stride(1) != 1:
+        raise ValueError(
+            f"scores: elements within a row must be contiguous (column stride {s2.stride(1)} elements); "
+            "pass x.contiguous() if a copy is what you want"
+        )
+    row_stride = blocks if rows <= 1 or blocks == 0 else s2.stride(0)
+    if row_stride < blocks:
+        raise ValueError(f"scores: row stride {row_stride} is shorter than blocks = {blocks} (overlapping rows)")
+    width = k_blocks * ratio + ratio - 1
+    device = scores.device
+    ordinal = scores.get_device()
+    pos = _device_int32(torch, "positions", positions, rows, device)
+    pages, keep = _device_pages(torch, page_table, page_size, seq_ids, rows, device)
+    ids = torch.empty((rows, width), dtype=torch.int32, device=device)
+    counts = torch.empty((rows,), dtype=torch.int32, device=device)
+    if rows == 0:
+        return ids, counts
+    _ensure_engine(ordinal)
+    key = (ordinal, name, rows, blocks, row_stride, ratio, k_blocks, order, nan)
+    nbytes = _qsa_ws_cache.get(key)
+    if nbytes is None:
+        nbytes = _native.cuda_qsa_workspace_bytes(*key)
+        if len(_qsa_ws_cache) >= _WS_CACHE_MAX:
+            _qsa_ws_cache.clear()
+        _qsa_ws_cache[key] = nbytes
+    ws = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+    _native.cuda_qsa_select(
+        *key,
+        s2.data_ptr() if blocks > 0 else 0,
+        pos.data_ptr(),
+        ids.data_ptr(),
+        counts.data_ptr(),
+        pages,
+        ws.data_ptr(),
+        nbytes,
+        _raw_stream(torch, ordinal),
+    )
+    del keep  # back to torch's caching allocator, reuse ordered after the launch
+    return ids, counts

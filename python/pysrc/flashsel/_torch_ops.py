@@ -25,7 +25,6 @@ never require grad.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import numpy as np
@@ -47,7 +46,8 @@ _TAGS = (torch.Tag.pt2_compliant_tag,)
 # `start` (not filled into a tensor first), at most one of each pair given.
 _LIB.define(
     "topk(Tensor scores, SymInt k, Tensor? lengths, Tensor? starts, str order, str nan, bool return_values,"
-    " SymInt? length=None, SymInt? start=None) -> (Tensor indices, Tensor values)",
+    " SymInt? length=None, SymInt? start=None, Tensor? page_table=None, SymInt page_size=64,"
+    " Tensor? seq_ids=None) -> (Tensor indices, Tensor values)",
     tags=_TAGS,
 )
 _LIB.define(
@@ -56,18 +56,16 @@ _LIB.define(
     tags=_TAGS,
 )
 
-# Whether _api._topk_cuda takes per-row starts (the CUDA engine's ranges); read
-# once, so that traced code sees a constant.
-CUDA_TAKES_STARTS = "starts" in inspect.signature(_api._topk_cuda).parameters
-_CUDA_STARTS_NYI = "topk(starts=...) runs on the CPU engine so far: pass CPU data"
 
 
-def _topk_cuda(scores: Any, k: int, lengths: Any, starts: Any, order: str, nan: str, return_values: bool) -> Any:
-    """The one call of ``_api._topk_cuda`` (``starts=`` passed only when given,
-    and refused while the CUDA engine has no ranges)."""
-    if starts is not None and not CUDA_TAKES_STARTS:
-        raise NotImplementedError(_CUDA_STARTS_NYI)
+def _topk_cuda(
+    scores: Any, k: int, lengths: Any, starts: Any, order: str, nan: str, return_values: bool, pages: Any
+) -> Any:
+    """The one call of ``_api._topk_cuda`` (``starts=`` and the page table
+    passed only when given)."""
     extra = {} if starts is None else {"starts": starts}
+    if pages[0] is not None:
+        extra.update(page_table=pages[0], page_size=pages[1], seq_ids=pages[2])
     return _api._topk_cuda(torch, scores, k, lengths, order, nan, return_values, **extra)
 
 
@@ -81,17 +79,21 @@ def _topk_impl(
     return_values: bool,
     length: int | None = None,
     start: int | None = None,
+    page_table: torch.Tensor | None = None,
+    page_size: int = 64,
+    seq_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``flashsel::topk`` on real tensors: the CPU or the CUDA engine, by the
     scores' device (whatever device the dispatcher picked from the others)."""
     if length is not None or start is not None:
         lengths = _one_of("length", lengths, length)
         starts = _one_of("start", starts, start)
+    pages = (page_table, page_size, seq_ids)
     dev = scores.device.type
     if dev == "cuda":
-        out = _topk_cuda(scores, k, lengths, starts, order, nan, return_values)
+        out = _topk_cuda(scores, k, lengths, starts, order, nan, return_values, pages)
     elif dev == "cpu":
-        out = _api._topk_torch_cpu(torch, scores, k, lengths, order, nan, return_values, starts)
+        out = _api._topk_torch_cpu(torch, scores, k, lengths, order, nan, return_values, starts, pages)
     else:
         raise ValueError(f"scores is on device {scores.device}; flashsel runs on the CPU and on CUDA devices")
     if return_values:
@@ -109,6 +111,9 @@ def _topk_fake(
     return_values: bool,
     length: Any = None,
     start: Any = None,
+    page_table: torch.Tensor | None = None,
+    page_size: Any = 64,
+    seq_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``flashsel::topk`` on fake (meta) tensors: the metadata checks, in the
     real path's order, and empty outputs of its shapes."""
@@ -124,10 +129,7 @@ def _topk_fake(
     elif type(lengths) is int and type(cols) is int:
         _api._check_length_value(lengths, cols)
     if starts is not None:
-        if scores.device.type == "cuda":
-            if not CUDA_TAKES_STARTS:
-                raise NotImplementedError(_CUDA_STARTS_NYI)
-        elif isinstance(starts, torch.Tensor):
+        if isinstance(starts, torch.Tensor):
             _check_int_vector_meta("starts", starts, rows, scalar_ok=True)
         elif type(starts) is int and not -(2**31) <= starts <= _api._I32_MAX:
             raise ValueError("starts: a value does not fit int32")
@@ -203,7 +205,18 @@ _QSA = torch.ops.flashsel.qsa_select.default
 # ---------------------------------------------------------------------------
 
 
-def topk(scores: torch.Tensor, k: int, lengths: Any, order: str, nan: str, return_values: bool, starts: Any) -> Any:
+def topk(
+    scores: torch.Tensor,
+    k: int,
+    lengths: Any,
+    order: str,
+    nan: str,
+    return_values: bool,
+    starts: Any,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> Any:
     """``flashsel.topk`` on a strided CPU or CUDA tensor, options already
     checked: calls ``torch.ops.flashsel.topk``. Tensor ``lengths`` / ``starts``
     pass as they are and a Python int as the operator's ``length`` /
@@ -213,8 +226,6 @@ def topk(scores: torch.Tensor, k: int, lengths: Any, order: str, nan: str, retur
     first, as before."""
     # The common cases (no lengths, a tensor, an int) take few steps: this
     # runs on every call.
-    if starts is not None and not CUDA_TAKES_STARTS and scores.device.type == "cuda":
-        raise NotImplementedError(_CUDA_STARTS_NYI)
     length = start = None
     host_lengths = lengths is not None and not isinstance(lengths, torch.Tensor)
     if host_lengths and _is_i64(lengths):
@@ -228,7 +239,16 @@ def topk(scores: torch.Tensor, k: int, lengths: Any, order: str, nan: str, retur
             lengths = _lengths_tensor(lengths, scores, rows, cols)
         if host_starts:
             starts = torch.from_numpy(_api._host_starts(starts, rows))
-    indices, values = _TOPK(scores, k, lengths, starts, order, nan, return_values, length, start)
+    if page_table is not None:
+        if not isinstance(page_table, torch.Tensor):
+            page_table = torch.from_numpy(np.ascontiguousarray(np.asarray(page_table), dtype=np.int32))
+        if not isinstance(seq_ids, torch.Tensor):
+            seq_ids = torch.from_numpy(np.ascontiguousarray(np.asarray(seq_ids), dtype=np.int32))
+        indices, values = _TOPK(
+            scores, k, lengths, starts, order, nan, return_values, length, start, page_table, page_size, seq_ids
+        )
+    else:
+        indices, values = _TOPK(scores, k, lengths, starts, order, nan, return_values, length, start)
     return (indices, values) if return_values else indices
 
 
