@@ -59,11 +59,15 @@ struct TokRow {
     int seq;
 };
 
-// A row's descriptor word, read again at every use (volatile): the extent
-// is looked up at the stream's start and again at the write, and a value
-// kept live across the stream in between would cost the scan kernels
-// registers they do not have (measured: spills).
-__device__ __forceinline__ int load_again(const int* p) { return *(const volatile int*)p; }
+// The CTA's current row extent, stashed in shared memory by thread 0 when
+// the row starts (row_span) and read back by the write: no second look at
+// the row's descriptors after the stream (a reload is a dependent global
+// load on the write's critical path; values kept live across the stream
+// cost the scan kernels registers they do not have).
+__device__ __forceinline__ TokRow* tok_stash() {
+    __shared__ TokRow stash;
+    return &stash;
+}
 
 // Row `row`'s extent under P.tok (see ROWS above); all zero for a row whose
 // values are out of range.
@@ -73,7 +77,7 @@ __device__ __forceinline__ TokRow tok_row(const Params& P, int row) {
     TokRow r = {0, 0, 0, 0, 0};
     long long last;  // the row's last token, -1 for none
     if (T.positions) {
-        const long long t = load_again(T.positions + row);
+        const long long t = T.positions[row];
         const long long v = (t + 1) / T.ratio;
         if (t < 0 || v > P.cols) return r;
         r.len = v > P.k ? (int)v : 0;
@@ -81,15 +85,15 @@ __device__ __forceinline__ TokRow tok_row(const Params& P, int row) {
         r.tail_hi = (int)(t + 1);
         last = t;
     } else {
-        const int s = T.starts ? load_again(T.starts + row) : 0;
-        const int e = P.lengths ? load_again(P.lengths + row) : P.cols;
+        const int s = T.starts ? T.starts[row] : 0;
+        const int e = P.lengths ? P.lengths[row] : P.cols;
         if (s < 0 || e < s || e > P.cols) return r;
         r.start = s;
         r.len = e - s;
         last = (long long)e - 1;
     }
     if (T.page_table) {
-        const int seq = load_again(T.seq_ids + row);
+        const int seq = T.seq_ids[row];
         if (seq < 0 || seq >= T.batch || (last >= 0 && last / T.page_size >= T.max_pages)) {
             r = TokRow{0, 0, 0, 0, 0};
             return r;
@@ -104,18 +108,31 @@ struct RowSpan {
     int start;
     int len;
 };
+// TOK: the extent of tok_row, stashed (tok_stash) for the row's write; the
+// stash is read only after the CTA's next barrier.
 template <bool TOK, typename Params>
 __device__ __forceinline__ RowSpan row_span(const Params& P, int row) {
     if constexpr (TOK) {
         const TokRow r = tok_row(P, row);
+        if (threadIdx.x == 0) *tok_stash() = r;
         return RowSpan{r.start, r.len};
     } else {
         return RowSpan{0, row_length(P.lengths, row, P.cols)};
     }
 }
 
-// The first score of row `row`'s span (TOK: a second look at its extent,
-// where the first is no longer live).
+// Row `row`'s length after its stream (TOK: from the stash).
+template <bool TOK, typename Params>
+__device__ __forceinline__ int row_len_again(const Params& P, int row) {
+    if constexpr (TOK) {
+        return tok_stash()->len;
+    } else {
+        return row_length(P.lengths, row, P.cols);
+    }
+}
+
+// The first score of row `row`'s span (TOK: the same loads as row_span's,
+// issued right after them).
 template <int TAG, bool TOK, typename Params>
 __device__ __forceinline__ const void* span_scores(const Params& P, int row) {
     if constexpr (TOK) {

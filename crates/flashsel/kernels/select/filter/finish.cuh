@@ -31,7 +31,7 @@ __device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* ou
 template <int TAG, typename Params>
 __device__ void write_tokens(const u64* buf, u32 m, int order_index, const Params& P, const void* row_scores, int row) {
     const Tokens& T = P.tok;
-    const TokRow r = tok_row(P, row);
+    const TokRow r = *tok_stash();
     const long long o0 = (long long)row * T.width;
     const u32 sel = m * (u32)T.ratio;
     for (u32 j = threadIdx.x; j < (u32)T.width; j += FS_BLOCK) {

@@ -81,7 +81,7 @@ __device__ __forceinline__ void split_finish(const Params& P, u64* buf, Shared& 
         for (int j = 0; j < ITEMS; ++j) push(buf, sh, base + j * FS_BLOCK + tid < total && c[j] >= lb, c[j]);
     }
     __syncthreads();
-    const int len = row_span<TOK>(P, row).len;
+    const int len = row_len_again<TOK>(P, row);
     if (P.row_lb[row] != 0ull && (int)sh.count < (len < P.k ? len : P.k)) {
         // The row's sampled bound admitted fewer than min(k, len) elements (a
         // sample unrepresentative by over SAMPLE_SD standard deviations:

@@ -15,12 +15,15 @@ __device__ __forceinline__ void reset(Shared& sh) {
 }
 
 // Whether a range of `range` elements is long enough for a sampled bound
-// (sample_lb's 16 blocks fit, and k is a small share of it). The one test
-// for the row path, fs_prep_*, and the rescue (plan::plan_with's `sampled`
-// is the same on the buffer width).
+// (SAMPLE_MIN_TILES tiles: sample_lb's 16 blocks spread out, and k is a
+// small share of it). The one test for the row path, fs_prep_*, and the
+// rescue (plan::plan_with's `sampled` is the same on the buffer width).
+// (16 tiles until v33: a prefill row of 63,488 bf16 columns, k 512, then
+// streamed from lb = 0 in 2.3x the time of a 65,536-column sampled one.)
+enum : int { SAMPLE_MIN_TILES = 4 };
 template <int TAG>
 __device__ __forceinline__ bool sampling_applies(long long range, int k) {
-    return range >= 16LL * FS_BLOCK * Elem<TAG>::ITEMS && 8LL * k <= range;
+    return range >= (long long)SAMPLE_MIN_TILES * FS_BLOCK * Elem<TAG>::ITEMS && 8LL * k <= range;
 }
 
 // A sampled bound let fewer than min(k, len) elements through: empty the

@@ -407,7 +407,7 @@ __device__ void grid_impl(const Params& P) {
         grid_place<TAG, 1, TOK>(P, stage, e_lo, e_hi, n_pad, T, m, row, lenm1, row_scores, prof, t_prev);
     if constexpr (TOK) {
         // This CTA's share of what follows the selection: tail tokens, -1.
-        const TokRow tr = tok_row(P, row);
+        const TokRow tr = *tok_stash();
         const u32 sel = m * (u32)P.tok.ratio, rest = (u32)P.tok.width - sel;
         const u32 p_lo = (u32)((u64)rest * p / chunks), p_hi = (u32)((u64)rest * (p + 1) / chunks);
         int* out_row = P.out_idx + (long long)row * P.tok.width + sel;

@@ -21,7 +21,7 @@ __device__ __forceinline__ void grid_place(const Params& P, const u64* stage, u3
                                            unsigned long long& t_prev) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     TokRow tr = {0, 0, 0, 0, 0};
-    if constexpr (TOK) tr = tok_row(P, row);
+    if constexpr (TOK) tr = *tok_stash();
     for (u32 e = e_lo + warp * EPW; e < e_hi; e += WARPS * EPW) {
         // Past the share, or (index order) below T: an entry that is never
         // written; ~0 counts nothing. (Score order: T is not known; an entry

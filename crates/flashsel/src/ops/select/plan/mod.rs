@@ -27,7 +27,7 @@
 //!   round, exact: the top k of a union is the top k of the union of the
 //!   parts' top k).
 //! - Before the scan, `fs_prep_*` (one CTA per split row) zeroes the row's
-//!   counters and, for rows of at least 16 tiles with `8k <= len`, samples the
+//!   counters and, for rows of at least 4 tiles with `8k <= len`, samples the
 //!   whole row: the composite of a sample rank chosen so that clearly more than `k`
 //!   elements are expected above it (on a plateau of ties its column is scaled
 //!   from the sample to the row). Every scan CTA of the row starts its
@@ -103,6 +103,9 @@ pub fn grid_items_narrowest(dtype: crate::contract::DType) -> u32 {
         GRID_ITEMS_SMALL
     }
 }
+/// The shortest range (tiles) the filter kernels sample a bound for
+/// (`SAMPLE_MIN_TILES` in kernels/select/filter/sample.cuh).
+pub const SAMPLE_MIN_TILES: u64 = 4;
 /// Grid path: the largest `k` (each CTA stages the row's `k` selected
 /// composites in shared memory to place its share).
 pub const GRID_MAX_K: u64 = 4096;
@@ -471,7 +474,7 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
         Some((cand, row_count, row_done, row_lb)) => {
             // The kernel decides per row (against its active length) whether
             // the row-wide sample runs; this is the same test on the buffer width.
-            let sampled = cols >= 16 * tile as u64 && 8 * k <= cols;
+            let sampled = cols >= SAMPLE_MIN_TILES * tile as u64 && 8 * k <= cols;
             Plan::Split(SplitPlan { filter, sampled, cand, row_count, row_done, row_lb })
         }
     })

@@ -218,8 +218,10 @@ fn long_split_rows_are_sampled_first() {
     assert!(pl.sampled() && pl.path() == Path::Split);
     // The grid path samples nothing.
     assert!(!p(1, 1_048_576, 2048).sampled());
-    // Too short for 16 tiles, or k too large a share of the row, or one CTA per row.
-    assert!(!p(1, 32_768, 512).sampled());
+    // Too short for SAMPLE_MIN_TILES (4) tiles, or k too large a share of
+    // the row, or one CTA per row.
+    assert_eq!(SAMPLE_MIN_TILES * TILE as u64, 16_384);
+    assert!(!p(1, 32_768, 512).sampled()); // one CTA: the row path (its own sample)
     assert!(!p(1, 262_144, 32_768 + 1).sampled());
     assert!(!p(8192, 131_072, 2048).sampled());
     assert!(p(1, 262_144, 8192).sampled());
