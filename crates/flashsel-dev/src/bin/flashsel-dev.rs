@@ -99,15 +99,36 @@ fn small(e: &CudaEngine) {
     // k past the grid path's: split rows, shared buffer (sampled or not).
     cases.push(extra(1, 40_000, 5000, Data::Normal));
     cases.push(extra(1, 140_000, 4500, Data::ReluFew));
+    // The token kernels: ranges and slots on the row, split and grid paths.
+    for (rows, cols, k, page_size) in
+        [(12, 3000, 300, Some(16)), (3, 40_000, 2048, Some(64)), (1, 140_000, 512, Some(64)), (2, 40_000, 5000, None)]
+    {
+        let mut c = extra(rows, cols, k, Data::Relu);
+        c.ranges = true;
+        c.page_size = page_size;
+        c.order = OutputOrder::Index;
+        cases.push(c);
+    }
     let (mut run, mut failed) = (0, 0);
-    for c in &cases {
-        let o = check::run_case(e, c, &mut rng).unwrap();
+    let mut report = |o: check::Outcome| {
         run += 1;
         if !o.ok {
             failed += 1;
             println!("FAIL {} {}", o.case, o.detail);
         }
+    };
+    for c in &cases {
+        report(check::run_case(e, c, &mut rng).unwrap());
     }
+    // QSA rows on each path, and device values out of range (nothing read
+    // outside the inputs: the point of running this under memcheck).
+    let qsa = flashsel::ops::qsa::check::cases(true);
+    let row_path = qsa.iter().filter(|c| c.rows * c.blocks <= 70_000).take(3);
+    let grid_path = qsa.iter().filter(|c| c.rows == 1 && c.blocks == 16_384);
+    for c in row_path.chain(grid_path) {
+        report(flashsel::ops::qsa::check::run_case(e, c, &mut rng).unwrap());
+    }
+    report(flashsel::ops::qsa::check::bad_rows_check(e, &mut rng).unwrap());
     println!("SMALL cases run {run} failed {failed}");
 }
 
