@@ -61,10 +61,13 @@ step "timings (flashsel-dev time)"
 echo "rc=$?"; grep -E "TIME|bandwidth" "$OUT/time.log"
 step "flashsel bench --backend cuda"
 [ -n "${SKIP_BENCH:-}" ] || timeout 300 target/release/flashsel bench --backend cuda --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1
-echo "rc=$?"; tail -45 "$OUT/bench.log"
+echo "rc=$?"; grep -E "^(select|qsa|dsa)|cases" "$OUT/bench.log"
+step "the selection stage against plain torch (bench/stage_peers.py)"
+[ -n "${SKIP_PEERS:-}" ] || timeout 200 python3 bench/stage_peers.py "$OUT/stage" >"$OUT/stage_peers.log" 2>&1
+echo "rc=$?"; tail -8 "$OUT/stage_peers.log"
 # The device tool returns at most 8 files: everything goes into one archive,
 # and the summaries most often read stay beside it.
 ( cd "$OUT" && tar czf /tmp/session.tgz --exclude=session.tgz . && mv /tmp/session.tgz . \
-    && find . -type f ! -name session.tgz ! -name time.log ! -name check.log ! -name bench.log ! -name peers.md ! -name py_overhead.log -delete \
+    && find . -type f ! -name session.tgz ! -name time.log ! -name check.log ! -name bench.log ! -name peers.md ! -name py_overhead.log ! -name stage_peers.log -delete \
     && { [ ! -f peers/peers.md ] || mv peers/peers.md .; } && find . -mindepth 1 -type d -empty -delete )
 echo "=== $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -50,7 +50,7 @@ def main():
         ("torch.empty workspace u8", lambda: torch.empty(max(nb, 1), dtype=torch.uint8, device=dev)),
         ("torch.cuda.current_stream().cuda_stream", lambda: torch.cuda.current_stream(dev).cuda_stream),
         ("x.detach(); x.stride(); x.data_ptr()", lambda: (x.detach(), x.stride(0), x.data_ptr())),
-        ("scores.device.index, dtype name", lambda: (x.device.index, flashsel._torch_dtype_name(torch, x.dtype))),
+        ("scores.device.index, dtype name", lambda: (x.device.index, flashsel._api._torch_dtype_name(torch, x.dtype))),
     ]
     print(f"shape {rows} x {cols} k {k}, {N} calls each")
     for name, fn in steps:
