@@ -50,6 +50,7 @@ pub mod cpu {
     pub use crate::ops::select::cpu::{
         select, select_into, select_ranges, select_ranges_into, select_ranges_paged, select_ranges_paged_into,
     };
+    pub use crate::ops::shard::{merge_candidates, merge_candidates_into, merge_candidates_ranges, qsa_merge};
 }
 
 /// The select operation's GPU planner (`flashsel plan`).

@@ -7,7 +7,9 @@
 //! - [`qsa`]: QSA block selection: the block top-k of each query's visible
 //!   blocks, expanded to token ids (or KV slots through a page table).
 //! - [`pages`]: page tables, token ids to KV-cache slots (both operations).
+//! - [`shard`]: context-parallel selection: rows sharded over ranks, the exact merge of their candidates.
 
 pub mod pages;
 pub mod qsa;
 pub mod select;
+pub mod shard;
