@@ -208,6 +208,29 @@ pub(crate) fn check_request<T: ScoreElem>(
     spec.validate()?;
     let visible = spec.visible(positions)?;
     spec.block_spec::<T>().validate_host(scores, None)?;
+    check_rest(positions, spec, pages)?;
+    Ok(visible)
+}
+
+/// [`check_request`] without a scores view (a context-parallel rank holds
+/// only its shard of the row): the spec, the positions, the block request's
+/// shape, the pages. Returns each row's `V`.
+pub(crate) fn check_positions(
+    positions: &[i64],
+    spec: &QsaSpec,
+    dtype: DType,
+    pages: Option<&PageMap<'_>>,
+) -> Result<Vec<i32>> {
+    spec.validate()?;
+    let visible = spec.visible(positions)?;
+    spec.block_spec_of(dtype).validate()?;
+    check_rest(positions, spec, pages)?;
+    Ok(visible)
+}
+
+/// The checks after the shapes: positions that fit `i32`, every page a row
+/// may reach (its tokens `0..=t`).
+fn check_rest(positions: &[i64], spec: &QsaSpec, pages: Option<&PageMap<'_>>) -> Result<()> {
     if let Some(&t) = positions.iter().find(|&&t| t > i32::MAX as i64) {
         return Err(Error::too_large("a position", t as u128));
     }
@@ -217,7 +240,7 @@ pub(crate) fn check_request<T: ScoreElem>(
             p.check_span(row, 0, t as usize + 1)?;
         }
     }
-    Ok(visible)
+    Ok(())
 }
 
 /// Checks the request, then writes every row: the blocks `top(i)` gives for
@@ -234,6 +257,20 @@ fn assemble<T: ScoreElem>(
 ) -> Result<QsaSelection> {
     let visible = check_request(scores, positions, spec, pages)?;
     let blocks = top(&visible)?;
+    expand_rows(positions, spec, &visible, &blocks, pages)
+}
+
+/// Every row's ids from its selected blocks (`rows x k_blocks`, in output
+/// order; read for the rows with `V > k_blocks`), the checked `visible`
+/// and the positions: expanded, the tail, padding, slots. Also the last
+/// step of the context-parallel merge (`ops::shard`).
+pub(crate) fn expand_rows(
+    positions: &[i64],
+    spec: &QsaSpec,
+    visible: &[i32],
+    blocks: &[i32],
+    pages: Option<&PageMap<'_>>,
+) -> Result<QsaSelection> {
     let width = spec.width();
     let mut ids = try_vec("the id output", spec.rows * width, PAD)?;
     let mut counts = try_vec("the counts output", spec.rows, 0i32)?;

@@ -509,52 +509,6 @@ fn merge_rows<T: ScoreElem>(
 // QSA
 // ---------------------------------------------------------------------------
 
-/// The checks `qsa_select` makes before it reads a score, less the view
-/// (which no rank has whole): the spec, every position (`t >= 0`, `V <=
-/// blocks`, `t` fits `i32`), the block request, and with pages every page a
-/// row may reach. Returns each row's `V`. (The same checks, in the same
-/// order and with the same messages, as `ops::qsa`'s `check_request`; see
-/// the module's QSA note for why they are restated here.)
-fn qsa_visible<T: ScoreElem>(positions: &[i64], spec: &QsaSpec, pages: Option<&PageMap<'_>>) -> Result<Vec<i32>> {
-    spec.validate()?;
-    if positions.len() != spec.rows {
-        return Err(Error::Shape(format!(
-            "positions has {} entries but there are {} rows",
-            positions.len(),
-            spec.rows
-        )));
-    }
-    let mut visible = Vec::with_capacity(spec.rows);
-    for (i, &t) in positions.iter().enumerate() {
-        if t < 0 {
-            return Err(Error::InvalidOption {
-                what: "position",
-                value: format!("positions[{i}] = {t}"),
-                expected: ">= 0",
-            });
-        }
-        let v = (t as u128 + 1) / spec.ratio as u128;
-        if v > spec.blocks as u128 {
-            return Err(Error::Shape(format!(
-                "positions[{i}] = {t} sees {v} blocks of {} but the scores hold {}",
-                spec.ratio, spec.blocks
-            )));
-        }
-        visible.push(v as i32);
-    }
-    spec.block_spec_of(T::DTYPE).validate()?;
-    if let Some(&t) = positions.iter().find(|&&t| t > i32::MAX as i64) {
-        return Err(Error::too_large("a position", t as u128));
-    }
-    if let Some(p) = pages {
-        p.check_rows(spec.rows)?;
-        for (row, &t) in positions.iter().enumerate() {
-            p.check_span(row, 0, t as usize + 1)?;
-        }
-    }
-    Ok(visible)
-}
-
 /// The block ends of the distributed QSA request: `V` for the rows that see
 /// more than `k_blocks` blocks, `0` for the others (they read no score).
 fn qsa_ends(spec: &QsaSpec, visible: &[i32]) -> Vec<i32> {
@@ -574,7 +528,7 @@ pub fn qsa_shard_select<T: ScoreElem>(
     layout: &ShardLayout,
     rank: usize,
 ) -> Result<Selection<T>> {
-    let visible = qsa_visible::<T>(positions, spec, None)?;
+    let visible = crate::ops::qsa::check_positions(positions, spec, T::DTYPE, None)?;
     shard_select(local, &spec.block_spec_of(T::DTYPE), layout, rank, Some(&qsa_ends(spec, &visible)))
 }
 
@@ -589,7 +543,7 @@ pub fn qsa_merge<T: ScoreElem>(
     layout: &ShardLayout,
     pages: Option<&PageMap<'_>>,
 ) -> Result<QsaSelection> {
-    let visible = qsa_visible::<T>(positions, spec, pages)?;
+    let visible = crate::ops::qsa::check_positions(positions, spec, T::DTYPE, pages)?;
     let ends = qsa_ends(spec, &visible);
     let bspec = spec.block_spec_of(T::DTYPE);
     check_merge(ids, values, &bspec, layout, None, Some(&ends))?;
@@ -597,34 +551,7 @@ pub fn qsa_merge<T: ScoreElem>(
     merge_rows(ids, values, &bspec, layout, &mut blocks, None)?;
     // The assembly of `qsa_select`: blocks to tokens, the tail, padding,
     // slots.
-    let width = spec.width();
-    let mut out = try_vec("the id output", spec.rows * width, PAD)?;
-    let mut counts = try_vec("the counts output", spec.rows, 0i32)?;
-    for (i, row) in out.chunks_mut(width).enumerate() {
-        let (v, t) = (visible[i] as usize, positions[i] as usize);
-        let r = spec.ratio;
-        let mut n = 0;
-        let mut expand = |b: usize| {
-            for j in 0..r {
-                row[n] = (b * r + j) as i32;
-                n += 1;
-            }
-        };
-        if v > spec.k_blocks {
-            blocks[i * spec.k_blocks..(i + 1) * spec.k_blocks].iter().for_each(|&b| expand(b as usize));
-        } else {
-            (0..v).for_each(expand);
-        }
-        for tok in v * r..=t {
-            row[n] = tok as i32;
-            n += 1;
-        }
-        if let Some(p) = pages {
-            p.map_row(i, &mut row[..n])?;
-        }
-        counts[i] = n as i32;
-    }
-    Ok(QsaSelection { rows: spec.rows, width, ids: out, counts })
+    crate::ops::qsa::expand_rows(positions, spec, &visible, &blocks, pages)
 }
 
 #[cfg(test)]
