@@ -547,5 +547,144 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_select, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_qsa_workspace_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_qsa_select, m)?)?;
+    m.add_function(wrap_pyfunction!(qsa_scores_cpu, m)?)?;
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+// QSA indexer scores (CPU engine)
+// ---------------------------------------------------------------------------
+
+/// A C-contiguous, aligned NumPy array of `B` as a slice of `T` (the same
+/// layout), and its shape.
+fn typed_slice<'a, T, B: Element>(
+    what: &str,
+    a: &'a numpy::PyReadonlyArrayDyn<'_, B>,
+) -> PyResult<(&'a [T], Vec<usize>)> {
+    assert!(size_of::<B>() == size_of::<T>() && align_of::<B>() == align_of::<T>());
+    if !a.is_c_contiguous() {
+        return Err(value_err(format!(
+            "{what}: the array is not C-contiguous; pass np.ascontiguousarray(x) / x.contiguous()"
+        )));
+    }
+    let s = a.as_slice().map_err(|e| value_err(format!("{what}: {e} (pass an aligned, C-contiguous array)")))?;
+    // SAFETY: `B` and `T` have the same size and alignment (asserted; `bf16`
+    // is `repr(transparent)` over `u16`, `F8E4M3` over `u8`) and every bit
+    // pattern is a valid `T`; the slice borrows the array's buffer.
+    let t = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const T, s.len()) };
+    Ok((t, a.shape().to_vec()))
+}
+
+/// The typed host path of `qsa_scores_cpu`: `Q`/`K` the element types, `QB`/`KB`
+/// the NumPy types their bits travel as.
+#[allow(clippy::too_many_arguments)]
+fn qsa_scores_host<'py, Q, QB, K, KB>(
+    py: Python<'py>,
+    q: &Bound<'py, PyAny>,
+    kbar: &Bound<'py, PyAny>,
+    positions: &[i64],
+    ratio: usize,
+    pages: Option<HostPages<'_>>,
+) -> PyResult<Bound<'py, numpy::PyArray2<f32>>>
+where
+    Q: flashsel::ops::indexer::QueryElem,
+    K: flashsel::ops::indexer::KeyElem,
+    QB: Element,
+    KB: Element,
+{
+    use flashsel::ops::indexer::{BlockKeys, QsaScoresSpec};
+    let q: numpy::PyReadonlyArrayDyn<'py, QB> = q.extract().map_err(|e| PyTypeError::new_err(format!("q: {e}")))?;
+    let kbar: numpy::PyReadonlyArrayDyn<'py, KB> =
+        kbar.extract().map_err(|e| PyTypeError::new_err(format!("kbar: {e}")))?;
+    let (qs, qshape) = typed_slice::<Q, QB>("q", &q)?;
+    let (ks, kshape) = typed_slice::<K, KB>("kbar", &kbar)?;
+    let [rows, heads, dim] = qshape[..] else {
+        return Err(value_err(format!("q must be 3-D [queries, heads, d], got shape {qshape:?}")));
+    };
+    let spec = QsaScoresSpec::new(rows, 0).with_heads(heads).with_dim(dim).with_ratio(ratio);
+    let (blocks, map) = match pages {
+        None => {
+            let [blocks, kd] = kshape[..] else {
+                return Err(value_err(format!(
+                    "kbar must be 2-D [blocks, d] without a page table (3-D [pages, page_size / ratio, d] with one), \
+                     got shape {kshape:?}"
+                )));
+            };
+            if kd != dim {
+                return Err(value_err(format!("kbar has d = {kd} but q has d = {dim}")));
+            }
+            (blocks, None)
+        }
+        Some((table, max_pages, page_size, seq_ids)) => {
+            let [_, per_page, kd] = kshape[..] else {
+                return Err(value_err(format!(
+                    "with a page table kbar must be 3-D [pages, page_size / ratio, d], got shape {kshape:?}"
+                )));
+            };
+            if kd != dim {
+                return Err(value_err(format!("kbar has d = {kd} but q has d = {dim}")));
+            }
+            if ratio == 0 || page_size % ratio != 0 || per_page != page_size / ratio {
+                return Err(value_err(format!(
+                    "kbar's blocks per page ({per_page}) must be page_size / ratio = {page_size} / {ratio} \
+                     (a whole number of blocks)"
+                )));
+            }
+            let map = flashsel::PageMap::new(table, max_pages, page_size, seq_ids).map_err(to_py)?;
+            (max_pages * per_page, Some(map))
+        }
+    };
+    let spec = QsaScoresSpec { blocks, ..spec };
+    let keys = match map {
+        None => BlockKeys::Contiguous(ks),
+        Some(pages) => BlockKeys::Paged { kbar: ks, pages },
+    };
+    let scores = py.detach(|| flashsel::cpu::qsa_scores(qs, &keys, positions, &spec)).map_err(to_py)?;
+    numpy::PyArray1::from_vec(py, scores).reshape([rows, blocks])
+}
+
+/// QSA indexer scores on the CPU engine: float32 `[T, NB]` from `q`
+/// (`[T, H, d]`, float32 or bf16 bits as uint16; `q_dtype` "f32" or "bf16")
+/// and `kbar` (`[NB, d]`, or `[pages, page_size / ratio, d]` with a page
+/// table; float32, bf16 bits as uint16 or e4m3 bits as uint8; `k_dtype`
+/// "f32", "bf16" or "f8e4m3"), both C-contiguous. `NB` is the keys' blocks,
+/// or `max_pages * page_size / ratio` with a page table. The GIL is released
+/// while it runs.
+#[pyfunction]
+#[pyo3(signature = (q, q_dtype, kbar, k_dtype, positions, ratio, page_table, page_size, seq_ids))]
+#[allow(clippy::too_many_arguments)]
+fn qsa_scores_cpu<'py>(
+    py: Python<'py>,
+    q: &Bound<'py, PyAny>,
+    q_dtype: &str,
+    kbar: &Bound<'py, PyAny>,
+    k_dtype: &str,
+    positions: PyReadonlyArray1<'py, i64>,
+    ratio: usize,
+    page_table: Option<PyReadonlyArray2<'py, i32>>,
+    page_size: usize,
+    seq_ids: Option<PyReadonlyArray1<'py, i32>>,
+) -> PyResult<Bound<'py, numpy::PyArray2<f32>>> {
+    use flashsel::ops::indexer::F8E4M3;
+    let positions = positions.as_slice().map_err(|e| value_err(format!("positions: {e}")))?;
+    if let Some(t) = &page_table {
+        if !t.is_c_contiguous() {
+            return Err(value_err("page_table: the array is not C-contiguous; pass np.ascontiguousarray(x)"));
+        }
+    }
+    let pages = host_pages(&page_table, page_size, &seq_ids)?;
+    let (qd, kd) = (DType::parse(q_dtype).map_err(to_py)?, DType::parse(k_dtype).map_err(to_py)?);
+    match (qd, kd) {
+        (DType::F32, DType::F32) => qsa_scores_host::<f32, f32, f32, f32>(py, q, kbar, positions, ratio, pages),
+        (DType::F32, DType::BF16) => qsa_scores_host::<f32, f32, bf16, u16>(py, q, kbar, positions, ratio, pages),
+        (DType::F32, DType::F8E4M3) => qsa_scores_host::<f32, f32, F8E4M3, u8>(py, q, kbar, positions, ratio, pages),
+        (DType::BF16, DType::F32) => qsa_scores_host::<bf16, u16, f32, f32>(py, q, kbar, positions, ratio, pages),
+        (DType::BF16, DType::BF16) => qsa_scores_host::<bf16, u16, bf16, u16>(py, q, kbar, positions, ratio, pages),
+        (DType::BF16, DType::F8E4M3) => qsa_scores_host::<bf16, u16, F8E4M3, u8>(py, q, kbar, positions, ratio, pages),
+        (DType::F32 | DType::BF16, other) => {
+            Err(value_err(format!("qsa_scores takes f32, bf16 or f8e4m3 keys, not {other}")))
+        }
+        (other, _) => Err(value_err(format!("qsa_scores takes f32 or bf16 queries, not {other}"))),
+    }
+}
+

@@ -3,7 +3,7 @@
 from typing import Any, Literal, TypeVar, overload
 
 __version__: str
-__all__ = ["__version__", "backends", "qsa_select", "topk"]
+__all__ = ["__version__", "backends", "qsa_scores", "qsa_select", "topk"]
 
 def __dir__() -> list[str]: ...
 
@@ -70,3 +70,19 @@ def qsa_select(
     page_size: int = 64,
     seq_ids: Any = None,
 ) -> tuple[_A, _A]: ...
+
+# QSA indexer scores (CPU engine; NumPy arrays or CPU tensors): float32
+# [T, NB], sum over heads of relu(q[t, h] . kbar[b]) / sqrt(d) for the blocks
+# b < (positions[t] + 1) // ratio, -inf beyond. q [T, H, d] float32 / bf16;
+# kbar [NB, d] (or [pages, page_size // ratio, d] with page_table and
+# seq_ids) float32 / bf16 / fp8 e4m3. A tensor q gives a tensor.
+def qsa_scores(
+    q: _A,
+    kbar: Any,
+    positions: Any,
+    *,
+    ratio: int = 4,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> _A: ...

@@ -76,3 +76,14 @@ def cuda_qsa_select(
     workspace_bytes: int,
     stream: int,
 ) -> None: ...
+def qsa_scores_cpu(
+    q: Any,
+    q_dtype: str,
+    kbar: Any,
+    k_dtype: str,
+    positions: Any,
+    ratio: int,
+    page_table: Any | None,
+    page_size: int,
+    seq_ids: Any | None,
+) -> Any: ...
