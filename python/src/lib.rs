@@ -548,6 +548,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_qsa_workspace_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_qsa_select, m)?)?;
     m.add_function(wrap_pyfunction!(qsa_scores_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(sparse_mla_prefill_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(sparse_mla_decode_cpu, m)?)?;
     Ok(())
 }
 
@@ -688,3 +690,192 @@ fn qsa_scores_cpu<'py>(
     }
 }
 
+// ---------------------------------------------------------------------------
+// Sparse MLA attention (the CPU reference)
+// ---------------------------------------------------------------------------
+
+/// A C-contiguous, aligned 1-D NumPy array of `B` as a slice of `T` (the same
+/// layout).
+fn mla_slice<'a, T, B: Element>(what: &str, a: &'a PyReadonlyArray1<'_, B>) -> PyResult<&'a [T]> {
+    assert!(size_of::<B>() == size_of::<T>() && align_of::<B>() == align_of::<T>());
+    let s = a.as_slice().map_err(|e| value_err(format!("{what}: {e} (pass an aligned, contiguous array)")))?;
+    // SAFETY: `B` and `T` have the same size and alignment (asserted; `bf16`
+    // is `repr(transparent)` over `u16`) and every bit pattern is a valid
+    // `T`; the slice borrows the array's buffer, which the guard keeps alive.
+    Ok(unsafe { std::slice::from_raw_parts(s.as_ptr() as *const T, s.len()) })
+}
+
+/// One flat q / kv / cache argument of the sparse MLA paths, by its dtype.
+enum MlaData<'py> {
+    F32(PyReadonlyArray1<'py, f32>),
+    BF16(PyReadonlyArray1<'py, u16>),
+    U8(PyReadonlyArray1<'py, u8>),
+}
+
+impl<'py> MlaData<'py> {
+    /// `a` (1-D float32, uint16 bf16 bits or uint8 fp8 bytes) as `dtype` says.
+    fn extract(what: &str, a: &Bound<'py, PyAny>, dtype: &str) -> PyResult<Self> {
+        let te = |e: PyErr| PyTypeError::new_err(format!("{what}: {e}"));
+        Ok(match dtype {
+            "f32" => MlaData::F32(a.extract().map_err(te)?),
+            "bf16" => MlaData::BF16(a.extract().map_err(te)?),
+            "fp8" => MlaData::U8(a.extract().map_err(te)?),
+            other => return Err(value_err(format!("{what}: unknown dtype {other:?} (expected f32, bf16 or fp8)"))),
+        })
+    }
+}
+
+/// The out array (f32, or bf16 bits as uint16 when `out_bf16`) of a reference `out`.
+fn mla_out<'py>(py: Python<'py>, out: &[f64], out_bf16: bool) -> Bound<'py, PyAny> {
+    if out_bf16 {
+        let bits: Vec<u16> = out.iter().map(|&x| bf16::from_f64(x).to_bits()).collect();
+        numpy::PyArray1::from_vec(py, bits).into_any()
+    } else {
+        numpy::PyArray1::from_vec(py, out.iter().map(|&x| x as f32).collect::<Vec<f32>>()).into_any()
+    }
+}
+
+fn mla_f32<'py>(py: Python<'py>, v: &[f64]) -> Bound<'py, numpy::PyArray1<f32>> {
+    numpy::PyArray1::from_vec(py, v.iter().map(|&x| x as f32).collect::<Vec<f32>>())
+}
+
+fn opt_slice<'a, T: Element>(what: &str, a: &'a Option<PyReadonlyArray1<'_, T>>) -> PyResult<Option<&'a [T]>> {
+    a.as_ref().map(|x| x.as_slice().map_err(|e| value_err(format!("{what}: {e}")))).transpose()
+}
+
+/// `sparse_mla_prefill_cpu`'s result: flat out, max_logits and lse.
+type MlaPrefillArrays<'py> = (Bound<'py, PyAny>, Bound<'py, numpy::PyArray1<f32>>, Bound<'py, numpy::PyArray1<f32>>);
+
+/// Sparse MLA prefill (FlashMLA's `flash_mla_sparse_fwd`) by the float64
+/// reference: flat C-order arrays q `[s_q, h_q, d_qk]` and kv `[s_kv,
+/// d_qk]` of `dtype` ("f32": float32, "bf16": bf16 bits as uint16), indices
+/// int32 `[s_q, topk]`, attn_sink float32 `[h_q]`, topk_length int32
+/// `[s_q]`. Returns flat (out `[s_q, h_q, d_v]` as float32 or, with
+/// `out_bf16`, bf16 bits as uint16; max_logits and lse float32 `[s_q,
+/// h_q]`). The GIL is released while it runs.
+#[pyfunction]
+#[pyo3(signature = (q, kv, indices, dtype, s_q, s_kv, h_q, d_qk, topk, sm_scale, d_v, attn_sink, topk_length, out_bf16))]
+#[allow(clippy::too_many_arguments)]
+fn sparse_mla_prefill_cpu<'py>(
+    py: Python<'py>,
+    q: &Bound<'py, PyAny>,
+    kv: &Bound<'py, PyAny>,
+    indices: PyReadonlyArray1<'py, i32>,
+    dtype: &str,
+    s_q: usize,
+    s_kv: usize,
+    h_q: usize,
+    d_qk: usize,
+    topk: usize,
+    sm_scale: f64,
+    d_v: usize,
+    attn_sink: Option<PyReadonlyArray1<'py, f32>>,
+    topk_length: Option<PyReadonlyArray1<'py, i32>>,
+    out_bf16: bool,
+) -> PyResult<MlaPrefillArrays<'py>> {
+    use flashsel::ops::mla::{reference_sparse_mla_prefill, SparseMlaPrefill};
+    let dt = match dtype {
+        "f32" => DType::F32,
+        "bf16" => DType::BF16,
+        other => return Err(value_err(format!("sparse_mla_prefill takes f32 or bf16 q / kv, not {other:?}"))),
+    };
+    let spec = SparseMlaPrefill::new(s_q, s_kv, h_q, d_qk, topk, sm_scale as f32).with_dtype(dt).with_d_v(d_v);
+    spec.validate().map_err(to_py)?;
+    let (qd, kvd) = (MlaData::extract("q", q, dtype)?, MlaData::extract("kv", kv, dtype)?);
+    let idx = indices.as_slice().map_err(|e| value_err(format!("indices: {e}")))?;
+    let sink = opt_slice("attn_sink", &attn_sink)?;
+    let lens = opt_slice("topk_length", &topk_length)?;
+    let r = match (&qd, &kvd) {
+        (MlaData::F32(q), MlaData::F32(kv)) => {
+            let (q, kv) = (mla_slice::<f32, f32>("q", q)?, mla_slice::<f32, f32>("kv", kv)?);
+            py.detach(|| reference_sparse_mla_prefill(&spec, q, kv, idx, lens, sink))
+        }
+        (MlaData::BF16(q), MlaData::BF16(kv)) => {
+            let (q, kv) = (mla_slice::<bf16, u16>("q", q)?, mla_slice::<bf16, u16>("kv", kv)?);
+            py.detach(|| reference_sparse_mla_prefill(&spec, q, kv, idx, lens, sink))
+        }
+        _ => unreachable!("q and kv share the dtype"),
+    }
+    .map_err(to_py)?;
+    Ok((mla_out(py, &r.out, out_bf16), mla_f32(py, &r.max_logits), mla_f32(py, &r.lse)))
+}
+
+/// `sparse_mla_decode_cpu`'s result: flat out and lse.
+type MlaDecodeArrays<'py> = (Bound<'py, PyAny>, Bound<'py, numpy::PyArray1<f32>>);
+
+/// Sparse MLA decode (the sparse path of FlashMLA's `flash_mla_with_kvcache`)
+/// by the float64 reference: flat q `[batch, s_q, h_q, d_qk]` of `q_dtype`
+/// ("f32" / "bf16" bits as uint16); `cache` a flat buffer of `cache_format`
+/// ("f32", "bf16" bits as uint16, "fp8": the 656-byte tokens as uint8) in
+/// which token `t` of page `p` starts at element `p * page_stride + t *
+/// token_stride`; indices int32 `[batch, s_q, topk]` (slots `page *
+/// page_size + offset`); topk_length int32 `[batch]` or `[batch * s_q]`.
+/// Returns flat (out `[batch, s_q, h_q, d_v]`, float32 or bf16 bits; lse
+/// float32 `[batch, h_q, s_q]`). The GIL is released while it runs.
+#[pyfunction]
+#[pyo3(signature = (q, q_dtype, cache, cache_format, batch, s_q, h_q, d_qk, topk, num_pages, page_size,
+                    page_stride, token_stride, indices, sm_scale, d_v, attn_sink, topk_length, out_bf16))]
+#[allow(clippy::too_many_arguments)]
+fn sparse_mla_decode_cpu<'py>(
+    py: Python<'py>,
+    q: &Bound<'py, PyAny>,
+    q_dtype: &str,
+    cache: &Bound<'py, PyAny>,
+    cache_format: &str,
+    batch: usize,
+    s_q: usize,
+    h_q: usize,
+    d_qk: usize,
+    topk: usize,
+    num_pages: usize,
+    page_size: usize,
+    page_stride: usize,
+    token_stride: usize,
+    indices: PyReadonlyArray1<'py, i32>,
+    sm_scale: f64,
+    d_v: usize,
+    attn_sink: Option<PyReadonlyArray1<'py, f32>>,
+    topk_length: Option<PyReadonlyArray1<'py, i32>>,
+    out_bf16: bool,
+) -> PyResult<MlaDecodeArrays<'py>> {
+    use flashsel::ops::mla::{reference_sparse_mla_decode, CacheFormat, PagedKvCache, SparseMlaDecode};
+    let qdt = match q_dtype {
+        "f32" => DType::F32,
+        "bf16" => DType::BF16,
+        other => return Err(value_err(format!("sparse_mla_decode takes f32 or bf16 q, not {other:?}"))),
+    };
+    let fmt = match cache_format {
+        "f32" => CacheFormat::F32,
+        "bf16" => CacheFormat::BF16,
+        "fp8" => CacheFormat::Fp8V32,
+        other => return Err(value_err(format!("unknown cache format {other:?} (expected f32, bf16 or fp8)"))),
+    };
+    let spec = SparseMlaDecode::new(batch, s_q, h_q, d_qk, topk, num_pages, page_size, fmt, sm_scale as f32)
+        .with_strides(page_stride, token_stride)
+        .with_q_dtype(qdt)
+        .with_d_v(d_v);
+    spec.validate().map_err(to_py)?;
+    let qd = MlaData::extract("q", q, q_dtype)?;
+    let cd = MlaData::extract("k_cache", cache, cache_format)?;
+    let kv = match &cd {
+        MlaData::F32(c) => PagedKvCache::F32(mla_slice::<f32, f32>("k_cache", c)?),
+        MlaData::BF16(c) => PagedKvCache::BF16(mla_slice::<bf16, u16>("k_cache", c)?),
+        MlaData::U8(c) => PagedKvCache::Fp8(mla_slice::<u8, u8>("k_cache", c)?),
+    };
+    let idx = indices.as_slice().map_err(|e| value_err(format!("indices: {e}")))?;
+    let sink = opt_slice("attn_sink", &attn_sink)?;
+    let lens = opt_slice("topk_length", &topk_length)?;
+    let r = match &qd {
+        MlaData::F32(q) => {
+            let q = mla_slice::<f32, f32>("q", q)?;
+            py.detach(|| reference_sparse_mla_decode(&spec, q, kv, idx, lens, sink))
+        }
+        MlaData::BF16(q) => {
+            let q = mla_slice::<bf16, u16>("q", q)?;
+            py.detach(|| reference_sparse_mla_decode(&spec, q, kv, idx, lens, sink))
+        }
+        MlaData::U8(_) => unreachable!("q is f32 or bf16"),
+    }
+    .map_err(to_py)?;
+    Ok((mla_out(py, &r.out, out_bf16), mla_f32(py, &r.lse)))
+}

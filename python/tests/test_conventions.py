@@ -30,7 +30,15 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
 
 
 def test_dir_shows_only_the_public_names():
-    assert dir(flashsel) == ["__version__", "backends", "qsa_scores", "qsa_select", "topk"]
+    assert dir(flashsel) == [
+        "__version__",
+        "backends",
+        "qsa_scores",
+        "qsa_select",
+        "sparse_mla_decode",
+        "sparse_mla_prefill",
+        "topk",
+    ]
     assert sorted(flashsel.__all__) == dir(flashsel)
     star: dict = {}
     exec("from flashsel import *", star)

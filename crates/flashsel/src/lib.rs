@@ -47,6 +47,7 @@ pub use ops::select::{reference_select, OutputOrder, SelectSpec, Selection};
 /// The CPU engine's entry points, one per operation.
 pub mod cpu {
     pub use crate::ops::indexer::qsa_scores;
+    pub use crate::ops::mla::{sparse_mla_decode, sparse_mla_prefill};
     pub use crate::ops::qsa::qsa_select;
     pub use crate::ops::select::cpu::{
         select, select_into, select_ranges, select_ranges_into, select_ranges_paged, select_ranges_paged_into,

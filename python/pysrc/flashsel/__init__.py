@@ -3,7 +3,10 @@
 :func:`topk` selects the top k of each row; :func:`qsa_select` turns QSA
 block scores into the token ids (or KV slots) a query attends to;
 :func:`qsa_scores` computes those block scores from the indexer's queries
-and block keys (CPU so far); :func:`backends` says what can run here; ``__version__`` is the
+and block keys (CPU so far); :func:`sparse_mla_prefill` and
+:func:`sparse_mla_decode` are the sparse attention that reads the selected
+indices, with FlashMLA's semantics (the float64 reference on the CPU so
+far); :func:`backends` says what can run here; ``__version__`` is the
 package version. Those are the public names (``__all__``, ``dir(flashsel)``); everything else is private. NumPy arrays and CPU torch tensors go to the CPU engine (the GIL is
 released while it runs); CUDA torch tensors go to the CUDA engine on the
 tensor's device and current stream, asynchronously.
@@ -25,6 +28,7 @@ import sys as _sys
 
 from ._api import backends, qsa_select, topk
 from ._indexer import qsa_scores
+from ._mla import sparse_mla_decode, sparse_mla_prefill
 from ._native import __version__
 
 if _sys.modules.get("torch") is not None:
@@ -32,10 +36,19 @@ if _sys.modules.get("torch") is not None:
     # .qsa_select) now; otherwise the first call on a tensor does.
     from . import _torch_ops  # noqa: F401
 
-__all__ = ["__version__", "backends", "qsa_scores", "qsa_select", "topk"]
+__all__ = [
+    "__version__",
+    "backends",
+    "qsa_scores",
+    "qsa_select",
+    "sparse_mla_decode",
+    "sparse_mla_prefill",
+    "topk",
+]
 
 # help() names the public module, not the private one.
 topk.__module__ = backends.__module__ = qsa_select.__module__ = qsa_scores.__module__ = __name__
+sparse_mla_prefill.__module__ = sparse_mla_decode.__module__ = __name__
 
 
 def __dir__() -> list[str]:

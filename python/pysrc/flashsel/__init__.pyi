@@ -3,7 +3,15 @@
 from typing import Any, Literal, TypeVar, overload
 
 __version__: str
-__all__ = ["__version__", "backends", "qsa_scores", "qsa_select", "topk"]
+__all__ = [
+    "__version__",
+    "backends",
+    "qsa_scores",
+    "qsa_select",
+    "sparse_mla_decode",
+    "sparse_mla_prefill",
+    "topk",
+]
 
 def __dir__() -> list[str]: ...
 
@@ -86,3 +94,34 @@ def qsa_scores(
     page_size: int = 64,
     seq_ids: Any = None,
 ) -> _A: ...
+
+# Sparse MLA attention with FlashMLA's semantics (the float64 reference on
+# the CPU; NumPy arrays or CPU tensors, float32 / bfloat16; CUDA tensors raise
+# NotImplementedError). Prefill: q [s_q, h_q, d_qk], kv [s_kv, 1, d_qk],
+# indices int32 [s_q, 1, topk] -> (out [s_q, h_q, d_v] in q's dtype,
+# max_logits float32 [s_q, h_q], lse float32 [s_q, h_q]).
+def sparse_mla_prefill(
+    q: _A,
+    kv: Any,
+    indices: Any,
+    sm_scale: float,
+    d_v: int = 512,
+    attn_sink: Any = None,
+    topk_length: Any = None,
+) -> tuple[_A, _A, _A]: ...
+
+# Decode: q [b, s_q, h_q, d_qk], k_cache [pages, page_size, 1, 656] (fp8,
+# uint8 / float8_e4m3fn) or [pages, page_size, 1, d_qk] (float32 / bfloat16),
+# indices int32 [b, s_q, topk] slots -> (out [b, s_q, h_q, d_v], lse float32
+# [b, h_q, s_q]).
+def sparse_mla_decode(
+    q: _A,
+    k_cache: Any,
+    indices: Any,
+    sm_scale: float | None = None,
+    d_v: int = 512,
+    *,
+    is_fp8_kvcache: bool | None = None,
+    topk_length: Any = None,
+    attn_sink: Any = None,
+) -> tuple[_A, _A]: ...

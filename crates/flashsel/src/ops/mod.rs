@@ -7,10 +7,12 @@
 //! - [`qsa`]: QSA block selection: the block top-k of each query's visible
 //!   blocks, expanded to token ids (or KV slots through a page table).
 //! - [`indexer`]: the QSA indexer's block scores (`qsa_scores`), exact to a stated bound.
+//! - [`mla`]: sparse MLA attention over selected indices (FlashMLA's semantics; exact f64 reference).
 //! - [`pages`]: page tables, token ids to KV-cache slots (both operations).
 //! - [`shard`]: context-parallel selection: rows sharded over ranks, the exact merge of their candidates.
 
 pub mod indexer;
+pub mod mla;
 pub mod pages;
 pub mod qsa;
 pub mod select;
