@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Where one row should leave the row path for the grid path: a single row's
+time on the planner's choice (the grid path past the fit) against the row
+path's one-row latency, measured as 264 rows of the same width (one CTA a
+row, two a SM: every CTA runs at once, so the batch takes about one row's
+time) and as 132 rows.
+
+    python bench/row_vs_grid.py [--k 512]
+
+CUDA-graph replays of 10 calls, medians, f32 and bf16, widths from 12K to
+128K columns. The planner's boundary (plan::plan's grid choice for a single
+row) was set when rows under 16 tiles could not be sampled on the row path;
+v33 samples from 4 tiles, so this is the measurement that moves it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--k", type=int, default=512)
+    args = ap.parse_args()
+    import torch
+
+    import flashsel
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(3)
+
+    def t_graph(fn, calls: int = 10, iters: int = 15) -> float:
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            fn()
+            torch.cuda.synchronize()
+            gr = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(gr, stream=s):
+                for _ in range(calls):
+                    fn()
+        gr.replay()
+        torch.cuda.synchronize()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ts = []
+        for _ in range(iters):
+            e0.record()
+            gr.replay()
+            e1.record()
+            e1.synchronize()
+            ts.append(e0.elapsed_time(e1) * 1e3 / calls)
+        return round(statistics.median(ts), 2)
+
+    flashsel.backends()  # the engine and its kernels, before any capture
+    for dt in (torch.float32, torch.bfloat16):
+        for w in (12_288, 16_384, 24_576, 32_768, 49_152, 65_536, 131_072):
+            one = torch.randn((1, w), generator=g, device=dev).to(dt)
+            many = torch.randn((264, w), generator=g, device=dev).to(dt)
+            row = {
+                "dtype": str(dt).removeprefix("torch."),
+                "cols": w,
+                "one_row_planned": t_graph(lambda: flashsel.topk(one, args.k)),
+                "264_rows_row_path": t_graph(lambda: flashsel.topk(many, args.k)),
+                "132_rows_row_path": t_graph(lambda: flashsel.topk(many[:132], args.k)),
+            }
+            print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
