@@ -359,7 +359,7 @@ def test_compile_errors():
     # Value errors: when the graph runs, as the eager exception.
     with pytest.raises(ValueError, match="lengths\\[0\\] = 9 is outside 0..=8"):
         compiled(lambda s, n: flashsel.topk(s, 2, lengths=n))(x, torch.tensor([9, 0, 0]))
-    with pytest.raises(ValueError, match="positions\\[0\\] = 11 sees 3 blocks of 4 but the scores hold 2"):
+    with pytest.raises(ValueError, match="positions\\[0\\] = 11 sees 3 blocks of 4 tokens but the scores hold 2"):
         compiled(lambda s, p: flashsel.qsa_select(s, p, k_blocks=1))(torch.zeros(1, 2), torch.tensor([11]))
 
 

@@ -262,34 +262,10 @@ impl QsaScoresSpec {
     /// The visible complete blocks of each row, checked: `t >= 0` and
     /// `(t + 1) / ratio <= blocks`.
     fn visible(&self, positions: &[i64]) -> Result<Vec<usize>> {
-        if positions.len() != self.rows {
-            return Err(Error::Shape(format!(
-                "positions has {} entries but q has {} rows",
-                positions.len(),
-                self.rows
-            )));
-        }
-        positions
-            .iter()
-            .enumerate()
-            .map(|(i, &t)| {
-                if t < 0 {
-                    return Err(Error::InvalidOption {
-                        what: "position",
-                        value: format!("positions[{i}] = {t}"),
-                        expected: ">= 0",
-                    });
-                }
-                let v = (t as u128 + 1) / self.ratio as u128;
-                if v > self.blocks as u128 {
-                    return Err(Error::Shape(format!(
-                        "positions[{i}] = {t} sees {v} blocks of {} tokens but the keys hold {} blocks (NB)",
-                        self.ratio, self.blocks
-                    )));
-                }
-                Ok(v as usize)
-            })
-            .collect()
+        let holder = "the keys hold";
+        let v =
+            crate::ops::qsa::visible_blocks(positions, self.rows, self.ratio, self.blocks, "q has", "rows", holder)?;
+        Ok(v)
     }
 }
 

@@ -458,7 +458,7 @@ fn bad_requests_are_refused_with_a_clear_error() {
     let e = err(&q, &flat, &[3, -1], &spec);
     assert!(e.contains("positions[1] = -1"), "{e}");
     let e = err(&q, &flat, &[3, 19], &spec);
-    assert!(e.contains("positions[1] = 19 sees 5 blocks of 4 tokens but the keys hold 4 blocks"), "{e}");
+    assert!(e.contains("positions[1] = 19 sees 5 blocks of 4 tokens but the keys hold 4"), "{e}");
     let mut out = vec![0f32; 7];
     let e = qsa_scores_into(&q, &flat, &ok, &spec, &mut out).unwrap_err().to_string();
     assert!(e.contains("the scores output") && e.contains("8"), "{e}");

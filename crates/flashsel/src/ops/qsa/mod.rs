@@ -128,35 +128,51 @@ impl QsaSpec {
     /// The visible complete blocks of each row, checked: `t >= 0` and
     /// `(t + 1) / ratio <= blocks`.
     fn visible(&self, positions: &[i64]) -> Result<Vec<i32>> {
-        if positions.len() != self.rows {
-            return Err(Error::Shape(format!(
-                "positions has {} entries but there are {} rows",
-                positions.len(),
-                self.rows
-            )));
-        }
-        positions
-            .iter()
-            .enumerate()
-            .map(|(i, &t)| {
-                if t < 0 {
-                    return Err(Error::InvalidOption {
-                        what: "position",
-                        value: format!("positions[{i}] = {t}"),
-                        expected: ">= 0",
-                    });
-                }
-                let v = (t as u128 + 1) / self.ratio as u128;
-                if v > self.blocks as u128 {
-                    return Err(Error::Shape(format!(
-                        "positions[{i}] = {t} sees {v} blocks of {} but the scores hold {}",
-                        self.ratio, self.blocks
-                    )));
-                }
-                Ok(v as i32)
-            })
-            .collect()
+        let v = visible_blocks(positions, self.rows, self.ratio, self.blocks, "there are", "rows", "the scores hold")?;
+        Ok(v.into_iter().map(|b| b as i32).collect())
     }
+}
+
+/// Each query's visible complete blocks `V = (t + 1) / ratio`, checked: one
+/// position per row, `t >= 0`, `V <= blocks`. The one rule of every QSA
+/// operation (`qsa_select`, `qsa_scores`); the words name the caller's
+/// inputs in the errors (`"{rows_where} {rows} {rows_what}"`, `"{holder}
+/// {blocks}"`).
+pub(crate) fn visible_blocks(
+    positions: &[i64],
+    rows: usize,
+    ratio: usize,
+    blocks: usize,
+    rows_where: &str,
+    rows_what: &str,
+    holder: &str,
+) -> Result<Vec<usize>> {
+    if positions.len() != rows {
+        return Err(Error::Shape(format!(
+            "positions has {} entries but {rows_where} {rows} {rows_what}",
+            positions.len()
+        )));
+    }
+    positions
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            if t < 0 {
+                return Err(Error::InvalidOption {
+                    what: "position",
+                    value: format!("positions[{i}] = {t}"),
+                    expected: ">= 0",
+                });
+            }
+            let v = (t as u128 + 1) / ratio as u128;
+            if v > blocks as u128 {
+                return Err(Error::Shape(format!(
+                    "positions[{i}] = {t} sees {v} blocks of {ratio} tokens but {holder} {blocks}"
+                )));
+            }
+            Ok(v as usize)
+        })
+        .collect()
 }
 
 /// The result: `rows x width` ids (tokens or slots, `-1` padded) and the
