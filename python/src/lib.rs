@@ -548,6 +548,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_qsa_workspace_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_qsa_select, m)?)?;
     m.add_function(wrap_pyfunction!(qsa_scores_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(qsa_indexer_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(sparse_mla_prefill_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(sparse_mla_decode_cpu, m)?)?;
     Ok(())
@@ -588,6 +589,28 @@ fn qsa_scores_host<'py, Q, QB, K, KB>(
     ratio: usize,
     pages: Option<HostPages<'_>>,
 ) -> PyResult<Bound<'py, numpy::PyArray2<f32>>>
+where
+    Q: flashsel::ops::indexer::QueryElem,
+    K: flashsel::ops::indexer::KeyElem,
+    QB: Element,
+    KB: Element,
+{
+    indexer_inputs::<Q, QB, K, KB, _>(q, kbar, ratio, pages, |qs, keys, spec| {
+        let scores = py.detach(|| flashsel::cpu::qsa_scores(qs, keys, positions, &spec)).map_err(to_py)?;
+        numpy::PyArray1::from_vec(py, scores).reshape([spec.rows, spec.blocks])
+    })
+}
+
+/// The inputs of the indexer (`qsa_scores_cpu`, `qsa_indexer_cpu`) as typed
+/// slices, block keys and a scores spec (`NB` from the keys or the page
+/// table), handed to `f`.
+fn indexer_inputs<'py, Q, QB, K, KB, R>(
+    q: &Bound<'py, PyAny>,
+    kbar: &Bound<'py, PyAny>,
+    ratio: usize,
+    pages: Option<HostPages<'_>>,
+    f: impl FnOnce(&[Q], &flashsel::ops::indexer::BlockKeys<'_, K>, flashsel::ops::indexer::QsaScoresSpec) -> PyResult<R>,
+) -> PyResult<R>
 where
     Q: flashsel::ops::indexer::QueryElem,
     K: flashsel::ops::indexer::KeyElem,
@@ -641,8 +664,7 @@ where
         None => BlockKeys::Contiguous(ks),
         Some(pages) => BlockKeys::Paged { kbar: ks, pages },
     };
-    let scores = py.detach(|| flashsel::cpu::qsa_scores(qs, &keys, positions, &spec)).map_err(to_py)?;
-    numpy::PyArray1::from_vec(py, scores).reshape([rows, blocks])
+    f(qs, &keys, spec)
 }
 
 /// QSA indexer scores on the CPU engine: float32 `[T, NB]` from `q`
@@ -878,4 +900,99 @@ fn sparse_mla_decode_cpu<'py>(
     }
     .map_err(to_py)?;
     Ok((mla_out(py, &r.out, out_bf16), mla_f32(py, &r.lse)))
+}
+
+// ---------------------------------------------------------------------------
+// The fused QSA indexer (CPU engine)
+// ---------------------------------------------------------------------------
+
+/// The typed host path of `qsa_indexer_cpu` (see `qsa_scores_host`).
+#[allow(clippy::too_many_arguments)]
+fn qsa_indexer_host<'py, Q, QB, K, KB>(
+    py: Python<'py>,
+    q: &Bound<'py, PyAny>,
+    kbar: &Bound<'py, PyAny>,
+    positions: &[i64],
+    ratio: usize,
+    k_blocks: usize,
+    order: OutputOrder,
+    nan: NanPolicy,
+    pages: Option<HostPages<'_>>,
+) -> PyResult<QsaArrays<'py>>
+where
+    Q: flashsel::ops::indexer::QueryElem,
+    K: flashsel::ops::indexer::KeyElem,
+    QB: Element,
+    KB: Element,
+{
+    use flashsel::ops::indexer::{BlockKeys, QsaIndexerSpec};
+    indexer_inputs::<Q, QB, K, KB, _>(q, kbar, ratio, pages, |qs, keys, s| {
+        let spec = QsaIndexerSpec::new(s.rows, s.blocks)
+            .with_heads(s.heads)
+            .with_dim(s.dim)
+            .with_ratio(s.ratio)
+            .with_k_blocks(k_blocks)
+            .with_order(order)
+            .with_nan(nan);
+        // A paged cache's table also maps the ids to slots.
+        let map = match keys {
+            BlockKeys::Paged { pages, .. } => Some(*pages),
+            BlockKeys::Contiguous(_) => None,
+        };
+        let sel = py.detach(|| flashsel::cpu::qsa_indexer(qs, keys, positions, &spec, map.as_ref())).map_err(to_py)?;
+        let ids = numpy::PyArray1::from_vec(py, sel.ids).reshape([sel.rows, sel.width])?;
+        Ok((ids, numpy::PyArray1::from_vec(py, sel.counts)))
+    })
+}
+
+/// The fused QSA indexer on the CPU engine: `qsa_select(qsa_scores(...))`
+/// without the `[T, NB]` scores; returns (ids int32 [T, width], counts int32
+/// [T]). The inputs as for `qsa_scores_cpu`, the options as for
+/// `qsa_select_cpu`; with a page table the ids are slots through it. The GIL
+/// is released while it runs.
+#[pyfunction]
+#[pyo3(signature = (q, q_dtype, kbar, k_dtype, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids))]
+#[allow(clippy::too_many_arguments)]
+fn qsa_indexer_cpu<'py>(
+    py: Python<'py>,
+    q: &Bound<'py, PyAny>,
+    q_dtype: &str,
+    kbar: &Bound<'py, PyAny>,
+    k_dtype: &str,
+    positions: PyReadonlyArray1<'py, i64>,
+    ratio: usize,
+    k_blocks: usize,
+    order: &str,
+    nan: &str,
+    page_table: Option<PyReadonlyArray2<'py, i32>>,
+    page_size: usize,
+    seq_ids: Option<PyReadonlyArray1<'py, i32>>,
+) -> PyResult<QsaArrays<'py>> {
+    use flashsel::ops::indexer::F8E4M3;
+    let (order, nan) = (OutputOrder::parse(order).map_err(to_py)?, NanPolicy::parse(nan).map_err(to_py)?);
+    let positions = positions.as_slice().map_err(|e| value_err(format!("positions: {e}")))?;
+    if let Some(t) = &page_table {
+        if !t.is_c_contiguous() {
+            return Err(value_err("page_table: the array is not C-contiguous; pass np.ascontiguousarray(x)"));
+        }
+    }
+    let pages = host_pages(&page_table, page_size, &seq_ids)?;
+    let (qd, kd) = (DType::parse(q_dtype).map_err(to_py)?, DType::parse(k_dtype).map_err(to_py)?);
+    let (p, r, k) = (positions, ratio, k_blocks);
+    match (qd, kd) {
+        (DType::F32, DType::F32) => qsa_indexer_host::<f32, f32, f32, f32>(py, q, kbar, p, r, k, order, nan, pages),
+        (DType::F32, DType::BF16) => qsa_indexer_host::<f32, f32, bf16, u16>(py, q, kbar, p, r, k, order, nan, pages),
+        (DType::F32, DType::F8E4M3) => {
+            qsa_indexer_host::<f32, f32, F8E4M3, u8>(py, q, kbar, p, r, k, order, nan, pages)
+        }
+        (DType::BF16, DType::F32) => qsa_indexer_host::<bf16, u16, f32, f32>(py, q, kbar, p, r, k, order, nan, pages),
+        (DType::BF16, DType::BF16) => qsa_indexer_host::<bf16, u16, bf16, u16>(py, q, kbar, p, r, k, order, nan, pages),
+        (DType::BF16, DType::F8E4M3) => {
+            qsa_indexer_host::<bf16, u16, F8E4M3, u8>(py, q, kbar, p, r, k, order, nan, pages)
+        }
+        (DType::F32 | DType::BF16, other) => {
+            Err(value_err(format!("qsa_indexer takes f32, bf16 or f8e4m3 keys, not {other}")))
+        }
+        (other, _) => Err(value_err(format!("qsa_indexer takes f32 or bf16 queries, not {other}"))),
+    }
 }

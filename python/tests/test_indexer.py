@@ -505,3 +505,135 @@ def test_cuda_tensors_are_not_built_yet():
         flashsel.qsa_scores(q, k, torch.tensor([3], device="cuda"))
     with pytest.raises(NotImplementedError, match="not built yet"):
         flashsel.qsa_scores(q.cpu(), k, [3])
+
+
+# ---------------------------------------------------------------------------
+# qsa_indexer: qsa_select(qsa_scores(...)) without the scores
+# ---------------------------------------------------------------------------
+
+
+def composed(q, k, pos, **kw):
+    """The reference composition: the scores, then the selection."""
+    skw = {n: kw[n] for n in ("ratio", "page_table", "page_size", "seq_ids") if n in kw}
+    scores = flashsel.qsa_scores(q, k, pos, **skw)
+    return flashsel.qsa_select(scores, pos, **kw)
+
+
+def assert_same(q, k, pos, **kw):
+    ids, counts = flashsel.qsa_indexer(q, k, pos, **kw)
+    want_ids, want_counts = composed(q, k, pos, **kw)
+    np.testing.assert_array_equal(np.asarray(ids), np.asarray(want_ids))
+    np.testing.assert_array_equal(np.asarray(counts), np.asarray(want_counts))
+    return ids, counts
+
+
+@pytest.mark.parametrize("order", ["index", "score"])
+@pytest.mark.parametrize("nan", ["lowest", "largest"])
+@pytest.mark.parametrize(("q_kind", "k_kind"), [("f32", "f32"), ("bf16", "bf16"), ("f32", "fp8"), ("bf16", "f32")])
+def test_qsa_indexer_is_qsa_select_of_qsa_scores(order, nan, q_kind, k_kind):
+    rng = np.random.default_rng(30)
+    q32, k32, pos = random_case(rng, 11, 4, 128, 90, kscale=8.0 if k_kind == "fp8" else 1.0)
+    pos[3:6] = [16 * 4 - 1, 16 * 4 + 2, 17 * 4 - 1]  # V = k_blocks, k_blocks, k_blocks + 1
+    q, k = raw_inputs(q32, k32, q_kind, k_kind)
+    ids, counts = assert_same(q, k, pos, k_blocks=16, order=order, nan=nan)
+    assert ids.dtype == np.int32 and ids.shape == (11, 16 * 4 + 3) and counts.dtype == np.int32
+
+
+@pytest.mark.parametrize("order", ["index", "score"])
+def test_qsa_indexer_on_near_ties_and_nan(order):
+    rng = np.random.default_rng(31)
+    d, nb = 64, 120
+    # Few distinct values and repeated key rows: most scores tie exactly.
+    q = rng.integers(-1, 3, (9, 3, d)).astype(np.float32)
+    base = rng.integers(-2, 3, (3, d)).astype(np.float32)
+    k = base[np.arange(nb) % 3]
+    last = nb * 4 + 2
+    pos = np.concatenate([[last, 40, 43, 44], rng.integers(0, last + 1, 5)]).astype(np.int64)
+    for nan in ("lowest", "largest"):
+        assert_same(q, k, pos, k_blocks=10, order=order, nan=nan)
+    # Keys one bf16 step apart in one coordinate: scores that differ in the last bits.
+    bits = np.tile(f32_to_bf16_bits(rng.standard_normal(d).astype(np.float32)), (nb, 1))
+    bits[np.arange(nb), np.arange(nb) % d] += (np.arange(nb) % 3).astype(np.uint16)
+    assert_same(rng.standard_normal((9, 3, d)).astype(np.float32), bits, pos, k_blocks=10, order=order)
+    # NaN rows and NaN blocks.
+    qn = rng.standard_normal((9, 3, d)).astype(np.float32)
+    qn[1] = np.nan
+    qn[2, 0, 5] = np.nan
+    kn = rng.standard_normal((nb, d)).astype(np.float32)
+    kn[::5, 1] = np.nan
+    kn[2::7, 0] = np.inf
+    for nan in ("lowest", "largest"):
+        assert_same(qn, kn, pos, k_blocks=10, order=order, nan=nan)
+
+
+def test_qsa_indexer_paged_gives_slots_through_the_same_table():
+    rng = np.random.default_rng(32)
+    ratio, page_size = 4, 64
+    keys = [random_case(rng, 1, 1, 128, 200)[1] for _ in range(2)]
+    cache, table, cols = paged(keys, page_size, ratio, rng)
+    q, _, _ = random_case(rng, 4, 4, 128, 200)
+    pos = np.array([799, 500, 3, 798], np.int64)
+    seq_ids = np.array([0, 1, 1, 0], np.int32)
+    for order in ("index", "score"):
+        ids, counts = assert_same(q, cache, pos, k_blocks=64, order=order, page_table=table, seq_ids=seq_ids)
+        assert counts.tolist() == [256, 256 + 1, 4, 256 + 3]
+        # The slots of the token ids each sequence's own keys give.
+        for t in range(4):
+            tok, _ = flashsel.qsa_indexer(q[t : t + 1], keys[seq_ids[t]], pos[t : t + 1], k_blocks=64, order=order)
+            n = counts[t]
+            want = table[seq_ids[t], tok[0, :n] // page_size] * page_size + tok[0, :n] % page_size
+            np.testing.assert_array_equal(ids[t, :n], want)
+            assert (ids[t, n:] == -1).all()
+
+
+def test_qsa_indexer_defaults_and_errors():
+    rng = np.random.default_rng(33)
+    q, k, _ = random_case(rng, 3, 4, 128, 700)
+    pos = np.array([2798, 2050, 100], np.int64)
+    ids, counts = assert_same(q, k, pos)
+    assert counts.tolist() == [2051, 2051, 101] and ids.shape == (3, 2051)
+    with pytest.raises(ValueError, match="sees 11 blocks"):
+        flashsel.qsa_indexer(Q, K, np.array([3, 44]), k_blocks=2)
+    with pytest.raises(ValueError, match="head dim"):
+        flashsel.qsa_indexer(np.zeros((2, 4, 96), np.float32), np.zeros((10, 96), np.float32), POS)
+    with pytest.raises(ValueError, match="k_blocks"):
+        flashsel.qsa_indexer(Q, K, POS, k_blocks=0)
+    with pytest.raises(ValueError, match="order"):
+        flashsel.qsa_indexer(Q, K, POS, order="best")
+    with pytest.raises(ValueError, match="nan"):
+        flashsel.qsa_indexer(Q, K, POS, nan="high")
+    with pytest.raises(TypeError, match="unsupported q dtype"):
+        flashsel.qsa_indexer(Q.astype(np.float16), K, POS)
+    with pytest.raises(ValueError, match="page_table and seq_ids"):
+        flashsel.qsa_indexer(Q, K, POS, page_table=np.zeros((1, 4), np.int32))
+
+
+def test_qsa_indexer_torch_cpu_tensors():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(34)
+    q32, k32, pos = random_case(rng, 6, 4, 128, 60)
+    want_ids, want_counts = composed(q32, k32, pos, k_blocks=8, order="score")
+    ids, counts = flashsel.qsa_indexer(torch.from_numpy(q32), torch.from_numpy(k32), torch.from_numpy(pos), k_blocks=8, order="score")
+    assert isinstance(ids, torch.Tensor) and ids.dtype == torch.int32 and counts.dtype == torch.int32
+    np.testing.assert_array_equal(ids.numpy(), want_ids)
+    np.testing.assert_array_equal(counts.numpy(), want_counts)
+    qb, kb = torch.from_numpy(q32).bfloat16(), torch.from_numpy(k32).bfloat16()
+    ids, counts = flashsel.qsa_indexer(qb, kb, pos, k_blocks=8)
+    want_ids, want_counts = composed(qb, kb, torch.from_numpy(pos), k_blocks=8)
+    np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
+    np.testing.assert_array_equal(counts.numpy(), want_counts.numpy())
+    if hasattr(torch, "float8_e4m3fn"):
+        k8 = torch.from_numpy(k32 * 8).to(torch.float8_e4m3fn)
+        ids, _ = flashsel.qsa_indexer(qb, k8, pos, k_blocks=8)
+        want_ids, _ = composed(qb, k8, torch.from_numpy(pos), k_blocks=8)
+        np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
+
+
+def test_qsa_indexer_cuda_tensors_are_not_built_yet():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    q = torch.zeros((1, 4, 128), device="cuda")
+    k = torch.zeros((4, 128), device="cuda")
+    with pytest.raises(NotImplementedError, match="qsa_indexer on CUDA tensors: not built yet"):
+        flashsel.qsa_indexer(q, k, torch.tensor([3], device="cuda"))

@@ -3,7 +3,8 @@
 :func:`topk` selects the top k of each row; :func:`qsa_select` turns QSA
 block scores into the token ids (or KV slots) a query attends to;
 :func:`qsa_scores` computes those block scores from the indexer's queries
-and block keys (CPU so far); :func:`sparse_mla_prefill` and
+and block keys (CPU so far), :func:`qsa_indexer` both at once without the
+score matrix (CPU so far); :func:`sparse_mla_prefill` and
 :func:`sparse_mla_decode` are the sparse attention that reads the selected
 indices, with FlashMLA's semantics (the float64 reference on the CPU so
 far); :func:`backends` says what can run here; ``__version__`` is the
@@ -27,7 +28,7 @@ The contract (the same bytes on every backend)
 import sys as _sys
 
 from ._api import backends, qsa_select, topk
-from ._indexer import qsa_scores
+from ._indexer import qsa_indexer, qsa_scores
 from ._mla import sparse_mla_decode, sparse_mla_prefill
 from ._native import __version__
 
@@ -39,6 +40,7 @@ if _sys.modules.get("torch") is not None:
 __all__ = [
     "__version__",
     "backends",
+    "qsa_indexer",
     "qsa_scores",
     "qsa_select",
     "sparse_mla_decode",
@@ -48,7 +50,7 @@ __all__ = [
 
 # help() names the public module, not the private one.
 topk.__module__ = backends.__module__ = qsa_select.__module__ = qsa_scores.__module__ = __name__
-sparse_mla_prefill.__module__ = sparse_mla_decode.__module__ = __name__
+sparse_mla_prefill.__module__ = sparse_mla_decode.__module__ = qsa_indexer.__module__ = __name__
 
 
 def __dir__() -> list[str]:

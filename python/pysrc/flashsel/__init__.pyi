@@ -6,6 +6,7 @@ __version__: str
 __all__ = [
     "__version__",
     "backends",
+    "qsa_indexer",
     "qsa_scores",
     "qsa_select",
     "sparse_mla_decode",
@@ -94,6 +95,24 @@ def qsa_scores(
     page_size: int = 64,
     seq_ids: Any = None,
 ) -> _A: ...
+
+# The fused QSA indexer (CPU engine; NumPy arrays or CPU tensors): exactly
+# qsa_select(qsa_scores(q, kbar, positions, ...), positions, ...) without the
+# [T, NB] scores -> (ids int32 [T, k_blocks * ratio + ratio - 1], counts int32
+# [T]); with page_table the keys are paged and the ids are slots.
+def qsa_indexer(
+    q: _A,
+    kbar: Any,
+    positions: Any,
+    *,
+    ratio: int = 4,
+    k_blocks: int = 512,
+    order: Literal["score", "index"] = "index",
+    nan: Literal["lowest", "largest"] = "lowest",
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> tuple[_A, _A]: ...
 
 # Sparse MLA attention with FlashMLA's semantics (the float64 reference on
 # the CPU; NumPy arrays or CPU tensors, float32 / bfloat16; CUDA tensors raise

@@ -1,14 +1,15 @@
 """The QSA indexer (private: import from ``flashsel``): :func:`qsa_scores`,
-the block scores :func:`flashsel.qsa_select` ranks, on the CPU engine."""
+the block scores :func:`flashsel.qsa_select` ranks, and :func:`qsa_indexer`,
+the two fused, on the CPU engine."""
 
 import operator
 import sys
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from . import _native
-from ._api import _int_vector
+from ._api import _NANS, _ORDERS, _check_option, _int_vector
 
 _I32_MAX = 2**31 - 1
 
@@ -18,6 +19,7 @@ _K_ACCEPTED = (
     "or fp8 e4m3 (ml_dtypes.float8_e4m3fn, or uint8 bit patterns)"
 )
 _CUDA_MSG = "qsa_scores on CUDA tensors: not built yet"
+_CUDA_INDEXER_MSG = "qsa_indexer on CUDA tensors: not built yet"
 
 
 def qsa_scores(
@@ -84,6 +86,67 @@ def qsa_scores(
     NotImplementedError
         CUDA tensors (not built yet).
     """
+    torch = sys.modules.get("torch")
+    args, q_is_tensor = _inputs(q, kbar, positions, ratio, page_table, page_size, seq_ids, _CUDA_MSG)
+    scores = _native.qsa_scores_cpu(*args)
+    return torch.from_numpy(scores) if q_is_tensor else scores
+
+
+def qsa_indexer(
+    q: Any,
+    kbar: Any,
+    positions: Any,
+    *,
+    ratio: int = 4,
+    k_blocks: int = 512,
+    order: Literal["score", "index"] = "index",
+    nan: Literal["lowest", "largest"] = "lowest",
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> Any:
+    """The QSA indexer fused with block selection: exactly
+    ``qsa_select(qsa_scores(q, kbar, positions, ...), positions, ...)`` (the
+    same ids, counts and errors), without the ``[T, NB]`` float32 scores.
+
+    ``q``, ``kbar``, ``positions``, ``ratio``, ``page_table``, ``page_size``
+    and ``seq_ids`` are those of :func:`qsa_scores`; ``k_blocks``, ``order``
+    and ``nan`` those of :func:`qsa_select`. With ``page_table`` the keys are
+    the paged cache and the ids are slots through the same table (as
+    ``qsa_select`` with that ``page_table`` and ``seq_ids``); without it,
+    token ids.
+
+    The CPU engine scores only the queries with ``V > k_blocks`` (the others
+    select ``0 .. V - 1`` and read no key), in groups whose score scratch stays
+    under 64 MiB (or one row of ``V`` floats when a single row needs more);
+    decode at 1M tokens uses 1 MiB.
+
+    Returns ``(ids, counts)``: int32 ``[T, k_blocks * ratio + ratio - 1]`` and
+    int32 ``[T]`` (NumPy arrays, or CPU tensors when ``q`` is a tensor).
+
+    Raises what :func:`qsa_scores` and :func:`qsa_select` raise;
+    ``NotImplementedError`` for CUDA tensors (not built yet).
+    """
+    order = _check_option("order", order, _ORDERS)
+    nan = _check_option("nan", nan, _NANS)
+    k_blocks = _positive("k_blocks", k_blocks)
+    torch = sys.modules.get("torch")
+    args, q_is_tensor = _inputs(q, kbar, positions, ratio, page_table, page_size, seq_ids, _CUDA_INDEXER_MSG)
+    (qh, q_name, kh, k_name, pos, ratio, table, page_size, seqs) = args
+    ids, counts = _native.qsa_indexer_cpu(
+        qh, q_name, kh, k_name, pos, ratio, k_blocks, order, nan, table, page_size, seqs
+    )
+    if q_is_tensor:
+        return torch.from_numpy(ids), torch.from_numpy(counts)
+    return ids, counts
+
+
+def _inputs(
+    q: Any, kbar: Any, positions: Any, ratio: Any, page_table: Any, page_size: Any, seq_ids: Any, cuda_msg: str
+) -> tuple[tuple[Any, ...], bool]:
+    """The checked native arguments of the indexer (``q, q_name, kbar, k_name,
+    positions, ratio, page_table, page_size, seq_ids``) and whether q is a
+    tensor."""
     ratio = _positive("ratio", ratio)
     page_size = _positive("page_size", page_size)
     if (page_table is None) != (seq_ids is None):
@@ -92,7 +155,7 @@ def qsa_scores(
     if torch is not None:
         for x in (q, kbar, positions, page_table, seq_ids):
             if isinstance(x, torch.Tensor) and x.device.type == "cuda":
-                raise NotImplementedError(_CUDA_MSG)
+                raise NotImplementedError(cuda_msg)
     q_name, qh, q_is_tensor = _host("q", q, keys=False)
     k_name, kh, _ = _host("kbar", kbar, keys=True)
     if qh.ndim != 3:
@@ -132,8 +195,7 @@ def qsa_scores(
     if kh.shape[-1] != d:
         raise ValueError(f"kbar has d = {kh.shape[-1]} but q has d = {d} (q [{rows}, {qh.shape[1]}, {d}])")
     pos = _int_vector("positions", _plain(positions), rows, np.int64)
-    scores = _native.qsa_scores_cpu(qh, q_name, kh, k_name, pos, ratio, table, page_size, seqs)
-    return torch.from_numpy(scores) if q_is_tensor else scores
+    return (qh, q_name, kh, k_name, pos, ratio, table, page_size, seqs), q_is_tensor
 
 
 def _positive(what: str, x: Any) -> int:

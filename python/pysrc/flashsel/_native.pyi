@@ -87,6 +87,20 @@ def qsa_scores_cpu(
     page_size: int,
     seq_ids: Any | None,
 ) -> Any: ...
+def qsa_indexer_cpu(
+    q: Any,
+    q_dtype: str,
+    kbar: Any,
+    k_dtype: str,
+    positions: Any,
+    ratio: int,
+    k_blocks: int,
+    order: str,
+    nan: str,
+    page_table: Any | None,
+    page_size: int,
+    seq_ids: Any | None,
+) -> tuple[Any, Any]: ...
 def sparse_mla_prefill_cpu(
     q: Any,
     kv: Any,

@@ -495,22 +495,41 @@ pub fn qsa_scores_into<Q: QueryElem, K: KeyElem>(
         return Ok(());
     }
     let per_row = spec.heads * spec.dim;
-    let scale = spec.scale();
-    let run: ScoreFn<K> = match spec.dim {
+    let (run, scale) = (score_fn::<K>(spec.dim), spec.scale());
+    out.par_chunks_mut(spec.blocks).enumerate().for_each(|(row, scores)| {
+        score_row(&q[row * per_row..(row + 1) * per_row], &resolved, row, visible[row], run, scale, scores);
+    });
+    Ok(())
+}
+
+/// The engine's row function for head width `dim` (64, 128 or 256, checked).
+fn score_fn<K: KeyElem>(dim: usize) -> ScoreFn<K> {
+    match dim {
         64 => score_blocks::<64, K>,
         128 => score_blocks::<128, K>,
         _ => score_blocks::<256, K>,
-    };
-    out.par_chunks_mut(spec.blocks).enumerate().for_each(|(row, scores)| {
-        let v = visible[row];
-        let qf: Vec<f32> = q[row * per_row..(row + 1) * per_row].iter().map(|x| x.to_f32()).collect();
-        let (scored, rest) = scores.split_at_mut(v);
-        rest.fill(f32::NEG_INFINITY);
-        scored.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
-            run(&qf, &resolved, row, c * CHUNK, scale, chunk);
-        });
+    }
+}
+
+/// One row of the engine (`q_row` its `H * d` queries, `v` its checked `V`):
+/// `out[..v]` scored, parallel over chunks of [`CHUNK`] blocks, the rest of
+/// `out` (`v <= out.len()`) `-inf`. The one row path of [`qsa_scores_into`]
+/// and of the fused [`qsa_indexer`].
+fn score_row<Q: QueryElem, K: KeyElem>(
+    q_row: &[Q],
+    resolved: &Resolved<'_, K>,
+    row: usize,
+    v: usize,
+    run: ScoreFn<K>,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let qf: Vec<f32> = q_row.iter().map(|x| x.to_f32()).collect();
+    let (scored, rest) = out.split_at_mut(v);
+    rest.fill(f32::NEG_INFINITY);
+    scored.par_chunks_mut(CHUNK).enumerate().for_each(|(c, chunk)| {
+        run(&qf, resolved, row, c * CHUNK, scale, chunk);
     });
-    Ok(())
 }
 
 /// QSA indexer scores on the CPU: f32 `[rows, blocks]`, row-major
@@ -564,6 +583,9 @@ pub fn error_bound(spec: &QsaScoresSpec, m: f64) -> f64 {
     let (d, h) = (spec.dim as f64, spec.heads as f64);
     (d + h + 2.0) * 2f64.powi(-24) * m + (d * h + 1.0) * 2f64.powi(-149)
 }
+
+mod fused;
+pub use fused::{qsa_indexer, QsaIndexerSpec, INDEXER_SCRATCH_BYTES};
 
 #[cfg(test)]
 mod tests;
