@@ -2,7 +2,10 @@
 ``flashsel``): ``sparse_mla_prefill`` (``flash_mla_sparse_fwd``) and
 ``sparse_mla_decode`` (the sparse ``flash_mla_with_kvcache``). NumPy arrays
 and CPU torch tensors run the Rust float64 reference
-(``flashsel::ops::mla``); CUDA tensors are not supported yet. The contract is
+(``flashsel::ops::mla``); CUDA tensors are not supported yet. Torch tensors
+go through the torch operators ``flashsel::sparse_mla_prefill`` /
+``flashsel::sparse_mla_decode`` (``_torch_ops``), whose implementation is
+``_sparse_mla_prefill`` / ``_sparse_mla_decode`` here. The contract is
 docs/semantics.md, "Sparse MLA attention"."""
 
 import math
@@ -90,6 +93,21 @@ def sparse_mla_prefill(
     NotImplementedError
         CUDA tensors.
     """
+    torch = sys.modules.get("torch")
+    if _is_tensor(torch, q):
+        # Through the torch operator flashsel::sparse_mla_prefill
+        # (torch.compile), which runs _sparse_mla_prefill below.
+        from . import _torch_ops  # noqa: PLC0415 - imports torch, already imported here
+
+        return _torch_ops.sparse_mla_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
+    return _sparse_mla_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
+
+
+def _sparse_mla_prefill(
+    q: Any, kv: Any, indices: Any, sm_scale: Any, d_v: Any, attn_sink: Any, topk_length: Any
+) -> tuple[Any, Any, Any]:
+    """:func:`sparse_mla_prefill` on NumPy arrays and CPU tensors (the torch
+    operator's implementation), arguments unchecked."""
     torch = sys.modules.get("torch")
     is_torch = _is_tensor(torch, q)
     if torch is not None:
@@ -200,6 +218,28 @@ def sparse_mla_decode(
         s_q]`` (FlashMLA's layout); an empty row gives ``out = 0``, ``lse =
         +inf``.
     """
+    torch = sys.modules.get("torch")
+    if _is_tensor(torch, q):
+        # Through the torch operator flashsel::sparse_mla_decode
+        # (torch.compile), which runs _sparse_mla_decode below.
+        from . import _torch_ops  # noqa: PLC0415 - imports torch, already imported here
+
+        return _torch_ops.sparse_mla_decode(q, k_cache, indices, sm_scale, d_v, is_fp8_kvcache, topk_length, attn_sink)
+    return _sparse_mla_decode(q, k_cache, indices, sm_scale, d_v, is_fp8_kvcache, topk_length, attn_sink)
+
+
+def _sparse_mla_decode(
+    q: Any,
+    k_cache: Any,
+    indices: Any,
+    sm_scale: Any,
+    d_v: Any,
+    is_fp8_kvcache: Any,
+    topk_length: Any,
+    attn_sink: Any,
+) -> tuple[Any, Any]:
+    """:func:`sparse_mla_decode` on NumPy arrays and CPU tensors (the torch
+    operator's implementation), arguments unchecked."""
     torch = sys.modules.get("torch")
     is_torch = _is_tensor(torch, q)
     if torch is not None:

@@ -1,8 +1,16 @@
-"""flashsel's torch operators: ``torch.ops.flashsel.topk`` and
-``torch.ops.flashsel.qsa_select``, each with a fake (meta) implementation, so
-that :func:`flashsel.topk` and :func:`flashsel.qsa_select` on torch tensors
-trace into ``torch.compile`` graphs without a graph break (``fullgraph=True``)
-and are captured by CUDA graphs.
+"""flashsel's torch operators: ``torch.ops.flashsel.topk``,
+``torch.ops.flashsel.qsa_select``, ``torch.ops.flashsel.sparse_mla_prefill``
+and ``torch.ops.flashsel.sparse_mla_decode``, each with a fake (meta)
+implementation, so that :func:`flashsel.topk`, :func:`flashsel.qsa_select`,
+:func:`flashsel.sparse_mla_prefill` and :func:`flashsel.sparse_mla_decode` on
+torch tensors trace into ``torch.compile`` graphs without a graph break
+(``fullgraph=True``); topk and qsa_select are also captured by CUDA graphs.
+
+The sparse MLA operators run ``_mla._sparse_mla_prefill`` /
+``_mla._sparse_mla_decode`` (the CPU float64 reference; CUDA tensors raise
+NotImplementedError there, as before). Their fake implementations accept
+CUDA tensors (all on one device), so that code for the later CUDA kernel
+already traces; see :func:`_mla_prefill_fake`.
 
 This module imports torch, so flashsel imports it only when torch is already
 imported: ``flashsel/__init__.py`` does when torch was imported first, and the
@@ -30,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _api, _native
+from . import _api, _mla, _native
 
 # ---------------------------------------------------------------------------
 # The operators
@@ -201,6 +209,193 @@ _QSA = torch.ops.flashsel.qsa_select.default
 
 
 # ---------------------------------------------------------------------------
+# Sparse MLA: flashsel::sparse_mla_prefill, flashsel::sparse_mla_decode
+# ---------------------------------------------------------------------------
+
+# The arguments of the public functions, in their order; the optional ones
+# as Tensor? / float? / bool? with the public defaults.
+_LIB.define(
+    "sparse_mla_prefill(Tensor q, Tensor kv, Tensor indices, float sm_scale, SymInt d_v=512,"
+    " Tensor? attn_sink=None, Tensor? topk_length=None) -> (Tensor out, Tensor max_logits, Tensor lse)",
+    tags=_TAGS,
+)
+_LIB.define(
+    "sparse_mla_decode(Tensor q, Tensor k_cache, Tensor indices, float? sm_scale=None, SymInt d_v=512,"
+    " bool? is_fp8_kvcache=None, Tensor? topk_length=None, Tensor? attn_sink=None) -> (Tensor out, Tensor lse)",
+    tags=_TAGS,
+)
+
+_MLA_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16"}
+_FP8_DTYPES = tuple(d for d in (torch.uint8, getattr(torch, "float8_e4m3fn", None)) if d is not None)
+_CACHE_NAMES = {"f32": "f32", "bf16": "bf16", "fp8": "fp8 (656-byte V3.2 tokens)"}  # the engine's names
+
+
+def _mla_prefill_impl(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: float,
+    d_v: int = 512,
+    attn_sink: torch.Tensor | None = None,
+    topk_length: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``flashsel::sparse_mla_prefill`` on real tensors: ``_mla``'s CPU path
+    (CUDA tensors raise NotImplementedError there)."""
+    return _mla._sparse_mla_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
+
+
+def _mla_decode_impl(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: float | None = None,
+    d_v: int = 512,
+    is_fp8_kvcache: bool | None = None,
+    topk_length: torch.Tensor | None = None,
+    attn_sink: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``flashsel::sparse_mla_decode`` on real tensors: ``_mla``'s CPU path."""
+    return _mla._sparse_mla_decode(q, k_cache, indices, sm_scale, d_v, is_fp8_kvcache, topk_length, attn_sink)
+
+
+def _mla_prefill_fake(
+    q: torch.Tensor,
+    kv: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: Any,
+    d_v: Any = 512,
+    attn_sink: torch.Tensor | None = None,
+    topk_length: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``flashsel::sparse_mla_prefill`` on fake (meta) tensors: the metadata
+    checks of ``_mla._sparse_mla_prefill`` and of the engine's spec, in their
+    order and with their messages, and empty ``out [s_q, h_q, d_v]`` (q's
+    dtype), ``max_logits`` and ``lse`` float32 ``[s_q, h_q]`` on q's device.
+
+    Unlike the real implementation, CUDA tensors are accepted when all are on
+    one device (so code for the CUDA kernel traces); tensors on several
+    devices, one of them CUDA, raise the eager NotImplementedError. Value
+    checks (topk_length values, int64 lengths that do not fit int32) happen
+    when the operator runs."""
+    _mla_devices(q=q, kv=kv, indices=indices, attn_sink=attn_sink, topk_length=topk_length)
+    qn, kvn = _mla_dtype("q", q), _mla_dtype("kv", kv)
+    if qn != kvn:
+        raise TypeError(f"q and kv must have the same dtype, got {q.dtype} and {kv.dtype}")
+    if q.dim() != 3:
+        raise ValueError(f"q must be 3-D [s_q, h_q, d_qk], got shape {_shape(q)}")
+    s_q, h_q, d_qk = q.shape
+    kvs = _shape(kv)
+    if len(kvs) == 3:
+        if kvs[1] != 1:
+            raise ValueError(f"kv must have one KV head ([s_kv, 1, d_qk]), got shape {kvs}")
+        kvs = (kvs[0], kvs[2])
+    if len(kvs) != 2:
+        raise ValueError(f"kv must be [s_kv, 1, d_qk] (or [s_kv, d_qk]), got shape {_shape(kv)}")
+    if kvs[1] != d_qk:
+        raise ValueError(f"kv has d_qk = {kvs[1]} but q has d_qk = {d_qk}")
+    idx = _mla_int32("indices", indices, strict=True)
+    if len(idx) == 3:
+        if idx[1] != 1:
+            raise ValueError(f"indices must be [s_q, 1, topk] (one KV head), got shape {idx}")
+        idx = (idx[0], idx[2])
+    if len(idx) != 2 or idx[0] != s_q:
+        raise ValueError(f"indices must be [s_q, 1, topk] with s_q = {s_q}, got shape {idx}")
+    topk = idx[1]
+    _mla_sink(attn_sink, h_q)
+    if topk_length is not None:
+        lens = _mla_int32("topk_length", topk_length, strict=False)
+        if len(lens) != 1 or lens[0] != s_q:
+            raise ValueError(f"topk_length must be [s_q] = [{s_q}], got shape {lens}")
+    scale = _mla._scale(sm_scale)
+    _mla_d_v(d_v)
+    _mla_spec(h_q, d_qk, d_v, topk, scale)
+    out = q.new_empty((s_q, h_q, d_v))
+    return out, q.new_empty((s_q, h_q), dtype=torch.float32), q.new_empty((s_q, h_q), dtype=torch.float32)
+
+
+def _mla_decode_fake(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    indices: torch.Tensor,
+    sm_scale: Any = None,
+    d_v: Any = 512,
+    is_fp8_kvcache: bool | None = None,
+    topk_length: torch.Tensor | None = None,
+    attn_sink: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``flashsel::sparse_mla_decode`` on fake (meta) tensors: the metadata
+    checks of ``_mla._sparse_mla_decode`` and of the engine's spec (cache
+    geometry from the strides, as ``_mla._span`` reads them), and empty ``out
+    [b, s_q, h_q, d_v]`` (q's dtype) and ``lse`` float32 ``[b, h_q, s_q]``.
+    Devices and value checks as :func:`_mla_prefill_fake`."""
+    _mla_devices(q=q, k_cache=k_cache, indices=indices, attn_sink=attn_sink, topk_length=topk_length)
+    _mla_dtype("q", q)
+    if q.dim() != 4:
+        raise ValueError(f"q must be 4-D [b, s_q, h_q, d_qk], got shape {_shape(q)}")
+    b, s_q, h_q, d_qk = q.shape
+    fmt = _mla_cache_format(k_cache)
+    if is_fp8_kvcache is not None and bool(is_fp8_kvcache) != (fmt == "fp8"):
+        raise ValueError(f"is_fp8_kvcache={is_fp8_kvcache} but k_cache is {'' if fmt == 'fp8' else 'not '}fp8")
+    shape, strides = _shape(k_cache), tuple(k_cache.stride())
+    if len(shape) == 4:
+        if shape[2] != 1:
+            raise ValueError(f"k_cache must have one KV head ([pages, page_size, 1, W]), got shape {shape}")
+        shape, strides = shape[:2] + shape[3:], strides[:2] + strides[3:]
+    if len(shape) != 3:
+        raise ValueError(f"k_cache must be [num_pages, page_size, 1, W], got shape {shape}")
+    num_pages, page_size, width = shape
+    want = _mla._FP8_TOKEN_BYTES if fmt == "fp8" else d_qk
+    if width != want:
+        what = "656 bytes a token (the fp8 layout)" if fmt == "fp8" else f"d_qk = {d_qk} values a token"
+        raise ValueError(f"k_cache's last dimension is {width}, expected {what}")
+    page_stride, token_stride = _mla_span_strides(shape, strides)
+    idx = _mla_int32("indices", indices, strict=True)
+    if len(idx) != 3 or idx[0] != b or idx[1] != s_q:
+        raise ValueError(f"indices must be [b, s_q, topk] = [{b}, {s_q}, topk], got shape {idx}")
+    topk = idx[2]
+    if topk_length is not None:
+        lens = _mla_int32("topk_length", topk_length, strict=False)
+        if not (len(lens) == 1 and lens[0] == b) and not (len(lens) == 2 and lens[0] == b and lens[1] == s_q):
+            raise ValueError(f"topk_length must be [b] = [{b}] or [b, s_q] = [{b}, {s_q}], got shape {lens}")
+    _mla_sink(attn_sink, h_q)
+    if sm_scale is None:
+        scale = d_qk**-0.5 if type(d_qk) is int else 1.0  # finite for any d_qk > 0
+    else:
+        scale = _mla._scale(sm_scale)
+    _mla_d_v(d_v)
+    _mla_spec(h_q, d_qk, d_v, topk, scale)
+    # SparseMlaDecode::validate's cache rules.
+    if fmt == "fp8" and d_qk != 576:
+        raise ValueError(f'invalid d_qk: "{d_qk}" (expected 576 with the 656-byte fp8 cache)')
+    if page_size == 0:
+        raise ValueError('invalid page_size: "0" (expected >= 1)')
+    if token_stride < want:
+        raise ValueError(
+            f"bad shape: the cache's token stride {token_stride} is shorter than a token "
+            f"({want} {_CACHE_NAMES[fmt]} elements)"
+        )
+    extent = (page_size - 1) * token_stride + want
+    if num_pages > 1 and page_stride < extent:
+        raise ValueError(
+            f"bad shape: the cache's page stride {page_stride} is shorter than a page ({extent} elements: "
+            f"{page_size} tokens of stride {token_stride})"
+        )
+    return q.new_empty((b, s_q, h_q, d_v)), q.new_empty((b, h_q, s_q), dtype=torch.float32)
+
+
+_LIB.impl("sparse_mla_prefill", _mla_prefill_impl, "CompositeExplicitAutograd")
+_LIB.impl("sparse_mla_decode", _mla_decode_impl, "CompositeExplicitAutograd")
+# Not differentiable yet (the reference reads detached data): autograd passes
+# through, so outputs never require grad, as in eager before the operators.
+_LIB.impl("sparse_mla_prefill", torch.library.fallthrough_kernel, "Autograd")
+_LIB.impl("sparse_mla_decode", torch.library.fallthrough_kernel, "Autograd")
+torch.library.register_fake("flashsel::sparse_mla_prefill", _mla_prefill_fake, lib=_LIB)
+torch.library.register_fake("flashsel::sparse_mla_decode", _mla_decode_fake, lib=_LIB)
+_MLA_PREFILL = torch.ops.flashsel.sparse_mla_prefill.default
+_MLA_DECODE = torch.ops.flashsel.sparse_mla_decode.default
+
+
+# ---------------------------------------------------------------------------
 # The wrappers the public functions call (traced by torch.compile)
 # ---------------------------------------------------------------------------
 
@@ -284,9 +479,189 @@ def qsa_select(
     return _QSA(scores, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)
 
 
+def sparse_mla_prefill(
+    q: torch.Tensor, kv: Any, indices: Any, sm_scale: Any, d_v: Any, attn_sink: Any, topk_length: Any
+) -> tuple[Any, Any, Any]:
+    """``flashsel.sparse_mla_prefill`` with a tensor ``q``: calls
+    ``torch.ops.flashsel.sparse_mla_prefill`` when every argument has the
+    schema's type (tensors; a real ``sm_scale``; an int ``d_v``), else runs
+    the eager path directly (host forms such as lists or NumPy arrays beside
+    a tensor q, which it converts; its errors for what it rejects)."""
+    scale, dv = _op_float(sm_scale), _op_int(d_v)
+    if scale is _NOT or dv is _NOT or not _tensors(kv, indices) or not _opt_tensors(attn_sink, topk_length):
+        return _mla._sparse_mla_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
+    return _MLA_PREFILL(q, kv, indices, scale, dv, attn_sink, topk_length)
+
+
+def sparse_mla_decode(
+    q: torch.Tensor,
+    k_cache: Any,
+    indices: Any,
+    sm_scale: Any,
+    d_v: Any,
+    is_fp8_kvcache: Any,
+    topk_length: Any,
+    attn_sink: Any,
+) -> tuple[Any, Any]:
+    """``flashsel.sparse_mla_decode`` with a tensor ``q``: calls
+    ``torch.ops.flashsel.sparse_mla_decode`` as :func:`sparse_mla_prefill`
+    does (``sm_scale`` also None; ``is_fp8_kvcache`` None or a bool)."""
+    scale = None if sm_scale is None else _op_float(sm_scale)
+    dv = _op_int(d_v)
+    fp8 = is_fp8_kvcache
+    if isinstance(fp8, np.bool_):
+        fp8 = bool(fp8)
+    ok = (
+        scale is not _NOT
+        and dv is not _NOT
+        and (fp8 is None or isinstance(fp8, bool))
+        and _tensors(k_cache, indices)
+        and _opt_tensors(topk_length, attn_sink)
+    )
+    if not ok:
+        return _mla._sparse_mla_decode(q, k_cache, indices, sm_scale, d_v, is_fp8_kvcache, topk_length, attn_sink)
+    return _MLA_DECODE(q, k_cache, indices, scale, dv, fp8, topk_length, attn_sink)
+
+
 # ---------------------------------------------------------------------------
 # Checks and conversions
 # ---------------------------------------------------------------------------
+
+
+_NOT = object()  # an argument the operator's schema cannot carry
+
+
+def _op_float(x: Any) -> Any:
+    """`x` for a ``float`` argument (as ``float(x)``, which is what the eager
+    path takes), or _NOT (a string, a tensor, ...: the eager path decides)."""
+    if isinstance(x, (torch.SymFloat, torch.SymInt)):
+        return x
+    if isinstance(x, (float, int, np.floating, np.integer)):
+        try:
+            return float(x)
+        except OverflowError:
+            return _NOT
+    return _NOT
+
+
+def _op_int(x: Any) -> Any:
+    """`x` for a ``SymInt`` argument (a Python or NumPy int in int64), or
+    _NOT (a bool, a float, ...: the eager path's TypeError)."""
+    if isinstance(x, torch.SymInt):
+        return x
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and -(2**63) <= x < 2**63:
+        return int(x)
+    return _NOT
+
+
+def _tensors(*xs: Any) -> bool:
+    return all(isinstance(x, torch.Tensor) for x in xs)
+
+
+def _opt_tensors(*xs: Any) -> bool:
+    return all(x is None or isinstance(x, torch.Tensor) for x in xs)
+
+
+def _shape(x: torch.Tensor) -> tuple[Any, ...]:
+    """The shape as a tuple (as NumPy prints it in the eager messages)."""
+    return tuple(x.shape)
+
+
+def _mla_devices(**tensors: torch.Tensor | None) -> None:
+    """``_mla._check_cpu_tensors`` for fake tensors: CPU (and meta) tensors
+    pass, CUDA tensors too when all are on one device; mixed devices with a
+    CUDA one raise the eager NotImplementedError, other devices its
+    ValueError."""
+    given = {k: t for k, t in tensors.items() if t is not None}
+    one_device = len({t.device for t in given.values()}) == 1
+    for name, t in given.items():
+        if t.device.type == "cuda":
+            if not one_device:
+                raise NotImplementedError(_mla._CUDA_MSG)
+        elif t.device.type not in ("cpu", "meta"):
+            raise ValueError(f"{name} is on device {t.device}; sparse MLA runs on CPU tensors (CUDA: not yet)")
+
+
+def _mla_dtype(what: str, x: torch.Tensor) -> str:
+    """``_mla._data``'s checks on a tensor: strided, float32 or bfloat16."""
+    if x.layout != torch.strided:
+        raise TypeError(f"{what} must be a dense (strided) tensor, got layout {x.layout}")
+    name = _MLA_DTYPES.get(x.dtype)
+    if name is None:
+        raise TypeError(f"{what}: unsupported dtype {x.dtype} (expected torch.float32 or torch.bfloat16)")
+    return name
+
+
+def _mla_cache_format(x: torch.Tensor) -> str:
+    """``_mla._cache``'s checks on a tensor; the format name."""
+    if x.layout != torch.strided:
+        raise TypeError(f"k_cache must be a dense (strided) tensor, got layout {x.layout}")
+    if x.dtype in _FP8_DTYPES:
+        return "fp8"
+    if x.dtype in _MLA_DTYPES:
+        return _MLA_DTYPES[x.dtype]
+    raise TypeError(
+        f"k_cache: unsupported dtype {x.dtype} (expected torch.uint8 / torch.float8_e4m3fn for the fp8 "
+        "cache, torch.float32 or torch.bfloat16)"
+    )
+
+
+def _mla_int32(what: str, x: torch.Tensor, *, strict: bool) -> tuple[Any, ...]:
+    """``_mla._int32_array``'s dtype check on a tensor; its shape."""
+    if not (x.dtype == torch.int32 or (not strict and x.dtype == torch.int64)):
+        want = "torch.int32" if strict else "torch.int32 or torch.int64"
+        raise TypeError(f"{what} must be {want}, got {x.dtype}")
+    return _shape(x)
+
+
+def _mla_sink(x: torch.Tensor | None, h_q: Any) -> None:
+    """``_mla._sink``'s checks on a tensor."""
+    if x is None:
+        return
+    if x.dtype != torch.float32:
+        raise TypeError(f"attn_sink must be torch.float32, got {x.dtype}")
+    if x.dim() != 1 or x.shape[0] != h_q:
+        raise ValueError(f"attn_sink must be [h_q] = [{h_q}], got shape {_shape(x)}")
+
+
+def _mla_d_v(d_v: Any) -> None:
+    """``_mla._int("d_v", ...)`` on the schema's int."""
+    if d_v < 0:
+        raise ValueError(f"d_v must be non-negative, got {d_v}")
+
+
+def _mla_spec(h_q: Any, d_qk: Any, d_v: Any, topk: Any, scale: float) -> None:
+    """The engine's shared spec checks (``ops::mla::check_common``), with its
+    messages: h_q in 1..=128, d_qk 512 or 576, d_v 512, 1 <= topk <= i32 max,
+    the scale finite as float32."""
+    if h_q == 0 or h_q > 128:
+        raise ValueError(f'invalid h_q: "{h_q}" (expected 1..=128)')
+    if d_qk != 512 and d_qk != 576:
+        raise ValueError(f'invalid d_qk: "{d_qk}" (expected 512 or 576)')
+    if d_v != 512:
+        raise ValueError(f'invalid d_v: "{d_v}" (expected 512 (the first 512 values of each key))')
+    if topk == 0:
+        raise ValueError('invalid topk: "0" (expected >= 1)')
+    if topk > _api._I32_MAX:
+        raise ValueError(f"topk = {topk} does not fit in i32 (max {_api._I32_MAX})")
+    with np.errstate(over="ignore"):
+        s32 = np.float32(scale)
+    if np.isinf(s32):
+        raise ValueError(f'invalid sm_scale: "{"inf" if s32 > 0 else "-inf"}" (expected a finite float)')
+
+
+def _mla_span_strides(shape: tuple[Any, ...], strides: tuple[Any, ...]) -> tuple[Any, Any]:
+    """The page and token strides (elements) that ``_mla._span`` gives the
+    engine for a [pages, page_size, W] cache of these strides (a cache whose
+    tokens are not contiguous is copied there, so dense strides)."""
+    pages, size, width = shape
+    if pages == 0 or size == 0:
+        return width * size, width
+    if not (width == 1 or strides[2] == 1):
+        strides = (size * width, width, 1)
+    return (strides[0] if pages > 1 else size * width), (strides[1] if size > 1 else width)
+
+
 
 
 def _check_scores(scores: torch.Tensor, k: Any, order: str, nan: str, *, native: bool) -> tuple[Any, Any, bool]:
