@@ -34,7 +34,8 @@ from ._native import __version__
 
 if _sys.modules.get("torch") is not None:
     # torch came first: register its operators (torch.ops.flashsel.topk,
-    # .qsa_select) now; otherwise the first call on a tensor does.
+    # .qsa_select, .sparse_mla_prefill, .sparse_mla_decode) now; otherwise
+    # the first call on a tensor does.
     from . import _torch_ops  # noqa: F401
 
 __all__ = [
