@@ -13,7 +13,11 @@
 #   5. the same check on the portable build forced on this GPU
 #      (FLASHSEL_ARCH=sm_90; SKIP_PORTABLE=1 skips it)
 #   6. `flashsel-dev time`: the target shapes (SKIP_TIME=1 skips them)
-#   7. `flashsel bench --backend cuda`, the main job (SKIP_BENCH=1 skips it)
+#   7. `flashsel bench --backend cuda`, the main job, with the token rows
+#      (SKIP_BENCH=1 skips it), then bench/stage_peers.py (the selection stage
+#      against plain torch; SKIP_PEERS=1 skips it too)
+#   8. bench/row_vs_grid.py: the single-row grid/row boundary's measurement
+#      (SKIP_ROWGRID=1 skips it)
 # Logs and results go to $OUT (at the end: session.tgz with all of them, plus
 # time.log, check.log and peers.md). Each step has its own time limit.
 set -u
@@ -65,9 +69,12 @@ echo "rc=$?"; grep -E "^(select|qsa|dsa)|cases" "$OUT/bench.log"
 step "the selection stage against plain torch (bench/stage_peers.py)"
 [ -n "${SKIP_PEERS:-}" ] || timeout 200 python3 bench/stage_peers.py "$OUT/stage" >"$OUT/stage_peers.log" 2>&1
 echo "rc=$?"; tail -8 "$OUT/stage_peers.log"
+step "the single-row grid/row boundary (bench/row_vs_grid.py)"
+[ -n "${SKIP_ROWGRID:-}" ] || timeout 120 python3 bench/row_vs_grid.py >"$OUT/row_vs_grid.log" 2>&1
+echo "rc=$?"; cat "$OUT/row_vs_grid.log"
 # The device tool returns at most 8 files: everything goes into one archive,
 # and the summaries most often read stay beside it.
 ( cd "$OUT" && tar czf /tmp/session.tgz --exclude=session.tgz . && mv /tmp/session.tgz . \
-    && find . -type f ! -name session.tgz ! -name time.log ! -name check.log ! -name bench.log ! -name peers.md ! -name py_overhead.log ! -name stage_peers.log -delete \
+    && find . -type f ! -name session.tgz ! -name time.log ! -name check.log ! -name bench.log ! -name peers.md ! -name py_overhead.log ! -name stage_peers.log ! -name row_vs_grid.log -delete \
     && { [ ! -f peers/peers.md ] || mv peers/peers.md .; } && find . -mindepth 1 -type d -empty -delete )
 echo "=== $OUT: $(ls "$OUT" | tr '\n' ' ')"
