@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+
+from stage_peers import time_graph  # the same graph-replay timing
 
 
 def main() -> None:
@@ -31,26 +32,8 @@ def main() -> None:
     dev = torch.device("cuda")
     g = torch.Generator(device=dev).manual_seed(3)
 
-    def t_graph(fn, calls: int = 10, iters: int = 15) -> float:
-        s = torch.cuda.Stream()
-        with torch.cuda.stream(s):
-            fn()
-            torch.cuda.synchronize()
-            gr = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(gr, stream=s):
-                for _ in range(calls):
-                    fn()
-        gr.replay()
-        torch.cuda.synchronize()
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        ts = []
-        for _ in range(iters):
-            e0.record()
-            gr.replay()
-            e1.record()
-            e1.synchronize()
-            ts.append(e0.elapsed_time(e1) * 1e3 / calls)
-        return round(statistics.median(ts), 2)
+    def t_graph(fn) -> float:
+        return round(time_graph(torch, fn, iters=15, calls=10), 2)
 
     flashsel.backends()  # the engine and its kernels, before any capture
     for dt in (torch.float32, torch.bfloat16):

@@ -46,15 +46,15 @@ def log(msg: str) -> None:
     print(msg, flush=True)
 
 
-def time_graph(torch, fn, iters: int = 30) -> float:
-    """Median us of fn as CUDA-graph replays of GRAPH_CALLS calls."""
+def time_graph(torch, fn, iters: int = 30, calls: int = GRAPH_CALLS) -> float:
+    """Median us of fn as CUDA-graph replays of `calls` calls (per call)."""
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         fn()
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, stream=s):
-            for _ in range(GRAPH_CALLS):
+            for _ in range(calls):
                 fn()
     g.replay()
     torch.cuda.synchronize()
@@ -65,7 +65,7 @@ def time_graph(torch, fn, iters: int = 30) -> float:
         g.replay()
         e1.record()
         e1.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1e3 / GRAPH_CALLS)
+        ts.append(e0.elapsed_time(e1) * 1e3 / calls)
     return statistics.median(ts)
 
 

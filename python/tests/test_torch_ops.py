@@ -526,3 +526,19 @@ def test_cuda_qsa_select(cuda_engine):
 
     _replays_equal_eager(lambda: f(s, pos), refill, "qsa_select")
     _replays_equal_eager(lambda: compiled(f)(s, pos), refill, "compiled qsa_select")
+
+
+def test_topk_host_page_tables_are_checked_not_cast():
+    # A host page table or sequence ids beside a tensor: the host engine's
+    # checks (4-byte integers, one sequence id per row), never a silent cast.
+    x = data("normal", 3, 100, torch.float32)
+    with pytest.raises(TypeError, match="page_table must be int32"):
+        flashsel.topk(x, 5, page_table=np.zeros((1, 2), np.float32), seq_ids=[0, 0, 0])
+    with pytest.raises(TypeError, match="seq_ids must hold int32 or int64"):
+        flashsel.topk(x, 5, page_table=np.zeros((1, 2), np.int32), seq_ids=[0.5, 0.0, 0.0])
+    with pytest.raises(ValueError, match="seq_ids must be 1-D with 3 entries"):
+        flashsel.topk(x, 5, page_table=np.zeros((1, 2), np.int32), seq_ids=[0, 0])
+    table = np.arange(2, dtype=np.int32).reshape(1, 2)
+    got = flashsel.topk(x, 5, page_table=table, seq_ids=[0, 0, 0], order="index")
+    want = flashsel.topk(x.numpy(), 5, page_table=table, seq_ids=[0, 0, 0], order="index")
+    assert torch.equal(got, torch.from_numpy(want))

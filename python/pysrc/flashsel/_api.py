@@ -360,10 +360,16 @@ def _host_pages(pages: tuple[Any, int, Any] | None, rows: int) -> tuple[Any, int
         page_table = page_table.detach().cpu().numpy()
     if torch is not None and isinstance(seq_ids, torch.Tensor):
         seq_ids = seq_ids.detach().cpu().numpy()
+    return _host_table(page_table), page_size, _int_vector("seq_ids", seq_ids, rows, np.int32)
+
+
+def _host_table(page_table: Any) -> np.ndarray:
+    """A host page table as a native C-contiguous int32 ``[sequences,
+    max_pages]`` array (4-byte integers only: nothing else is cast)."""
     t = np.asarray(page_table)
     if t.ndim != 2 or t.dtype.kind not in "iu" or t.dtype.itemsize != 4:
         raise TypeError(f"page_table must be int32 [sequences, max_pages], got {t.dtype} {t.shape}")
-    return np.ascontiguousarray(t, dtype=np.int32), page_size, _int_vector("seq_ids", seq_ids, rows, np.int32)
+    return np.ascontiguousarray(t, dtype=np.int32)
 
 
 def _host_starts(starts: Any, rows: int) -> np.ndarray | None:
@@ -750,13 +756,7 @@ def qsa_select(
     pos = _int_vector("positions", positions, rows, np.int64)
     if (page_table is None) != (seq_ids is None):
         raise ValueError("page_table and seq_ids come together: pass both or neither")
-    table = seqs = None
-    if page_table is not None:
-        t = np.asarray(page_table)
-        if t.ndim != 2 or t.dtype.kind not in "iu" or t.dtype.itemsize != 4:
-            raise TypeError(f"page_table must be int32 [sequences, max_pages], got {t.dtype} {t.shape}")
-        table = np.ascontiguousarray(t, dtype=np.int32)
-        seqs = _int_vector("seq_ids", seq_ids, rows, np.int32)
+    table, page_size, seqs = _host_pages((page_table, page_size, seq_ids), rows)
     ids, counts = _native.qsa_select_cpu(host, name, pos, ratio, k_blocks, order, nan, table, page_size, seqs)
     return ids, counts
 

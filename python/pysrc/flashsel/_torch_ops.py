@@ -435,10 +435,13 @@ def topk(
         if host_starts:
             starts = torch.from_numpy(_api._host_starts(starts, rows))
     if page_table is not None:
+        # Host tables and sequence ids: checked as the host engine checks
+        # them (4-byte integers, one sequence id per row), never cast.
         if not isinstance(page_table, torch.Tensor):
-            page_table = torch.from_numpy(np.ascontiguousarray(np.asarray(page_table), dtype=np.int32))
+            page_table = torch.from_numpy(_api._host_table(page_table))
         if not isinstance(seq_ids, torch.Tensor):
-            seq_ids = torch.from_numpy(np.ascontiguousarray(np.asarray(seq_ids), dtype=np.int32))
+            rows = 1 if scores.dim() == 1 else scores.shape[0]
+            seq_ids = torch.from_numpy(_api._int_vector("seq_ids", seq_ids, rows, np.int32))
         indices, values = _TOPK(
             scores, k, lengths, starts, order, nan, return_values, length, start, page_table, page_size, seq_ids
         )
@@ -470,10 +473,7 @@ def qsa_select(
         if (page_table is None) != (seq_ids is None):
             raise ValueError("page_table and seq_ids come together: pass both or neither")
         if host[1]:
-            t = np.asarray(page_table)
-            if t.ndim != 2 or t.dtype.kind not in "iu" or t.dtype.itemsize != 4:
-                raise TypeError(f"page_table must be int32 [sequences, max_pages], got {t.dtype} {t.shape}")
-            page_table = torch.from_numpy(np.ascontiguousarray(t, dtype=np.int32))
+            page_table = torch.from_numpy(_api._host_table(page_table))
         if host[2]:
             seq_ids = torch.from_numpy(_api._int_vector("seq_ids", seq_ids, rows, np.int32))
     return _QSA(scores, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)

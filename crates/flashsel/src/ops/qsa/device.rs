@@ -8,7 +8,7 @@ use super::{PageMap, QsaSelection, QsaSpec};
 use crate::contract::error::cuda_err;
 use crate::contract::{DType, Error, Result, ScoreElem, ScoresView};
 use crate::cuda::{launch, timing, CudaEngine};
-use crate::ops::select::device::{DevicePages, Job, PagesCopy, Tokens};
+use crate::ops::select::device::{pack_rows, DevicePages, Job, PagesCopy, Tokens};
 
 /// One asynchronous QSA block selection over caller-owned device buffers
 /// (`CUdeviceptr`s of the engine's context, as for
@@ -153,15 +153,7 @@ impl QsaData {
     ) -> Result<Self> {
         super::check_request(scores, positions, spec, pages)?;
         let s = e.stream();
-        let elem = std::mem::size_of::<T>();
-        let mut host = crate::contract::try_vec("the score upload", spec.rows * spec.row_stride.max(1) * elem, 0u8)?;
-        for r in 0..spec.rows {
-            let row = scores.row(r);
-            // SAFETY: f32 / bf16 / f16 are plain bits.
-            let bytes = unsafe { std::slice::from_raw_parts(row.as_ptr() as *const u8, std::mem::size_of_val(row)) };
-            let at = r * spec.row_stride * elem;
-            host[at..at + bytes.len()].copy_from_slice(bytes);
-        }
+        let host = pack_rows(scores, spec.rows, spec.row_stride, spec.rows * spec.row_stride.max(1))?;
         let pos: Vec<i32> = positions.iter().map(|&t| t as i32).collect();
         let width = spec.width();
         let dpages = pages.map(|p| PagesCopy::upload(e, p)).transpose()?;

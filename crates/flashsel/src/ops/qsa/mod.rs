@@ -307,6 +307,12 @@ pub(crate) fn expand_rows(
     Ok(QsaSelection { rows: spec.rows, width, ids, counts })
 }
 
+/// The block top-k's lengths: `V` for the rows that see more than
+/// `k_blocks` blocks, 0 for the others (they read no score).
+pub(crate) fn select_lengths(spec: &QsaSpec, visible: &[i32]) -> Vec<i32> {
+    visible.iter().map(|&v| if v as usize > spec.k_blocks { v } else { 0 }).collect()
+}
+
 /// QSA block selection on the CPU: the bytes of [`reference_qsa_select`],
 /// the block top-k by the select engine (`lengths = V` for the rows that
 /// see more than `k_blocks` blocks, 0 for the others: nothing read).
@@ -317,7 +323,7 @@ pub fn qsa_select<T: ScoreElem>(
     pages: Option<&PageMap<'_>>,
 ) -> Result<QsaSelection> {
     assemble(scores, positions, spec, pages, |visible| {
-        let lengths: Vec<i32> = visible.iter().map(|&v| if v as usize > spec.k_blocks { v } else { 0 }).collect();
+        let lengths = select_lengths(spec, visible);
         let mut blocks = try_vec("the block selection", spec.rows * spec.k_blocks, PAD)?;
         crate::ops::select::cpu::select_into(scores, &spec.block_spec::<T>(), Some(&lengths), &mut blocks, None)?;
         Ok(blocks)

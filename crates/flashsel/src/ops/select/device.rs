@@ -346,11 +346,7 @@ impl CudaEngine {
         spec: &SelectSpec,
         lengths: Option<&[i32]>,
     ) -> Result<Selection<T>> {
-        let dev = DeviceData::upload(self, scores, spec, lengths)?;
-        dev.poison(self)?;
-        // SAFETY: every buffer was allocated above with the sizes the spec needs.
-        unsafe { self.select_device(&dev.args(self, spec))? };
-        dev.download(self, spec)
+        DeviceData::upload(self, scores, spec, lengths)?.run(self, spec)
     }
 
     /// [`crate::cpu::select_ranges`] (or, with `pages`,
@@ -366,11 +362,7 @@ impl CudaEngine {
         ends: Option<&[i32]>,
         pages: Option<&PageMap<'_>>,
     ) -> Result<Selection<T>> {
-        let dev = DeviceData::upload_ranges(self, scores, spec, starts, ends, pages)?;
-        dev.poison(self)?;
-        // SAFETY: every buffer was allocated above with the sizes the spec needs.
-        unsafe { self.select_device(&dev.args(self, spec))? };
-        dev.download(self, spec)
+        DeviceData::upload_ranges(self, scores, spec, starts, ends, pages)?.run(self, spec)
     }
 
     /// [`CudaEngine::time_select`] of [`CudaEngine::select_ranges_host`].
@@ -383,16 +375,7 @@ impl CudaEngine {
         pages: Option<&PageMap<'_>>,
         iters: usize,
     ) -> Result<(Selection<T>, Vec<f64>)> {
-        let dev = DeviceData::upload_ranges(self, scores, spec, starts, ends, pages)?;
-        dev.poison(self)?;
-        let args = dev.args(self, spec);
-        // SAFETY: buffers sized for the spec, as above.
-        let run = || unsafe { self.select_device(&args) };
-        run()?;
-        let times = timing::time_on_stream(self.stream(), iters, run)?;
-        // The last timed run's output (every run writes the same buffers).
-        let out = dev.download(self, spec)?;
-        Ok((out, times))
+        DeviceData::upload_ranges(self, scores, spec, starts, ends, pages)?.time(self, spec, iters)
     }
 
     /// Uploads once, then times `iters` runs on the device. Runs shorter than
@@ -405,16 +388,7 @@ impl CudaEngine {
         lengths: Option<&[i32]>,
         iters: usize,
     ) -> Result<(Selection<T>, Vec<f64>)> {
-        let dev = DeviceData::upload(self, scores, spec, lengths)?;
-        dev.poison(self)?;
-        let args = dev.args(self, spec);
-        // SAFETY: buffers sized for the spec, as above.
-        let run = || unsafe { self.select_device(&args) };
-        run()?;
-        let times = timing::time_on_stream(self.stream(), iters, run)?;
-        // The last timed run's output (every run writes the same buffers).
-        let out = dev.download(self, spec)?;
-        Ok((out, times))
+        DeviceData::upload(self, scores, spec, lengths)?.time(self, spec, iters)
     }
 }
 
@@ -511,6 +485,26 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &Job) -> Result<()> {
     on((f.ctas_per_row, f.row_slots), f.smem_bytes, pdl, false).run(&scan, &sp)
 }
 
+/// Rows of `scores` laid out `row_stride` elements apart in `elements`
+/// elements of plain bits: the host image of a device score buffer.
+pub(crate) fn pack_rows<T: ScoreElem>(
+    scores: &ScoresView<'_, T>,
+    rows: usize,
+    row_stride: usize,
+    elements: usize,
+) -> Result<Vec<u8>> {
+    let elem = std::mem::size_of::<T>();
+    let mut host = crate::contract::try_vec("the score upload", elements * elem, 0u8)?;
+    for r in 0..rows {
+        let row = scores.row(r);
+        // SAFETY: f32 / bf16 / f16 are plain bits.
+        let bytes = unsafe { std::slice::from_raw_parts(row.as_ptr() as *const u8, std::mem::size_of_val(row)) };
+        let at = r * row_stride * elem;
+        host[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+    Ok(host)
+}
+
 /// A device copy of a host page table.
 pub(crate) struct PagesCopy {
     table: CudaSlice<i32>,
@@ -565,17 +559,19 @@ impl DeviceData {
         lengths: Option<&[i32]>,
     ) -> Result<Self> {
         spec.validate_host(scores, lengths)?;
+        Self::upload_checked(e, scores, spec, lengths)
+    }
+
+    /// [`DeviceData::upload`] of a request already checked.
+    fn upload_checked<T: ScoreElem>(
+        e: &CudaEngine,
+        scores: &ScoresView<'_, T>,
+        spec: &SelectSpec,
+        lengths: Option<&[i32]>,
+    ) -> Result<Self> {
         let s = e.stream();
         let elem = std::mem::size_of::<T>();
-        let n = spec.elements_needed();
-        let mut host = crate::contract::try_vec("the score upload", n * elem, 0u8)?;
-        for r in 0..spec.rows {
-            let row = scores.row(r);
-            // SAFETY: f32 / bf16 / f16 are plain bits.
-            let bytes = unsafe { std::slice::from_raw_parts(row.as_ptr() as *const u8, std::mem::size_of_val(row)) };
-            let at = r * spec.row_stride * elem;
-            host[at..at + bytes.len()].copy_from_slice(bytes);
-        }
+        let host = pack_rows(scores, spec.rows, spec.row_stride, spec.elements_needed())?;
         let dscores = s.clone_htod(&host[..]).map_err(cuda_err)?;
         let dlen = match lengths {
             Some(l) => Some(s.clone_htod(l).map_err(cuda_err)?),
@@ -613,7 +609,7 @@ impl DeviceData {
         if let Some(p) = pages {
             p.check_ranges(spec, starts, ends)?;
         }
-        let mut d = Self::upload(e, scores, spec, ends)?;
+        let mut d = Self::upload_checked(e, scores, spec, ends)?;
         let s = e.stream();
         if let Some(st) = starts {
             d.starts = Some(s.clone_htod(st).map_err(cuda_err)?);
@@ -622,6 +618,27 @@ impl DeviceData {
             d.pages = Some(PagesCopy::upload(e, p)?);
         }
         Ok(d)
+    }
+
+    /// Poisons the outputs and the workspace, runs once, downloads.
+    fn run<T: ScoreElem>(&self, e: &CudaEngine, spec: &SelectSpec) -> Result<Selection<T>> {
+        self.poison(e)?;
+        // SAFETY: every buffer was allocated by the upload with the sizes the spec needs.
+        unsafe { e.select_device(&self.args(e, spec))? };
+        self.download(e, spec)
+    }
+
+    /// Poisons, runs once, times `iters` runs ([`timing::time_on_stream`]),
+    /// then downloads the last timed run's output (every run writes the
+    /// same buffers).
+    fn time<T: ScoreElem>(&self, e: &CudaEngine, spec: &SelectSpec, iters: usize) -> Result<(Selection<T>, Vec<f64>)> {
+        self.poison(e)?;
+        let args = self.args(e, spec);
+        // SAFETY: buffers sized for the spec by the upload.
+        let run = || unsafe { e.select_device(&args) };
+        run()?;
+        let times = timing::time_on_stream(e.stream(), iters, run)?;
+        Ok((self.download(e, spec)?, times))
     }
 
     fn poison(&self, e: &CudaEngine) -> Result<()> {

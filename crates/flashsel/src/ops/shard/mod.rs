@@ -509,12 +509,6 @@ fn merge_rows<T: ScoreElem>(
 // QSA
 // ---------------------------------------------------------------------------
 
-/// The block ends of the distributed QSA request: `V` for the rows that see
-/// more than `k_blocks` blocks, `0` for the others (they read no score).
-fn qsa_ends(spec: &QsaSpec, visible: &[i32]) -> Vec<i32> {
-    visible.iter().map(|&v| if v as usize > spec.k_blocks { v } else { 0 }).collect()
-}
-
 /// Rank `rank`'s part of `qsa_select`: its exact local top `k_blocks` of the
 /// row's visible blocks `[0, V)` in its shard of the block scores (`local`:
 /// `rows x len_r`, local block `b` = global `offset + b`), global block ids,
@@ -529,7 +523,13 @@ pub fn qsa_shard_select<T: ScoreElem>(
     rank: usize,
 ) -> Result<Selection<T>> {
     let visible = crate::ops::qsa::check_positions(positions, spec, T::DTYPE, None)?;
-    shard_select(local, &spec.block_spec_of(T::DTYPE), layout, rank, Some(&qsa_ends(spec, &visible)))
+    shard_select(
+        local,
+        &spec.block_spec_of(T::DTYPE),
+        layout,
+        rank,
+        Some(&crate::ops::qsa::select_lengths(spec, &visible)),
+    )
 }
 
 /// QSA block selection from the gathered block candidates of every rank
@@ -544,7 +544,7 @@ pub fn qsa_merge<T: ScoreElem>(
     pages: Option<&PageMap<'_>>,
 ) -> Result<QsaSelection> {
     let visible = crate::ops::qsa::check_positions(positions, spec, T::DTYPE, pages)?;
-    let ends = qsa_ends(spec, &visible);
+    let ends = crate::ops::qsa::select_lengths(spec, &visible);
     let bspec = spec.block_spec_of(T::DTYPE);
     check_merge(ids, values, &bspec, layout, None, Some(&ends))?;
     let mut blocks = try_vec("the block selection", spec.rows * spec.k_blocks, PAD)?;

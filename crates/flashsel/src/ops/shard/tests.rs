@@ -514,7 +514,7 @@ fn check_qsa<T: ScoreElem>(raw: &[f32], spec: &QsaSpec, positions: &[i64], layou
     }
     // The same blocks simulated from the whole view.
     let visible = crate::ops::qsa::check_positions(positions, spec, T::DTYPE, None).unwrap();
-    let ends = qsa_ends(spec, &visible);
+    let ends = crate::ops::qsa::select_lengths(spec, &visible);
     let (sids, svals) = simulate_ranks(&view, &spec.block_spec_of(T::DTYPE), layout, None, Some(&ends)).unwrap();
     assert_eq!((&sids, bits(&svals)), (&ids, bits(&vals)), "{what}: simulated blocks");
     assert_eq!(qsa_merge(&ids, &vals, positions, spec, layout, pages).unwrap(), want, "{what}: merged");
