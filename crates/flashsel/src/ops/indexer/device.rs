@@ -327,9 +327,13 @@ impl CudaEngine {
     /// score scratch of [`indexer_group_rows`] rows and the selection's
     /// workspace for a group.
     pub fn qsa_indexer_workspace_bytes(&self, spec: &QsaIndexerSpec) -> Result<usize> {
+        self.indexer_workspace(spec, indexer_group_rows(spec))
+    }
+
+    /// The workspace of groups of `g` rows.
+    fn indexer_workspace(&self, spec: &QsaIndexerSpec, g: usize) -> Result<usize> {
         spec.scores_spec().validate()?;
         spec.select_spec().validate()?;
-        let g = indexer_group_rows(spec);
         let mut r = Regions::new();
         r.add((g * spec.blocks * 4) as u64);
         let sel = |rows: usize| -> Result<usize> {
@@ -337,7 +341,7 @@ impl CudaEngine {
             self.qsa_workspace_bytes(&s, DType::F32)
         };
         let rest = spec.rows % g;
-        let select = sel(g)?.max(if rest > 0 { sel(rest)? } else { 0 });
+        let select = sel(g.min(spec.rows.max(1)))?.max(if rest > 0 { sel(rest)? } else { 0 });
         r.add(select as u64);
         Ok(r.total() as usize)
     }
@@ -349,12 +353,19 @@ impl CudaEngine {
     /// As [`CudaEngine::qsa_scores_device`] and
     /// [`CudaEngine::qsa_select_device`].
     pub unsafe fn qsa_indexer_device(&self, args: &DeviceQsaIndexer) -> Result<()> {
+        self.indexer_grouped(args, indexer_group_rows(&args.spec))
+    }
+
+    /// [`CudaEngine::qsa_indexer_device`] in groups of `g` rows (the checks
+    /// force small groups; the answer never depends on `g`).
+    pub(crate) unsafe fn indexer_grouped(&self, args: &DeviceQsaIndexer, g: usize) -> Result<()> {
         let spec = &args.spec;
+        let g = g.clamp(1, spec.rows.max(1));
         let sspec = spec.scores_spec();
         self.check_keys(&sspec, args.q_dtype, args.q, &args.keys)?;
         let qspec = spec.select_spec();
         qspec.validate()?;
-        let need = self.qsa_indexer_workspace_bytes(spec)?;
+        let need = self.indexer_workspace(spec, g)?;
         if args.workspace_bytes < need {
             return Err(Error::BufferSize { what: "workspace (bytes)", got: args.workspace_bytes, need });
         }
@@ -375,7 +386,6 @@ impl CudaEngine {
         if let Some(p) = &args.slots {
             p.validate()?;
         }
-        let g = indexer_group_rows(spec);
         let mut r = Regions::new();
         let scores = args.workspace + r.add((g * spec.blocks * 4) as u64);
         let sel_ws = args.workspace + r.add(0);
@@ -491,6 +501,22 @@ impl CudaEngine {
         slots: Option<&PageMap<'_>>,
         iters: usize,
     ) -> Result<(QsaSelection, Vec<f64>)> {
+        self.indexer_host_grouped(q, keys, positions, spec, slots, iters, indexer_group_rows(spec))
+    }
+
+    /// [`CudaEngine::time_qsa_indexer`] in groups of `g` rows.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn indexer_host_grouped<Q: QueryElem, K: KeyElem>(
+        &self,
+        q: &[Q],
+        keys: &BlockKeys<'_, K>,
+        positions: &[i64],
+        spec: &QsaIndexerSpec,
+        slots: Option<&PageMap<'_>>,
+        iters: usize,
+        g: usize,
+    ) -> Result<(QsaSelection, Vec<f64>)> {
+        let g = g.clamp(1, spec.rows.max(1));
         check_request(q.len(), keys, positions, &spec.scores_spec())?;
         check_positions(positions, &spec.select_spec(), DType::F32, slots)?;
         let d = IndexerData::upload(self, q, keys, positions, spec.dim, spec.ratio)?;
@@ -499,7 +525,7 @@ impl CudaEngine {
         let ids: CudaSlice<i32> = s.alloc_zeros((spec.rows * width).max(1)).map_err(cuda_err)?;
         let counts: CudaSlice<i32> = s.alloc_zeros(spec.rows.max(1)).map_err(cuda_err)?;
         let slot_copy = slots.map(|p| PagesCopy::upload(self, p)).transpose()?;
-        let wb = self.qsa_indexer_workspace_bytes(spec)?;
+        let wb = self.indexer_workspace(spec, g)?;
         let ws: CudaSlice<u8> = s.alloc_zeros(wb.max(256)).map_err(cuda_err)?;
         let args = DeviceQsaIndexer {
             spec: *spec,
@@ -520,7 +546,7 @@ impl CudaEngine {
             launch::poison(args.ids, 0x5a, ids.len() * 4, cs)?;
             launch::poison(counts.device_ptr(s).0, 0x5a, counts.len() * 4, cs)?;
             launch::poison(args.workspace, 0xa5, ws.len(), cs)?;
-            self.qsa_indexer_device(&args)?;
+            self.indexer_grouped(&args, g)?;
         }
         let mut h_ids = s.clone_dtoh(&ids).map_err(cuda_err)?;
         let mut h_counts = s.clone_dtoh(&counts).map_err(cuda_err)?;
@@ -528,7 +554,7 @@ impl CudaEngine {
         h_ids.truncate(spec.rows * width);
         h_counts.truncate(spec.rows);
         // SAFETY: as above.
-        let times = timing::time_on_stream(s, iters, || unsafe { self.qsa_indexer_device(&args) })?;
+        let times = timing::time_on_stream(s, iters, || unsafe { self.indexer_grouped(&args, g) })?;
         Ok((QsaSelection { rows: spec.rows, width, ids: h_ids, counts: h_counts }, times))
     }
 }

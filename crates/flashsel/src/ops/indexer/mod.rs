@@ -584,6 +584,7 @@ pub fn error_bound(spec: &QsaScoresSpec, m: f64) -> f64 {
     (d + h + 2.0) * 2f64.powi(-24) * m + (d * h + 1.0) * 2f64.powi(-149)
 }
 
+pub mod check;
 pub mod device;
 mod fused;
 pub use device::{DeviceBlockKeys, DeviceQsaIndexer, DeviceQsaScores};

@@ -169,7 +169,7 @@ fn run_typed<T: ScoreElem>(
 }
 
 /// The first difference between two QSA selections.
-fn compare(want: &QsaSelection, got: &QsaSelection) -> (bool, String) {
+pub(crate) fn compare(want: &QsaSelection, got: &QsaSelection) -> (bool, String) {
     for (r, (a, b)) in want.counts.iter().zip(&got.counts).enumerate() {
         if a != b {
             return (false, format!("count mismatch at row {r}: cpu {a}, gpu {b}"));

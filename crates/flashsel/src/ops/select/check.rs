@@ -466,7 +466,8 @@ pub fn run_suite(
     // Back-to-back calls sharing a workspace: grid, split and row plans.
     let chains = [(1usize, 262_144usize, 512usize), (1, 2_097_152, 2048), (160, 8192, 256)];
     let qsa = crate::ops::qsa::check::cases(quick);
-    let total = cases.len() + graphs.len() + chains.len() + qsa.len() + 2;
+    let indexer = crate::ops::indexer::check::cases(quick);
+    let total = cases.len() + graphs.len() + chains.len() + qsa.len() + 2 + indexer.len() + 1;
     for (i, c) in cases.iter().enumerate() {
         let o = run_case(e, c, &mut rng).unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
         rep.record(&o);
@@ -496,9 +497,20 @@ pub fn run_suite(
     let o = crate::ops::qsa::check::bad_rows_check(e, &mut rng)
         .unwrap_or_else(|err| Outcome::error(crate::ops::qsa::check::bad_rows_case(), Path::Grid, err));
     rep.record(&o);
-    progress(total - 1, total, &o);
+    progress(total - indexer.len() - 2, total, &o);
     let o = crate::ops::qsa::check::parity_check(e, &mut rng)
         .unwrap_or_else(|err| Outcome::error(crate::ops::qsa::check::parity_case(), Path::Row, err));
+    rep.record(&o);
+    let done = total - indexer.len() - 1;
+    progress(done, total, &o);
+    for (i, c) in indexer.iter().enumerate() {
+        let o = crate::ops::indexer::check::run_case(e, c, &mut rng)
+            .unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
+        rep.record(&o);
+        progress(done + i + 1, total, &o);
+    }
+    let o = crate::ops::indexer::check::bad_values_check(e, &mut rng)
+        .unwrap_or_else(|err| Outcome::error(crate::ops::indexer::check::bad_values_case(), Path::Row, err));
     rep.record(&o);
     progress(total, total, &o);
     Ok(rep)

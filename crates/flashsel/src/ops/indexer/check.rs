@@ -1,0 +1,453 @@
+//! `flashsel check`'s indexer cases: the CUDA engine's `qsa_scores` against
+//! the CPU engine's, byte for byte (the contract's arithmetic is fixed, so
+//! every f32 score is the same bits), on every query and key dtype, head
+//! count and width, contiguous and paged keys, with adversarial values
+//! (NaN, infinities, subnormals, signed zeros, few distinct values for
+//! near-ties); the CUDA `qsa_indexer` against the CPU's and against the
+//! unfused chain on the device (`qsa_select` over the device's scores), in
+//! small groups and whole; and device values out of range.
+
+use cudarc::driver::{CudaSlice, DevicePtr};
+use half::bf16;
+
+use super::{BlockKeys, DeviceBlockKeys, DeviceQsaScores, KeyElem, QsaIndexerSpec, QsaScoresSpec, QueryElem, F8E4M3};
+use crate::contract::error::cuda_err;
+use crate::contract::{DType, Result, ScoresView};
+use crate::cuda::{CudaEngine, DevicePages};
+use crate::data::Rng;
+use crate::ops::pages::PageMap;
+use crate::ops::select::check::{pages_for, Outcome};
+use crate::ops::select::plan::Path;
+use crate::ops::select::OutputOrder;
+
+/// How a case's values are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Values {
+    /// Normal queries and keys.
+    Normal,
+    /// Keys from 3 distinct vectors and small-integer queries: many exactly
+    /// equal scores, and exact zeros after relu.
+    Ties,
+    /// Normal, with NaN, +-inf, subnormals and signed zeros sprinkled in.
+    Special,
+}
+
+/// One indexer check case.
+#[derive(Debug, Clone)]
+pub struct IndexerCase {
+    pub rows: usize,
+    pub blocks: usize,
+    pub heads: usize,
+    pub dim: usize,
+    pub q: DType,
+    pub k: DType,
+    pub values: Values,
+    /// Token page size of a paged key cache (`None`: contiguous keys).
+    pub page_size: Option<usize>,
+    /// Whether the case also runs the fused indexer (`Some(k_blocks)`).
+    pub k_blocks: Option<usize>,
+    pub order: OutputOrder,
+    /// Rows per group of the device indexer (`None`: the engine's own).
+    pub group: Option<usize>,
+    /// Positions: `None` for edges and random, `Some(t0)` for consecutive
+    /// positions from `t0` (a prefill chunk).
+    pub chunk: Option<usize>,
+}
+
+impl IndexerCase {
+    pub fn describe(&self) -> String {
+        format!(
+            "indexer {}x{} blocks H={} d={} q={} k={} {:?} pages={:?} k_blocks={:?} order={} group={:?} chunk={:?}",
+            self.rows,
+            self.blocks,
+            self.heads,
+            self.dim,
+            self.q.name(),
+            self.k.name(),
+            self.values,
+            self.page_size,
+            self.k_blocks,
+            self.order.name(),
+            self.group,
+            self.chunk
+        )
+    }
+    fn scores_spec(&self) -> QsaScoresSpec {
+        QsaScoresSpec::new(self.rows, self.blocks).with_heads(self.heads).with_dim(self.dim)
+    }
+    fn indexer_spec(&self, k: usize) -> QsaIndexerSpec {
+        QsaIndexerSpec::new(self.rows, self.blocks)
+            .with_heads(self.heads)
+            .with_dim(self.dim)
+            .with_k_blocks(k)
+            .with_order(self.order)
+    }
+}
+
+/// The cases: every dtype pair, width and head count on small rows (with
+/// edges of V), paged keys, the adversarial value families; the fused
+/// indexer on decode (1 and 16 rows of 65,536 blocks, one of 262,144), a
+/// prefill chunk of mixed V (copy rows beside ranked ones) in forced small
+/// groups, and near-ties.
+pub fn cases(quick: bool) -> Vec<IndexerCase> {
+    let base = |rows, blocks, heads, dim, q, k, values| IndexerCase {
+        rows,
+        blocks,
+        heads,
+        dim,
+        q,
+        k,
+        values,
+        page_size: None,
+        k_blocks: None,
+        order: OutputOrder::Index,
+        group: None,
+        chunk: None,
+    };
+    let mut out = Vec::new();
+    let qs = [DType::F32, DType::BF16];
+    let ks = [DType::F32, DType::BF16, DType::F8E4M3];
+    let values = [Values::Normal, Values::Ties, Values::Special];
+    let mut i = 0;
+    for q in qs {
+        for k in ks {
+            for dim in [64, 128, 256] {
+                let heads = [1, 2, 3, 4, 5, 16][i % 6];
+                let mut c = base(6, 700, heads, dim, q, k, values[i % 3]);
+                c.page_size = (i % 2 == 1).then_some([64, 16, 32][i % 3]);
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    // The fused indexer: decode rows, a mixed prefill chunk, ties, pages, score order.
+    let decode = [(1usize, 262_144usize, DType::BF16), (16, 65_536, DType::BF16), (1, 65_536, DType::F8E4M3)];
+    for (j, &(rows, blocks, k)) in decode.iter().enumerate() {
+        if quick && j == 0 {
+            continue;
+        }
+        let mut c = base(rows, blocks, 4, 128, DType::BF16, k, [Values::Normal, Values::Ties, Values::Special][j]);
+        c.k_blocks = Some(512);
+        c.page_size = (j == 1).then_some(64);
+        c.order = if j == 2 { OutputOrder::Score } else { OutputOrder::Index };
+        out.push(c);
+    }
+    for (j, values) in [Values::Normal, Values::Ties].into_iter().enumerate() {
+        // 40 consecutive positions around V = k_blocks, in groups of 7 rows.
+        let mut c = base(40, 700, 4, 64, DType::F32, DType::BF16, values);
+        c.k_blocks = Some(100);
+        c.chunk = Some(4 * 100 - 20);
+        c.group = Some(7);
+        c.page_size = (j == 1).then_some(64);
+        c.order = [OutputOrder::Index, OutputOrder::Score][j];
+        out.push(c);
+    }
+    // Edge positions and the engine's own grouping, every row ranked or copied.
+    let mut c = base(12, 3000, 2, 128, DType::BF16, DType::F32, Values::Ties);
+    c.k_blocks = Some(300);
+    out.push(c);
+    out
+}
+
+/// Values of one family (`n` of them), exactly representable in `dtype`.
+fn values(v: Values, n: usize, dtype: DType, rng: &mut Rng) -> Vec<f32> {
+    let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-40, -1e-40, 0.0, -0.0, 1e30];
+    let mut out: Vec<f32> = match v {
+        Values::Normal => (0..n).map(|_| rng.normal()).collect(),
+        Values::Ties => (0..n).map(|_| rng.below(5) as f32 - 2.0).collect(),
+        Values::Special => (0..n)
+            .map(|_| if rng.below(50) == 0 { special[rng.below(special.len() as u64) as usize] } else { rng.normal() })
+            .collect(),
+    };
+    if v == Values::Special && dtype == DType::F8E4M3 {
+        // e4m3 has no infinities: saturate them.
+        for x in &mut out {
+            if x.is_infinite() {
+                *x = x.signum() * 448.0;
+            }
+        }
+    }
+    out
+}
+
+fn to_keys<K: From32>(v: &[f32]) -> Vec<K> {
+    v.iter().map(|&x| K::from_f32(x)).collect()
+}
+
+/// Rounding of check data into an element type.
+trait From32: Sized {
+    fn from_f32(x: f32) -> Self;
+}
+impl From32 for f32 {
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+}
+impl From32 for bf16 {
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+}
+impl From32 for F8E4M3 {
+    fn from_f32(x: f32) -> Self {
+        F8E4M3(crate::ops::mla::f32_to_e4m3(x))
+    }
+}
+
+/// Positions: edges of V (0, 1, k - 1, k, k + 1, NB - 1, NB blocks) then
+/// random, or a chunk.
+fn positions_for(c: &IndexerCase, rng: &mut Rng) -> Vec<i64> {
+    let (nb, k) = (c.blocks, c.k_blocks.unwrap_or(nb_half(c.blocks)));
+    (0..c.rows)
+        .map(|i| {
+            if let Some(t0) = c.chunk {
+                return ((t0 + i) as i64).min((nb * 4 + 3) as i64);
+            }
+            let edges = [nb, 0, 1, k.saturating_sub(1), k, k + 1, nb.saturating_sub(1)];
+            let v = if i < edges.len() && c.rows > 1 { edges[i].min(nb) } else { rng.below(nb as u64 + 1) as usize };
+            let v = if c.rows == 1 || c.rows == 16 { nb } else { v };
+            (v * 4 + (i % 4)).max(1) as i64 - 1
+        })
+        .collect()
+}
+
+fn nb_half(nb: usize) -> usize {
+    nb / 2
+}
+
+/// The first difference of two score arrays, bit for bit.
+fn first_diff(want: &[f32], got: &[f32], blocks: usize) -> Option<String> {
+    let i = want.iter().zip(got).position(|(a, b)| a.to_bits() != b.to_bits())?;
+    Some(format!(
+        "score [{}, {}]: cpu {:e} ({:#x}), gpu {:e} ({:#x})",
+        i / blocks,
+        i % blocks,
+        want[i],
+        want[i].to_bits(),
+        got[i],
+        got[i].to_bits()
+    ))
+}
+
+fn run_typed<Q: QueryElem + From32, K: KeyElem + From32>(
+    e: &CudaEngine,
+    c: &IndexerCase,
+    rng: &mut Rng,
+) -> Result<(bool, String)> {
+    let spec = c.scores_spec();
+    let positions = positions_for(c, rng);
+    let q: Vec<Q> = to_keys(&values(c.values, spec.q_len()?, c.q, rng));
+    let paged = c.page_size.map(|ps| {
+        let (t, max_pages, seq) = pages_for(rng, c.rows, c.blocks * 4 + 4, ps);
+        (t, max_pages, ps, seq)
+    });
+    let map = match &paged {
+        Some((t, max_pages, ps, seq)) => Some(PageMap::new(t, *max_pages, *ps, seq)?),
+        None => None,
+    };
+    // A paged cache holds every page the table names (a permutation).
+    let key_rows = match &paged {
+        Some((t, _, ps, _)) => t.len() * (ps / 4),
+        None => c.blocks,
+    };
+    let kbar: Vec<K> = to_keys(&values(c.values, key_rows * c.dim, c.k, rng));
+    let keys = match &map {
+        Some(m) => BlockKeys::Paged { kbar: &kbar, pages: *m },
+        None => BlockKeys::Contiguous(&kbar),
+    };
+    let want = super::qsa_scores(&q, &keys, &positions, &spec)?;
+    let got = e.qsa_scores_host(&q, &keys, &positions, &spec)?;
+    if let Some(d) = first_diff(&want, &got, c.blocks) {
+        return Ok((false, d));
+    }
+    let Some(k) = c.k_blocks else { return Ok((true, String::new())) };
+    let ispec = c.indexer_spec(k);
+    let want = super::qsa_indexer(&q, &keys, &positions, &ispec, map.as_ref())?;
+    let group = c.group.unwrap_or_else(|| super::device::indexer_group_rows(&ispec));
+    let (fused, _) = e.indexer_host_grouped(&q, &keys, &positions, &ispec, map.as_ref(), 0, group)?;
+    let (ok, d) = crate::ops::qsa::check::compare(&want, &fused);
+    if !ok {
+        return Ok((false, format!("fused vs cpu: {d}")));
+    }
+    // The unfused chain on the device: qsa_select over the device's scores.
+    let view = ScoresView::new(&got, c.rows, c.blocks)?;
+    let chain = e.qsa_select_host(&view, &positions, &ispec.select_spec(), map.as_ref())?;
+    let (ok, d) = crate::ops::qsa::check::compare(&chain, &fused);
+    Ok((ok, if ok { String::new() } else { format!("fused vs device chain: {d}") }))
+}
+
+/// Runs one case with fresh data from `rng`.
+pub fn run_case(e: &CudaEngine, c: &IndexerCase, rng: &mut Rng) -> Result<Outcome> {
+    let path = match c.k_blocks {
+        Some(k) => {
+            let s = c.indexer_spec(k);
+            let g = c.group.unwrap_or_else(|| super::device::indexer_group_rows(&s));
+            e.plan(&crate::ops::qsa::QsaSpec { rows: g, ..s.select_spec() }.block_spec_of(DType::F32), true)?.path()
+        }
+        None => Path::Row,
+    };
+    let (ok, detail) = match (c.q, c.k) {
+        (DType::F32, DType::F32) => run_typed::<f32, f32>(e, c, rng)?,
+        (DType::F32, DType::BF16) => run_typed::<f32, bf16>(e, c, rng)?,
+        (DType::F32, _) => run_typed::<f32, F8E4M3>(e, c, rng)?,
+        (_, DType::F32) => run_typed::<bf16, f32>(e, c, rng)?,
+        (_, DType::BF16) => run_typed::<bf16, bf16>(e, c, rng)?,
+        _ => run_typed::<bf16, F8E4M3>(e, c, rng)?,
+    };
+    Ok(Outcome { case: c.describe(), path, ctas_per_row: 0, grid_items: 0, ok, detail })
+}
+
+/// The name of [`bad_values_check`].
+pub fn bad_values_case() -> String {
+    "indexer device values out of range (positions, sequences, page counts, page entries)".into()
+}
+
+/// Device values out of range, straight through the device entry points:
+/// rows with a negative position, `V > NB` or a sequence outside the table
+/// come out all NaN (scores) and all padding with count 0 (indexer); a page
+/// entry outside the cache scores NaN; the good rows beside them are the
+/// CPU's bytes.
+pub fn bad_values_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {
+    let (blocks, dim, heads, ps) = (64usize, 64usize, 2usize, 16usize); // 4 blocks a page
+    let per_page = ps / 4;
+    let spec = QsaScoresSpec::new(7, blocks).with_heads(heads).with_dim(dim);
+    let sequences = 2;
+    let max_pages = blocks / per_page; // exactly enough for V = NB
+    let cache_pages = sequences * max_pages;
+    let mut table: Vec<i32> = (0..cache_pages as i32).collect();
+    table[max_pages + 3] = cache_pages as i32 + 5; // sequence 1, page 3: outside the cache
+                                                   // Rows: good, negative position, V > NB, sequence -1, sequence 2 (past),
+                                                   // good on sequence 1 (one bad page), V = NB exactly.
+    let positions: Vec<i32> = vec![99, -5, (blocks as i32 + 1) * 4, 50, 50, 255, (blocks * 4 - 1) as i32];
+    let seq_ids: Vec<i32> = vec![0, 0, 0, -1, 2, 1, 0];
+    let q: Vec<f32> = (0..spec.q_len()?).map(|_| rng.normal()).collect();
+    let kbar: Vec<f32> = (0..cache_pages * per_page * dim).map(|_| rng.normal()).collect();
+    let s = e.stream();
+    let up_f = |v: &[f32]| s.clone_htod(v).map_err(cuda_err);
+    let up_i = |v: &[i32]| s.clone_htod(v).map_err(cuda_err);
+    let (dq, dk, dpos, dtab, dseq) = (up_f(&q)?, up_f(&kbar)?, up_i(&positions)?, up_i(&table)?, up_i(&seq_ids)?);
+    let out: CudaSlice<f32> = s.alloc_zeros(spec.out_len()?).map_err(cuda_err)?;
+    let pages =
+        DevicePages { table: dtab.device_ptr(s).0, sequences, max_pages, page_size: ps, seq_ids: dseq.device_ptr(s).0 };
+    let keys = DeviceBlockKeys { dtype: DType::F32, kbar: dk.device_ptr(s).0, pages: Some(pages), cache_pages };
+    let args = DeviceQsaScores {
+        spec,
+        q_dtype: DType::F32,
+        q: dq.device_ptr(s).0,
+        keys,
+        positions: dpos.device_ptr(s).0,
+        out: out.device_ptr(s).0,
+        stream: s.cu_stream() as u64,
+    };
+    // SAFETY: every buffer is sized for the spec and the table.
+    unsafe {
+        crate::cuda::launch::poison(args.out, 0x5a, spec.out_len()? * 4, s.cu_stream())?;
+        e.qsa_scores_device(&args)?;
+    }
+    let got = s.clone_dtoh(&out).map_err(cuda_err)?;
+    s.synchronize().map_err(cuda_err)?;
+    let row = |r: usize| &got[r * blocks..(r + 1) * blocks];
+    let nan = |x: &f32| x.to_bits() == 0x7fc0_0000;
+    let mut bad = Vec::new();
+    for r in [1, 2, 3, 4] {
+        if !row(r).iter().all(nan) {
+            bad.push(format!("row {r} is not all NaN"));
+        }
+    }
+    // Good rows: the CPU's bytes on a cache without the bad entry.
+    let mut fixed = table.clone();
+    fixed[max_pages + 3] = 0;
+    for r in [0, 5, 6] {
+        let one = QsaScoresSpec { rows: 1, ..spec };
+        let one_map = PageMap::new(&fixed, max_pages, ps, &seq_ids[r..r + 1])?;
+        let want = super::qsa_scores(
+            &q[r * heads * dim..(r + 1) * heads * dim],
+            &BlockKeys::Paged { kbar: &kbar, pages: one_map },
+            &[positions[r] as i64],
+            &one,
+        )?;
+        for (b, (&w, &g)) in want.iter().zip(row(r)).enumerate() {
+            let bad_page = r == 5 && b / per_page == 3;
+            let ok = if bad_page { nan(&g) } else { w.to_bits() == g.to_bits() };
+            if !ok {
+                bad.push(format!("row {r} block {b}: want {w:e}{}, got {g:e}", if bad_page { " (NaN)" } else { "" }));
+                break;
+            }
+        }
+    }
+    // The fused indexer over the same buffers (k_blocks 8: rows 0, 5 and 6 ranked).
+    let ispec = QsaIndexerSpec::new(7, blocks).with_heads(heads).with_dim(dim).with_k_blocks(8);
+    let width = ispec.width();
+    let ids: CudaSlice<i32> = s.alloc_zeros(7 * width).map_err(cuda_err)?;
+    let counts: CudaSlice<i32> = s.alloc_zeros(7).map_err(cuda_err)?;
+    let wb = e.qsa_indexer_workspace_bytes(&ispec)?;
+    let ws: CudaSlice<u8> = s.alloc_zeros(wb.max(256)).map_err(cuda_err)?;
+    let iargs = super::DeviceQsaIndexer {
+        spec: ispec,
+        q_dtype: DType::F32,
+        q: args.q,
+        keys,
+        positions: args.positions,
+        ids: ids.device_ptr(s).0,
+        counts: Some(counts.device_ptr(s).0),
+        slots: None,
+        workspace: ws.device_ptr(s).0,
+        workspace_bytes: wb,
+        stream: args.stream,
+    };
+    // SAFETY: as above; outputs sized for the spec.
+    unsafe {
+        crate::cuda::launch::poison(iargs.ids, 0x5a, 7 * width * 4, s.cu_stream())?;
+        crate::cuda::launch::poison(counts.device_ptr(s).0, 0x5a, 7 * 4, s.cu_stream())?;
+        e.qsa_indexer_device(&iargs)?;
+    }
+    let h_ids = s.clone_dtoh(&ids).map_err(cuda_err)?;
+    let h_counts = s.clone_dtoh(&counts).map_err(cuda_err)?;
+    s.synchronize().map_err(cuda_err)?;
+    for r in [1, 2, 3, 4] {
+        if h_counts[r] != 0 || h_ids[r * width..(r + 1) * width].iter().any(|&x| x != -1) {
+            bad.push(format!("indexer row {r}: count {}, not all padding", h_counts[r]));
+        }
+    }
+    for r in [0, 6] {
+        let one_map = PageMap::new(&fixed, max_pages, ps, &seq_ids[r..r + 1])?;
+        let want = super::qsa_indexer(
+            &q[r * heads * dim..(r + 1) * heads * dim],
+            &BlockKeys::Paged { kbar: &kbar, pages: one_map },
+            &[positions[r] as i64],
+            &QsaIndexerSpec { rows: 1, ..ispec },
+            None,
+        )?;
+        if want.counts[0] != h_counts[r] || want.ids[..] != h_ids[r * width..(r + 1) * width] {
+            bad.push(format!("indexer row {r} differs from the CPU"));
+        }
+    }
+    let ok = bad.is_empty();
+    Ok(Outcome { case: bad_values_case(), path: Path::Row, ctas_per_row: 0, grid_items: 0, ok, detail: bad.join("; ") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every case's inputs pass the host checks (the CPU half of each case
+    /// runs: the GPU half is `flashsel check`'s).
+    #[test]
+    fn cases_pass_the_host_checks() {
+        let mut rng = Rng::new(7);
+        for c in cases(false).iter().filter(|c| c.rows * c.blocks <= 1 << 16) {
+            let spec = c.scores_spec();
+            let positions = positions_for(c, &mut rng);
+            let q: Vec<f32> = values(c.values, spec.q_len().unwrap(), c.q, &mut rng);
+            let kbar: Vec<f32> = values(c.values, c.blocks * c.dim, c.k, &mut rng);
+            let s = super::super::qsa_scores(&q, &BlockKeys::Contiguous(&kbar), &positions, &spec);
+            assert!(s.is_ok(), "{}: {:?}", c.describe(), s.err());
+            if let Some(k) = c.k_blocks {
+                let r =
+                    super::super::qsa_indexer(&q, &BlockKeys::Contiguous(&kbar), &positions, &c.indexer_spec(k), None);
+                assert!(r.is_ok(), "{}: {:?}", c.describe(), r.err());
+            }
+        }
+        assert!(cases(true).len() < cases(false).len());
+    }
+}
