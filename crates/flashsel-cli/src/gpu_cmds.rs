@@ -57,6 +57,12 @@ pub struct CheckArgs {
     /// Backend under test.
     #[arg(long, default_value = "cuda", value_parser = crate::backend_parser())]
     pub backend: flashsel::BackendChoice,
+    /// Run only these suites (comma-separated or repeated): select (top-k,
+    /// ranges, QSA), mla (sparse MLA attention against its f64 reference).
+    /// Default: all.
+    #[arg(long, value_name = "SUITE", value_delimiter = ',',
+          value_parser = PossibleValuesParser::new(["select", "mla"]))]
+    pub only: Vec<String>,
 }
 
 /// `sm_90a`, `sm_80`, `compute_90`, ...
@@ -194,6 +200,11 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     let e = flashsel::cuda::CudaEngine::new(0).map_err(|e| e.to_string())?;
     eprintln!("device {} ({}), seed {}", e.device_name(), e.arch(), args.seed);
     e.warm_up().map_err(|e| e.to_string())?;
+    let wants = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
+    let mla_failed = if wants("mla") { check_mla(&e, args)? } else { 0 };
+    if !wants("select") {
+        return if mla_failed > 0 { Err(format!("{mla_failed} sparse MLA cases failed")) } else { Ok(()) };
+    }
     let rep = check::run_suite(&e, args.quick, args.seed, |i, n, o| {
         if o.ok {
             let items = if o.grid_items > 0 { format!(", {} elements a thread", o.grid_items) } else { String::new() };
@@ -217,5 +228,33 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
         }
         return Err(format!("{} of {} cases differ from the CPU engine", rep.failed, rep.run));
     }
+    if mla_failed > 0 {
+        return Err(format!("{mla_failed} sparse MLA cases failed"));
+    }
     Ok(())
+}
+
+/// The sparse MLA suite; returns how many cases failed.
+fn check_mla(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Result<usize, String> {
+    use flashsel::ops::mla::check;
+    let rep = check::run_suite(e, args.quick, args.seed, |i, n, o| {
+        let path = if o.split { "split-KV + combine" } else { "one pass" };
+        if o.ok {
+            eprintln!("[mla {i}/{n}] ok   {} ({path})", o.case);
+        } else {
+            eprintln!("[mla {i}/{n}] FAIL {} ({path}): {}", o.case, o.detail);
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    println!(
+        "mla cases run: {}, failed: {} (split-KV: {}, one pass: {})",
+        rep.run,
+        rep.failed,
+        rep.split,
+        rep.run - rep.split
+    );
+    for f in &rep.failures {
+        println!("FAILED {}: {}", f.case, f.detail);
+    }
+    Ok(rep.failed)
 }

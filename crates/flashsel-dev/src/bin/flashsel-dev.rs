@@ -129,6 +129,16 @@ fn small(e: &CudaEngine) {
         report(flashsel::ops::qsa::check::run_case(e, c, &mut rng).unwrap());
     }
     report(flashsel::ops::qsa::check::bad_rows_check(e, &mut rng).unwrap());
+    // Sparse MLA: prefill one pass and split, every cache format (nothing
+    // read outside the attended rows and the outputs).
+    for c in flashsel::ops::mla::check::small_cases() {
+        let o = flashsel::ops::mla::check::run_case(e, &c, &mut rng).unwrap();
+        run += 1;
+        if !o.ok {
+            failed += 1;
+            println!("FAIL {} {}", o.case, o.detail);
+        }
+    }
     println!("SMALL cases run {run} failed {failed}");
 }
 

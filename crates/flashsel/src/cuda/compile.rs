@@ -44,15 +44,20 @@ pub enum Module {
     SelectGridTokens,
     /// The QSA indexer's block scores (`qsa_scores_*`, kernels/indexer/).
     IndexerQsa,
+    /// Sparse MLA attention (kernels/attention/sparse_mla.cu): the one-pass
+    /// kernels `mla_fwd_q{f32,bf16}_kv{f32,bf16,fp8}` (prefill and decode)
+    /// and the split-KV combine `mla_combine_{f32,bf16}`.
+    SparseMla,
 }
 
 impl Module {
-    pub const ALL: [Module; 5] = [
+    pub const ALL: [Module; 6] = [
         Module::SelectFilter,
         Module::SelectGrid,
         Module::SelectFilterTokens,
         Module::SelectGridTokens,
         Module::IndexerQsa,
+        Module::SparseMla,
     ];
 
     /// The module's name: its entry file under `kernels/`, without `.cu`.
@@ -63,6 +68,7 @@ impl Module {
             Module::SelectFilterTokens => "select/filter_tokens",
             Module::SelectGridTokens => "select/grid_tokens",
             Module::IndexerQsa => "indexer/qsa_scores",
+            Module::SparseMla => "attention/sparse_mla",
         }
     }
 
@@ -111,6 +117,7 @@ impl Module {
                 "fs_grid4_tok_f32",
             ],
             Module::IndexerQsa => &crate::ops::indexer::device::SCORE_ENTRIES,
+            Module::SparseMla => &crate::ops::mla::device::MLA_ENTRIES,
         }
     }
 

@@ -89,6 +89,8 @@ mod sealed {
 pub trait MlaElem: sealed::Sealed + Copy + Send + Sync + 'static {
     const DTYPE: DType;
     fn to_f64(self) -> f64;
+    /// The nearest value (round to nearest even).
+    fn from_f32(x: f32) -> Self;
 }
 
 impl MlaElem for f32 {
@@ -97,6 +99,10 @@ impl MlaElem for f32 {
     fn to_f64(self) -> f64 {
         self as f64
     }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        x
+    }
 }
 
 impl MlaElem for bf16 {
@@ -104,6 +110,10 @@ impl MlaElem for bf16 {
     #[inline(always)]
     fn to_f64(self) -> f64 {
         bf16::to_f64(self)
+    }
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
     }
 }
 
@@ -389,7 +399,7 @@ impl PagedKvCache<'_> {
             PagedKvCache::Fp8(_) => CacheFormat::Fp8V32,
         }
     }
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             PagedKvCache::F32(d) => d.len(),
             PagedKvCache::BF16(d) => d.len(),
@@ -544,7 +554,7 @@ impl SparseMlaDecode {
     }
 
     /// The cache element where slot `slot` (valid: `< slots()`) starts.
-    fn slot_at(&self, slot: usize) -> usize {
+    pub fn slot_at(&self, slot: usize) -> usize {
         (slot / self.page_size) * self.page_stride + (slot % self.page_size) * self.token_stride
     }
 }
@@ -713,6 +723,86 @@ fn attended(row: &[i32], len: Option<i32>, bound: usize) -> impl Iterator<Item =
     row[..l].iter().filter(move |&&i| in_range(i, bound)).map(|&i| i as usize)
 }
 
+/// The checks of a prefill request on host data (the reference's, and the
+/// CUDA engine's host form's: the same errors): the spec, the dtype, every
+/// buffer's size, explicit lengths in `0..=topk`, one sink per head.
+pub(crate) fn check_prefill_request<T: MlaElem>(
+    spec: &SparseMlaPrefill,
+    q: &[T],
+    kv: &[T],
+    indices: &[i32],
+    topk_length: Option<&[i32]>,
+    attn_sink: Option<&[f32]>,
+) -> Result<()> {
+    spec.validate()?;
+    if T::DTYPE != spec.dtype {
+        return Err(Error::UnknownDType(format!("the data is {} but the spec says {}", T::DTYPE, spec.dtype)));
+    }
+    let SparseMlaPrefill { s_q, h_q, d_qk, topk, .. } = *spec;
+    check_len("q", q.len(), s_q * h_q * d_qk)?;
+    let kv_need = spec.kv_len()?;
+    if kv.len() < kv_need {
+        return Err(Error::BufferSize { what: "kv", got: kv.len(), need: kv_need });
+    }
+    check_len("indices", indices.len(), s_q * topk)?;
+    if let Some(l) = topk_length {
+        check_lengths(l, s_q, topk)?;
+    }
+    check_sink(attn_sink, h_q)
+}
+
+/// The checks of a decode request on host data (as
+/// [`check_prefill_request`]); returns how explicit lengths are laid out:
+/// `Some(true)` one per row (`batch * s_q`), `Some(false)` one per request
+/// (`batch`; when both counts agree, per row), `None` derived.
+pub(crate) fn check_decode_request<Q: MlaElem>(
+    spec: &SparseMlaDecode,
+    q: &[Q],
+    cache: PagedKvCache<'_>,
+    indices: &[i32],
+    topk_length: Option<&[i32]>,
+    attn_sink: Option<&[f32]>,
+) -> Result<Option<bool>> {
+    spec.validate()?;
+    if Q::DTYPE != spec.q_dtype {
+        return Err(Error::UnknownDType(format!("q is {} but the spec says {}", Q::DTYPE, spec.q_dtype)));
+    }
+    if cache.format() != spec.cache {
+        return Err(Error::UnknownDType(format!(
+            "the cache is {} but the spec says {}",
+            cache.format().name(),
+            spec.cache.name()
+        )));
+    }
+    let SparseMlaDecode { batch, h_q, d_qk, topk, .. } = *spec;
+    let rows = spec.rows();
+    check_len("q", q.len(), rows * h_q * d_qk)?;
+    let need = spec.cache_len()?;
+    if cache.len() < need {
+        return Err(Error::BufferSize { what: "k_cache", got: cache.len(), need });
+    }
+    check_len("indices", indices.len(), rows * topk)?;
+    let per_row = match topk_length {
+        None => None,
+        Some(l) if l.len() == rows => {
+            check_lengths(l, rows, topk)?;
+            Some(true)
+        }
+        Some(l) if l.len() == batch => {
+            check_lengths(l, batch, topk)?;
+            Some(false)
+        }
+        Some(l) => {
+            return Err(Error::Shape(format!(
+                "topk_length has {} entries; expected batch = {batch} (one per request) or batch * s_q = {rows}",
+                l.len()
+            )))
+        }
+    };
+    check_sink(attn_sink, h_q)?;
+    Ok(per_row)
+}
+
 /// The exact sparse prefill (module docs, rules 1-5) in f64, over host
 /// slices: `q [s_q, h_q, d_qk]`, `kv` (`s_kv` rows of `kv_stride`),
 /// `indices [s_q, topk]`, `topk_length [s_q]` (optional; derived when
@@ -727,21 +817,8 @@ pub fn reference_sparse_mla_prefill<T: MlaElem>(
     topk_length: Option<&[i32]>,
     attn_sink: Option<&[f32]>,
 ) -> Result<PrefillOutput<f64>> {
-    spec.validate()?;
-    if T::DTYPE != spec.dtype {
-        return Err(Error::UnknownDType(format!("the data is {} but the spec says {}", T::DTYPE, spec.dtype)));
-    }
+    check_prefill_request(spec, q, kv, indices, topk_length, attn_sink)?;
     let SparseMlaPrefill { s_q, s_kv, h_q, d_qk, d_v, topk, kv_stride, .. } = *spec;
-    check_len("q", q.len(), s_q * h_q * d_qk)?;
-    let kv_need = spec.kv_len()?;
-    if kv.len() < kv_need {
-        return Err(Error::BufferSize { what: "kv", got: kv.len(), need: kv_need });
-    }
-    check_len("indices", indices.len(), s_q * topk)?;
-    if let Some(l) = topk_length {
-        check_lengths(l, s_q, topk)?;
-    }
-    check_sink(attn_sink, h_q)?;
 
     let mut out = try_vec("out", s_q * h_q * d_v, 0f64)?;
     let mut maxl = try_vec("max_logits", s_q * h_q, 0f64)?;
@@ -777,43 +854,14 @@ pub fn reference_sparse_mla_decode<Q: MlaElem>(
     topk_length: Option<&[i32]>,
     attn_sink: Option<&[f32]>,
 ) -> Result<DecodeOutput<f64>> {
-    spec.validate()?;
-    if Q::DTYPE != spec.q_dtype {
-        return Err(Error::UnknownDType(format!("q is {} but the spec says {}", Q::DTYPE, spec.q_dtype)));
-    }
-    if cache.format() != spec.cache {
-        return Err(Error::UnknownDType(format!(
-            "the cache is {} but the spec says {}",
-            cache.format().name(),
-            spec.cache.name()
-        )));
-    }
+    let layout = check_decode_request(spec, q, cache, indices, topk_length, attn_sink)?;
     let SparseMlaDecode { batch, s_q, h_q, d_qk, d_v, topk, .. } = *spec;
     let rows = spec.rows();
-    check_len("q", q.len(), rows * h_q * d_qk)?;
-    let need = spec.cache_len()?;
-    if cache.len() < need {
-        return Err(Error::BufferSize { what: "k_cache", got: cache.len(), need });
-    }
-    check_len("indices", indices.len(), rows * topk)?;
-    let per_row: Option<Vec<i32>> = match topk_length {
-        None => None,
-        Some(l) if l.len() == rows => {
-            check_lengths(l, rows, topk)?;
-            Some(l.to_vec())
-        }
-        Some(l) if l.len() == batch => {
-            check_lengths(l, batch, topk)?;
-            Some(l.iter().flat_map(|&x| std::iter::repeat_n(x, s_q)).collect())
-        }
-        Some(l) => {
-            return Err(Error::Shape(format!(
-                "topk_length has {} entries; expected batch = {batch} (one per request) or batch * s_q = {rows}",
-                l.len()
-            )))
-        }
+    let per_row: Option<Vec<i32>> = match (topk_length, layout) {
+        (Some(l), Some(true)) => Some(l.to_vec()),
+        (Some(l), Some(false)) => Some(l.iter().flat_map(|&x| std::iter::repeat_n(x, s_q)).collect()),
+        _ => None,
     };
-    check_sink(attn_sink, h_q)?;
 
     let slots = spec.slots();
     let mut out = try_vec("out", rows * h_q * d_v, 0f64)?;
@@ -954,3 +1002,6 @@ pub fn check_close(what: &str, got: &[f32], want: &[f64], tol: Tolerance) -> std
 
 #[cfg(test)]
 mod tests;
+
+pub mod check;
+pub mod device;

@@ -1,0 +1,761 @@
+//! Sparse MLA attention on the CUDA engine (kernels/attention/sparse_mla.cu):
+//! the contract of [`super`] over device pointers, on the caller's stream.
+//!
+//! # The plan (a function of the shapes only)
+//! One CTA of 256 threads per (query row, group of [`HEADS_PER_CTA`] heads,
+//! KV split). When the rows' CTAs (`rows * ceil(h_q / 8)`) fall short of
+//! [`TARGET_CTAS`], each row's `topk` positions are cut into up to
+//! [`MAX_SPLITS`] chunks of whole tiles, every chunk a CTA of its own that
+//! writes its unnormalised softmax state to the workspace, and
+//! `mla_combine_*` merges the chunks in a fixed order. The plan never looks
+//! at the device or the data (not even the lengths), so a request's bytes
+//! are the same on every GPU, and a derived `topk_length` gives the bits of
+//! the same length passed explicitly.
+
+use cudarc::driver::{CudaSlice, DevicePtr};
+use half::bf16;
+
+use super::{
+    check_decode_request, check_prefill_request, CacheFormat, DecodeOutput, MlaElem, PagedKvCache, PrefillOutput,
+    SparseMlaDecode, SparseMlaPrefill, D_V,
+};
+use crate::contract::error::cuda_err;
+use crate::contract::{DType, Error, Result};
+use crate::cuda::compile::Module;
+use crate::cuda::launch::{self, KernelParams, Launch};
+use crate::cuda::{timing, CudaEngine, KernelId};
+
+/// Every kernel of the module: the one-pass kernels by (q format, cache
+/// format), then the combines by output format.
+pub(crate) const MLA_ENTRIES: [&str; 8] = [
+    "mla_fwd_qf32_kvf32",
+    "mla_fwd_qf32_kvbf16",
+    "mla_fwd_qf32_kvfp8",
+    "mla_fwd_qbf16_kvf32",
+    "mla_fwd_qbf16_kvbf16",
+    "mla_fwd_qbf16_kvfp8",
+    "mla_combine_f32",
+    "mla_combine_bf16",
+];
+
+/// Query heads one CTA computes (the kernel's `HG`).
+pub const HEADS_PER_CTA: usize = 8;
+/// Index positions per tile (the kernel's `KT`); splits are whole tiles.
+pub const TILE: usize = 32;
+/// Threads per CTA.
+const BLOCK: u32 = 256;
+/// CTAs the split plan aims for (two waves' worth of a 132-SM part at one
+/// CTA per SM; a constant, so that the plan depends on shapes only).
+pub const TARGET_CTAS: usize = 264;
+/// The most chunks a row's positions are split into.
+pub const MAX_SPLITS: usize = 32;
+
+/// How a request runs: head groups per row and the KV split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MlaPlan {
+    /// CTAs per row across the heads: `ceil(h_q / 8)`.
+    pub groups: usize,
+    /// Chunks of each row's positions (1: no split, no combine).
+    pub splits: usize,
+    /// Positions per chunk (a multiple of [`TILE`]; `topk` rounded up when
+    /// `splits == 1`).
+    pub chunk: usize,
+}
+
+impl MlaPlan {
+    /// The plan of `rows` query rows of `h_q` heads and `topk` positions.
+    pub fn new(rows: usize, h_q: usize, topk: usize) -> Self {
+        let groups = h_q.div_ceil(HEADS_PER_CTA).max(1);
+        let tiles = topk.div_ceil(TILE).max(1);
+        let base = rows.saturating_mul(groups);
+        let want = if base == 0 || base >= TARGET_CTAS { 1 } else { TARGET_CTAS.div_ceil(base) };
+        let want = want.min(tiles).clamp(1, MAX_SPLITS);
+        let chunk_tiles = tiles.div_ceil(want);
+        let splits = tiles.div_ceil(chunk_tiles);
+        Self { groups, splits, chunk: chunk_tiles * TILE }
+    }
+    /// Whether the positions are split (and combined).
+    pub fn split(&self) -> bool {
+        self.splits > 1
+    }
+    /// CTAs of the one-pass launch.
+    pub fn ctas(&self, rows: usize) -> usize {
+        rows * self.groups * self.splits
+    }
+    /// Workspace bytes: the splits' partial states (f32 `O [rows][h_q][splits][512]`
+    /// then `(m, sum) [rows][h_q][splits]`), 0 without a split.
+    pub fn workspace_bytes(&self, rows: usize, h_q: usize) -> usize {
+        if !self.split() {
+            return 0;
+        }
+        rows * h_q * self.splits * (D_V + 2) * 4
+    }
+}
+
+/// Dynamic shared memory of the one-pass kernel at `d_qk` (bytes): q and
+/// one tile of keys as f32, logits, probabilities, the head states, the
+/// tile's offsets.
+pub fn smem_bytes(d_qk: usize) -> usize {
+    ((HEADS_PER_CTA + TILE) * d_qk + 2 * HEADS_PER_CTA * TILE + 32) * 4 + TILE * 8
+}
+
+/// `MlaParams` in kernels/attention/sparse_mla.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct MlaParams {
+    q: u64,
+    kv: u64,
+    indices: u64,
+    lengths: u64,
+    sink: u64,
+    out: u64,
+    max_logits: u64,
+    lse: u64,
+    ws: u64,
+    bound: i64,
+    page_size: i64,
+    page_stride: i64,
+    token_stride: i64,
+    rows: i32,
+    h_q: i32,
+    d_qk: i32,
+    topk: i32,
+    s_q: i32,
+    len_per_row: i32,
+    groups: i32,
+    splits: i32,
+    chunk: i32,
+    sm_scale: f32,
+}
+// SAFETY: #[repr(C)], the layout of the kernel's MlaParams (test below; the
+// kernel asserts its size).
+unsafe impl KernelParams for MlaParams {}
+
+fn fmt_code(dtype: DType) -> Result<usize> {
+    match dtype {
+        DType::F32 => Ok(0),
+        DType::BF16 => Ok(1),
+        other => Err(Error::UnknownDType(format!("sparse MLA takes f32 or bf16 q, not {other}"))),
+    }
+}
+
+fn forward_entry(q: DType, cache: CacheFormat) -> Result<&'static str> {
+    let c = match cache {
+        CacheFormat::F32 => 0,
+        CacheFormat::BF16 => 1,
+        CacheFormat::Fp8V32 => 2,
+    };
+    Ok(MLA_ENTRIES[fmt_code(q)? * 3 + c])
+}
+
+fn combine_entry(q: DType) -> Result<&'static str> {
+    Ok(MLA_ENTRIES[6 + fmt_code(q)?])
+}
+
+fn null(what: &'static str) -> Error {
+    Error::InvalidOption { what, value: "a null pointer".into(), expected: "a device pointer" }
+}
+
+/// One asynchronous sparse prefill (`flash_mla_sparse_fwd`) over
+/// caller-owned device buffers (`CUdeviceptr`s of the engine's context).
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceSparseMlaPrefill {
+    pub spec: SparseMlaPrefill,
+    /// `[s_q, h_q, d_qk]` in `spec.dtype`, dense.
+    pub q: u64,
+    /// `s_kv` rows of `spec.kv_stride` elements (`spec.dtype`).
+    pub kv: u64,
+    /// `i32 [s_q, topk]`.
+    pub indices: u64,
+    /// Optional `i32 [s_q]`; absent: derived per row. Device values outside
+    /// `0..=topk` are clamped into it (the host cannot check them).
+    pub topk_length: Option<u64>,
+    /// Optional `f32 [h_q]`.
+    pub attn_sink: Option<u64>,
+    /// `[s_q, h_q, 512]` in `spec.dtype`.
+    pub out: u64,
+    /// `f32 [s_q, h_q]`.
+    pub max_logits: u64,
+    /// `f32 [s_q, h_q]`.
+    pub lse: u64,
+    /// Scratch of at least [`CudaEngine::sparse_mla_prefill_workspace_bytes`]
+    /// bytes (0 / null when that is 0), 256-byte aligned.
+    pub workspace: u64,
+    pub workspace_bytes: usize,
+    /// The `CUstream` to launch on.
+    pub stream: u64,
+}
+
+/// One asynchronous sparse decode (the sparse `flash_mla_with_kvcache`).
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceSparseMlaDecode {
+    pub spec: SparseMlaDecode,
+    /// `[batch, s_q, h_q, d_qk]` in `spec.q_dtype`, dense.
+    pub q: u64,
+    /// The paged cache (`spec`'s geometry; elements of `spec.cache`, bytes
+    /// for fp8).
+    pub k_cache: u64,
+    /// `i32 [batch, s_q, topk]`: slots `page * page_size + offset`.
+    pub indices: u64,
+    /// Optional `i32` lengths (clamped into `0..=topk` on the device).
+    pub topk_length: Option<u64>,
+    /// `true`: `topk_length` has one entry per row (`[batch, s_q]`); `false`:
+    /// one per request (`[batch]`, FlashMLA's).
+    pub topk_length_per_row: bool,
+    /// Optional `f32 [h_q]`.
+    pub attn_sink: Option<u64>,
+    /// `[batch, s_q, h_q, 512]` in `spec.q_dtype`.
+    pub out: u64,
+    /// `f32 [batch, h_q, s_q]`.
+    pub lse: u64,
+    /// Scratch of at least [`CudaEngine::sparse_mla_decode_workspace_bytes`]
+    /// bytes, 256-byte aligned.
+    pub workspace: u64,
+    pub workspace_bytes: usize,
+    pub stream: u64,
+}
+
+fn cache_elem_bytes(c: CacheFormat) -> usize {
+    match c {
+        CacheFormat::F32 => 4,
+        CacheFormat::BF16 => 2,
+        CacheFormat::Fp8V32 => 1,
+    }
+}
+
+fn to_i32(what: &'static str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| Error::too_large(what, v as u128))
+}
+
+fn to_i64(what: &'static str, v: usize) -> Result<i64> {
+    i64::try_from(v).map_err(|_| Error::too_large(what, v as u128))
+}
+
+impl CudaEngine {
+    /// Workspace a [`DeviceSparseMlaPrefill`] of this spec needs, bytes (0
+    /// when the plan does not split).
+    pub fn sparse_mla_prefill_workspace_bytes(&self, spec: &SparseMlaPrefill) -> Result<usize> {
+        spec.validate()?;
+        Ok(MlaPlan::new(spec.s_q, spec.h_q, spec.topk).workspace_bytes(spec.s_q, spec.h_q))
+    }
+    /// Workspace a [`DeviceSparseMlaDecode`] of this spec needs, bytes.
+    pub fn sparse_mla_decode_workspace_bytes(&self, spec: &SparseMlaDecode) -> Result<usize> {
+        spec.validate()?;
+        let rows = spec.rows();
+        Ok(MlaPlan::new(rows, spec.h_q, spec.topk).workspace_bytes(rows, spec.h_q))
+    }
+
+    /// Launches the sparse prefill on `args.stream`; returns without waiting
+    /// (no host synchronisation: capturable in a CUDA graph once the module
+    /// is loaded, e.g. by [`CudaEngine::warm_up`]).
+    ///
+    /// # Safety
+    /// Every pointer must be a live device allocation of the stated size in
+    /// this engine's context, and `args.stream` a stream of that context.
+    pub unsafe fn sparse_mla_prefill_device(&self, a: &DeviceSparseMlaPrefill) -> Result<()> {
+        let s = &a.spec;
+        s.validate()?;
+        let esize = s.dtype.size();
+        let p = MlaParams {
+            q: a.q,
+            kv: a.kv,
+            indices: a.indices,
+            lengths: a.topk_length.unwrap_or(0),
+            sink: a.attn_sink.unwrap_or(0),
+            out: a.out,
+            max_logits: a.max_logits,
+            lse: a.lse,
+            ws: a.workspace,
+            bound: to_i64("s_kv", s.s_kv)?,
+            page_size: to_i64("s_kv", s.s_kv.max(1))?,
+            page_stride: 0,
+            token_stride: to_i64("kv stride", s.kv_stride * esize)?,
+            rows: to_i32("s_q", s.s_q)?,
+            h_q: s.h_q as i32,
+            d_qk: s.d_qk as i32,
+            topk: to_i32("topk", s.topk)?,
+            s_q: 1,
+            len_per_row: 1,
+            sm_scale: s.sm_scale,
+            ..MlaParams::default()
+        };
+        if s.s_q > 0 && (a.q == 0 || a.indices == 0 || a.out == 0 || a.max_logits == 0 || a.lse == 0) {
+            return Err(null("sparse_mla_prefill buffers (q, indices, out, max_logits, lse)"));
+        }
+        if s.s_q > 0 && s.s_kv > 0 && a.kv == 0 {
+            return Err(null("kv"));
+        }
+        self.run_mla(p, s.dtype, forward_entry(s.dtype, cache_of(s.dtype)?)?, a.workspace_bytes, a.stream)
+    }
+
+    /// Launches the sparse decode on `args.stream` (as
+    /// [`CudaEngine::sparse_mla_prefill_device`]).
+    ///
+    /// # Safety
+    /// As [`CudaEngine::sparse_mla_prefill_device`].
+    pub unsafe fn sparse_mla_decode_device(&self, a: &DeviceSparseMlaDecode) -> Result<()> {
+        let s = &a.spec;
+        s.validate()?;
+        let rows = s.rows();
+        let eb = cache_elem_bytes(s.cache);
+        // Indices are i32: slots past i32::MAX are unreachable.
+        let bound = s.slots().min(i32::MAX as usize + 1);
+        let p = MlaParams {
+            q: a.q,
+            kv: a.k_cache,
+            indices: a.indices,
+            lengths: a.topk_length.unwrap_or(0),
+            sink: a.attn_sink.unwrap_or(0),
+            out: a.out,
+            max_logits: 0,
+            lse: a.lse,
+            ws: a.workspace,
+            bound: bound as i64,
+            page_size: to_i64("page_size", s.page_size)?,
+            page_stride: to_i64("page stride", s.page_stride.saturating_mul(eb))?,
+            token_stride: to_i64("token stride", s.token_stride * eb)?,
+            rows: to_i32("batch * s_q", rows)?,
+            h_q: s.h_q as i32,
+            d_qk: s.d_qk as i32,
+            topk: to_i32("topk", s.topk)?,
+            s_q: s.s_q.max(1) as i32,
+            len_per_row: a.topk_length_per_row as i32,
+            sm_scale: s.sm_scale,
+            ..MlaParams::default()
+        };
+        if rows > 0 && (a.q == 0 || a.indices == 0 || a.out == 0 || a.lse == 0) {
+            return Err(null("sparse_mla_decode buffers (q, indices, out, lse)"));
+        }
+        if rows > 0 && s.num_pages > 0 && a.k_cache == 0 {
+            return Err(null("k_cache"));
+        }
+        self.run_mla(p, s.q_dtype, forward_entry(s.q_dtype, s.cache)?, a.workspace_bytes, a.stream)
+    }
+
+    /// The plan's launches: the one-pass kernel, then the combine when the
+    /// plan splits.
+    unsafe fn run_mla(
+        &self,
+        mut p: MlaParams,
+        q_dtype: DType,
+        entry: &'static str,
+        workspace_bytes: usize,
+        stream: u64,
+    ) -> Result<()> {
+        let (rows, h_q) = (p.rows as usize, p.h_q as usize);
+        if rows == 0 {
+            return Ok(());
+        }
+        let plan = MlaPlan::new(rows, h_q, p.topk as usize);
+        let need = plan.workspace_bytes(rows, h_q);
+        if plan.split() && (p.ws == 0 || workspace_bytes < need) {
+            return Err(Error::BufferSize { what: "sparse MLA workspace", got: workspace_bytes, need });
+        }
+        if plan.split() && !p.ws.is_multiple_of(256) {
+            return Err(Error::InvalidOption {
+                what: "workspace",
+                value: format!("{:#x}", p.ws),
+                expected: "a 256-byte aligned device pointer",
+            });
+        }
+        let ctas = plan.ctas(rows);
+        let ctas = u32::try_from(ctas).ok().filter(|&c| c <= i32::MAX as u32).ok_or_else(|| {
+            Error::Shape(format!("sparse MLA: {ctas} CTAs ({rows} rows x {} head groups) is too many", plan.groups))
+        })?;
+        let smem = smem_bytes(p.d_qk as usize) as u32;
+        if smem > self.props().max_smem_per_block {
+            return Err(Error::Shape(format!(
+                "sparse MLA needs {smem} bytes of shared memory per CTA; the device allows {}",
+                self.props().max_smem_per_block
+            )));
+        }
+        p.groups = plan.groups as i32;
+        p.splits = plan.splits as i32;
+        p.chunk = to_i32("chunk", plan.chunk)?;
+        let on = |grid: u32, smem: u32| Launch {
+            grid: (grid, 1),
+            block: BLOCK,
+            smem,
+            stream,
+            programmatic: false,
+            cooperative: false,
+        };
+        let f = self.function(KernelId { module: Module::SparseMla, global_buffer: false, entry })?;
+        on(ctas, smem).run(&f, &p)?;
+        if plan.split() {
+            let heads = u32::try_from(rows * h_q)
+                .ok()
+                .filter(|&c| c <= i32::MAX as u32)
+                .ok_or_else(|| Error::Shape(format!("sparse MLA: {rows} x {h_q} heads is too many")))?;
+            let c = self.function(KernelId {
+                module: Module::SparseMla,
+                global_buffer: false,
+                entry: combine_entry(q_dtype)?,
+            })?;
+            on(heads, 0).run(&c, &p)?;
+        }
+        Ok(())
+    }
+
+    /// [`crate::cpu::sparse_mla_prefill`] on this device from host data:
+    /// the CPU's checks (the same errors), upload, poisoned outputs and
+    /// workspace, one run on the engine's stream, download (`out` widened to
+    /// f32 exactly when it is bf16).
+    pub fn sparse_mla_prefill_host<T: MlaElem>(
+        &self,
+        spec: &SparseMlaPrefill,
+        q: &[T],
+        kv: &[T],
+        indices: &[i32],
+        topk_length: Option<&[i32]>,
+        attn_sink: Option<&[f32]>,
+    ) -> Result<PrefillOutput<f32>> {
+        let d = PrefillData::upload(self, spec, q, kv, indices, topk_length, attn_sink)?;
+        d.run(self)?;
+        d.download(self)
+    }
+
+    /// Uploads once, then times `iters` runs (as [`CudaEngine::time_select`]);
+    /// returns the last run's result and the seconds of each run.
+    #[allow(clippy::too_many_arguments)]
+    pub fn time_sparse_mla_prefill<T: MlaElem>(
+        &self,
+        spec: &SparseMlaPrefill,
+        q: &[T],
+        kv: &[T],
+        indices: &[i32],
+        topk_length: Option<&[i32]>,
+        attn_sink: Option<&[f32]>,
+        iters: usize,
+    ) -> Result<(PrefillOutput<f32>, Vec<f64>)> {
+        let d = PrefillData::upload(self, spec, q, kv, indices, topk_length, attn_sink)?;
+        d.run(self)?;
+        let args = d.args(self);
+        // SAFETY: buffers sized for the spec (PrefillData::upload).
+        let times = timing::time_on_stream(self.stream(), iters, || unsafe { self.sparse_mla_prefill_device(&args) })?;
+        Ok((d.download(self)?, times))
+    }
+
+    /// [`crate::cpu::sparse_mla_decode`] on this device from host data (as
+    /// [`CudaEngine::sparse_mla_prefill_host`]).
+    pub fn sparse_mla_decode_host<Q: MlaElem>(
+        &self,
+        spec: &SparseMlaDecode,
+        q: &[Q],
+        cache: PagedKvCache<'_>,
+        indices: &[i32],
+        topk_length: Option<&[i32]>,
+        attn_sink: Option<&[f32]>,
+    ) -> Result<DecodeOutput<f32>> {
+        let d = DecodeData::upload(self, spec, q, cache, indices, topk_length, attn_sink)?;
+        d.run(self)?;
+        d.download(self)
+    }
+
+    /// Uploads once, then times `iters` runs; returns the last run's result.
+    #[allow(clippy::too_many_arguments)]
+    pub fn time_sparse_mla_decode<Q: MlaElem>(
+        &self,
+        spec: &SparseMlaDecode,
+        q: &[Q],
+        cache: PagedKvCache<'_>,
+        indices: &[i32],
+        topk_length: Option<&[i32]>,
+        attn_sink: Option<&[f32]>,
+        iters: usize,
+    ) -> Result<(DecodeOutput<f32>, Vec<f64>)> {
+        let d = DecodeData::upload(self, spec, q, cache, indices, topk_length, attn_sink)?;
+        d.run(self)?;
+        let args = d.args(self);
+        // SAFETY: buffers sized for the spec (DecodeData::upload).
+        let times = timing::time_on_stream(self.stream(), iters, || unsafe { self.sparse_mla_decode_device(&args) })?;
+        Ok((d.download(self)?, times))
+    }
+}
+
+/// The cache format of a prefill's kv (its dtype).
+fn cache_of(dtype: DType) -> Result<CacheFormat> {
+    match dtype {
+        DType::F32 => Ok(CacheFormat::F32),
+        DType::BF16 => Ok(CacheFormat::BF16),
+        other => Err(Error::UnknownDType(format!("sparse MLA takes f32 or bf16 kv, not {other}"))),
+    }
+}
+
+/// The bytes of a slice of f32 / bf16 / i32 / u8 (plain data, no padding).
+fn bytes_of<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: T is one of the plain element types (f32, bf16, i32, u8): every
+    // byte is initialised; the length is the slice's size in bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+fn upload(e: &CudaEngine, bytes: &[u8]) -> Result<CudaSlice<u8>> {
+    if bytes.is_empty() {
+        return e.stream().alloc_zeros(256).map_err(cuda_err);
+    }
+    e.stream().clone_htod(bytes).map_err(cuda_err)
+}
+
+fn alloc(e: &CudaEngine, bytes: usize) -> Result<CudaSlice<u8>> {
+    e.stream().alloc_zeros(bytes.max(256)).map_err(cuda_err)
+}
+
+fn ptr(e: &CudaEngine, s: &CudaSlice<u8>) -> u64 {
+    s.device_ptr(e.stream()).0
+}
+
+/// `out` bytes (q's dtype) as f32, exactly.
+fn widen_out(bytes: &[u8], dtype: DType, n: usize) -> Vec<f32> {
+    match dtype {
+        DType::BF16 => {
+            bytes[..2 * n].chunks_exact(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect()
+        }
+        _ => f32s(bytes, n),
+    }
+}
+
+fn f32s(bytes: &[u8], n: usize) -> Vec<f32> {
+    bytes[..4 * n].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// Optional inputs and outputs of one host problem, in device memory.
+struct Buffers {
+    q: CudaSlice<u8>,
+    kv: CudaSlice<u8>,
+    indices: CudaSlice<u8>,
+    lengths: Option<CudaSlice<u8>>,
+    sink: Option<CudaSlice<u8>>,
+    out: CudaSlice<u8>,
+    max_logits: CudaSlice<u8>,
+    lse: CudaSlice<u8>,
+    ws: CudaSlice<u8>,
+    ws_bytes: usize,
+    out_bytes: usize,
+    heads: usize,
+}
+
+impl Buffers {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        e: &CudaEngine,
+        q: &[u8],
+        kv: &[u8],
+        indices: &[i32],
+        lengths: Option<&[i32]>,
+        sink: Option<&[f32]>,
+        out_bytes: usize,
+        heads: usize,
+        ws_bytes: usize,
+    ) -> Result<Self> {
+        Ok(Self {
+            q: upload(e, q)?,
+            kv: upload(e, kv)?,
+            indices: upload(e, bytes_of(indices))?,
+            lengths: lengths.map(|l| upload(e, bytes_of(l))).transpose()?,
+            sink: sink.map(|s| upload(e, bytes_of(s))).transpose()?,
+            out: alloc(e, out_bytes)?,
+            max_logits: alloc(e, heads * 4)?,
+            lse: alloc(e, heads * 4)?,
+            ws: alloc(e, ws_bytes)?,
+            ws_bytes,
+            out_bytes,
+            heads,
+        })
+    }
+
+    /// Poisons the outputs (NaN bytes) and the workspace.
+    fn poison(&self, e: &CudaEngine) -> Result<()> {
+        let s = e.stream().cu_stream();
+        // SAFETY: each size is at most its allocation's.
+        unsafe {
+            launch::poison(ptr(e, &self.out), 0xff, self.out_bytes, s)?;
+            launch::poison(ptr(e, &self.max_logits), 0xff, self.heads * 4, s)?;
+            launch::poison(ptr(e, &self.lse), 0xff, self.heads * 4, s)?;
+            launch::poison(ptr(e, &self.ws), 0xa5, self.ws_bytes.max(256), s)?;
+        }
+        Ok(())
+    }
+
+    /// `(out, max_logits, lse)` as host bytes.
+    fn download(&self, e: &CudaEngine) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+        let s = e.stream();
+        let out = s.clone_dtoh(&self.out).map_err(cuda_err)?;
+        let m = s.clone_dtoh(&self.max_logits).map_err(cuda_err)?;
+        let l = s.clone_dtoh(&self.lse).map_err(cuda_err)?;
+        s.synchronize().map_err(cuda_err)?;
+        Ok((out, m, l))
+    }
+}
+
+/// Device copies of one host prefill problem.
+struct PrefillData {
+    spec: SparseMlaPrefill,
+    b: Buffers,
+}
+
+impl PrefillData {
+    fn upload<T: MlaElem>(
+        e: &CudaEngine,
+        spec: &SparseMlaPrefill,
+        q: &[T],
+        kv: &[T],
+        indices: &[i32],
+        topk_length: Option<&[i32]>,
+        attn_sink: Option<&[f32]>,
+    ) -> Result<Self> {
+        check_prefill_request(spec, q, kv, indices, topk_length, attn_sink)?;
+        let kv = &kv[..spec.kv_len()?];
+        let heads = spec.s_q * spec.h_q;
+        let out_bytes = heads * D_V * spec.dtype.size();
+        let ws = e.sparse_mla_prefill_workspace_bytes(spec)?;
+        let b = Buffers::new(e, bytes_of(q), bytes_of(kv), indices, topk_length, attn_sink, out_bytes, heads, ws)?;
+        Ok(Self { spec: *spec, b })
+    }
+
+    fn args(&self, e: &CudaEngine) -> DeviceSparseMlaPrefill {
+        let b = &self.b;
+        DeviceSparseMlaPrefill {
+            spec: self.spec,
+            q: ptr(e, &b.q),
+            kv: ptr(e, &b.kv),
+            indices: ptr(e, &b.indices),
+            topk_length: b.lengths.as_ref().map(|l| ptr(e, l)),
+            attn_sink: b.sink.as_ref().map(|s| ptr(e, s)),
+            out: ptr(e, &b.out),
+            max_logits: ptr(e, &b.max_logits),
+            lse: ptr(e, &b.lse),
+            workspace: ptr(e, &b.ws),
+            workspace_bytes: b.ws_bytes,
+            stream: e.stream().cu_stream() as u64,
+        }
+    }
+
+    fn run(&self, e: &CudaEngine) -> Result<()> {
+        self.b.poison(e)?;
+        // SAFETY: buffers sized for the spec (upload).
+        unsafe { e.sparse_mla_prefill_device(&self.args(e)) }
+    }
+
+    fn download(&self, e: &CudaEngine) -> Result<PrefillOutput<f32>> {
+        let (out, m, l) = self.b.download(e)?;
+        let heads = self.b.heads;
+        Ok(PrefillOutput {
+            out: widen_out(&out, self.spec.dtype, heads * D_V),
+            max_logits: f32s(&m, heads),
+            lse: f32s(&l, heads),
+        })
+    }
+}
+
+/// Device copies of one host decode problem.
+struct DecodeData {
+    spec: SparseMlaDecode,
+    per_row: bool,
+    b: Buffers,
+}
+
+impl DecodeData {
+    fn upload<Q: MlaElem>(
+        e: &CudaEngine,
+        spec: &SparseMlaDecode,
+        q: &[Q],
+        cache: PagedKvCache<'_>,
+        indices: &[i32],
+        topk_length: Option<&[i32]>,
+        attn_sink: Option<&[f32]>,
+    ) -> Result<Self> {
+        let layout = check_decode_request(spec, q, cache, indices, topk_length, attn_sink)?;
+        let need = spec.cache_len()?;
+        let cache_bytes: &[u8] = match cache {
+            PagedKvCache::F32(d) => bytes_of(&d[..need]),
+            PagedKvCache::BF16(d) => bytes_of(&d[..need]),
+            PagedKvCache::Fp8(d) => &d[..need],
+        };
+        let heads = spec.rows() * spec.h_q;
+        let out_bytes = heads * D_V * spec.q_dtype.size();
+        let ws = e.sparse_mla_decode_workspace_bytes(spec)?;
+        let b = Buffers::new(e, bytes_of(q), cache_bytes, indices, topk_length, attn_sink, out_bytes, heads, ws)?;
+        Ok(Self { spec: *spec, per_row: layout.unwrap_or(true), b })
+    }
+
+    fn args(&self, e: &CudaEngine) -> DeviceSparseMlaDecode {
+        let b = &self.b;
+        DeviceSparseMlaDecode {
+            spec: self.spec,
+            q: ptr(e, &b.q),
+            k_cache: ptr(e, &b.kv),
+            indices: ptr(e, &b.indices),
+            topk_length: b.lengths.as_ref().map(|l| ptr(e, l)),
+            topk_length_per_row: self.per_row,
+            attn_sink: b.sink.as_ref().map(|s| ptr(e, s)),
+            out: ptr(e, &b.out),
+            lse: ptr(e, &b.lse),
+            workspace: ptr(e, &b.ws),
+            workspace_bytes: b.ws_bytes,
+            stream: e.stream().cu_stream() as u64,
+        }
+    }
+
+    fn run(&self, e: &CudaEngine) -> Result<()> {
+        self.b.poison(e)?;
+        // SAFETY: buffers sized for the spec (upload).
+        unsafe { e.sparse_mla_decode_device(&self.args(e)) }
+    }
+
+    fn download(&self, e: &CudaEngine) -> Result<DecodeOutput<f32>> {
+        let (out, _, l) = self.b.download(e)?;
+        let heads = self.b.heads;
+        Ok(DecodeOutput { out: widen_out(&out, self.spec.q_dtype, heads * D_V), lse: f32s(&l, heads) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_layout_matches_the_kernel() {
+        assert_eq!(std::mem::size_of::<MlaParams>(), 144);
+        assert_eq!(std::mem::offset_of!(MlaParams, bound), 72);
+        assert_eq!(std::mem::offset_of!(MlaParams, rows), 104);
+        assert_eq!(std::mem::offset_of!(MlaParams, sm_scale), 140);
+    }
+
+    #[test]
+    fn entries_follow_the_formats() {
+        assert_eq!(forward_entry(DType::F32, CacheFormat::F32).unwrap(), "mla_fwd_qf32_kvf32");
+        assert_eq!(forward_entry(DType::BF16, CacheFormat::Fp8V32).unwrap(), "mla_fwd_qbf16_kvfp8");
+        assert_eq!(forward_entry(DType::F32, CacheFormat::BF16).unwrap(), "mla_fwd_qf32_kvbf16");
+        assert_eq!(combine_entry(DType::BF16).unwrap(), "mla_combine_bf16");
+        assert!(forward_entry(DType::F16, CacheFormat::F32).is_err());
+        assert_eq!(Module::SparseMla.entry_points(), &MLA_ENTRIES);
+    }
+
+    #[test]
+    fn the_plan_splits_only_small_batches() {
+        // Prefill rows fill the GPU: no split.
+        let p = MlaPlan::new(4096, 128, 2048);
+        assert_eq!((p.groups, p.splits, p.chunk), (16, 1, 2048));
+        assert_eq!(p.workspace_bytes(4096, 128), 0);
+        // Decode b 128 s_q 2 h_q 128: 4096 CTAs, no split.
+        assert!(!MlaPlan::new(256, 128, 2048).split());
+        // One row of 128 heads: 16 CTAs, split into 17 chunks' worth -> whole tiles.
+        let p = MlaPlan::new(1, 128, 2048);
+        assert_eq!(p.groups, 16);
+        assert!(p.split() && p.splits <= MAX_SPLITS);
+        assert_eq!(p.chunk % TILE, 0);
+        assert!(p.chunk * p.splits >= 2048 && p.chunk * (p.splits - 1) < 2048, "{p:?}");
+        // h_q 1: one group; topk below a tile: never split.
+        let p = MlaPlan::new(1, 1, 20);
+        assert_eq!((p.groups, p.splits, p.chunk), (1, 1, 32));
+        let p = MlaPlan::new(1, 1, 2048);
+        assert_eq!((p.splits, p.chunk), (32, 64));
+        // Every chunk holds at least one position.
+        for (rows, h, topk) in [(1, 8, 100), (3, 24, 384), (62, 16, 2048), (1, 128, 33), (7, 1, 1)] {
+            let p = MlaPlan::new(rows, h, topk);
+            assert!(p.chunk * (p.splits - 1) < topk.max(1), "{rows} {h} {topk}: {p:?}");
+        }
+        assert_eq!(smem_bytes(576), 94_592);
+        assert!(smem_bytes(576) <= 99 * 1024, "fits sm_86 / sm_89");
+    }
+}
