@@ -3,6 +3,8 @@
 //! ```text
 //! flashsel-dev time              the target shapes on the GPU: graph replays / events, medians, floors
 //! flashsel-dev small             the check suite's small cases and one of each path (for compute-sanitizer)
+//! flashsel-dev short             the short-row path against the row path on its target shapes (QSA's
+//!                                first chunk, plain 8192 x 2048 k 512 with and without lengths)
 //! flashsel-dev rowstats [N]      what the grid sampled pass sees on N+1 random 262,144-column rows (CPU)
 //! flashsel-dev cubin ARCH MODULE [OUT] [--profile]   the ptxas log of one module (select/filter,
 //!                                select/grid), and its cubin; --profile: the build with phase counters
@@ -120,12 +122,33 @@ fn small(e: &CudaEngine) {
     for c in &cases {
         report(check::run_case(e, c, &mut rng).unwrap());
     }
+    // The short-row path: plain rows with lengths at the edges, both
+    // orders, unaligned strides, k past cols; ranges with slots.
+    for (rows, cols, k, data, order) in [
+        (9, 2048, 512, Data::Normal, OutputOrder::Score),
+        (9, 8192, 2048, Data::ReluFew, OutputOrder::Index),
+        (7, 300, 500, Data::Nan5, OutputOrder::Score),
+        (6, 1000, 100, Data::AllEqual, OutputOrder::Index),
+    ] {
+        let mut c = extra(rows, cols, k, data);
+        c.order = order;
+        c.lengths = Some(check::LengthRecipe::Edges);
+        c.stride_pad = 1;
+        cases.push(c);
+    }
+    let mut c = extra(10, 2048, 512, Data::Relu);
+    c.ranges = true;
+    c.page_size = Some(16);
+    c.order = OutputOrder::Index;
+    cases.push(c);
     // QSA rows on each path, and device values out of range (nothing read
     // outside the inputs: the point of running this under memcheck).
     let qsa = flashsel::ops::qsa::check::cases(true);
     let row_path = qsa.iter().filter(|c| c.rows * c.blocks <= 70_000).take(3);
     let grid_path = qsa.iter().filter(|c| c.rows == 1 && c.blocks == 16_384);
-    for c in row_path.chain(grid_path) {
+    // A first chunk on the short-row path (copy rows, rows one past k).
+    let short_path = qsa.iter().filter(|c| c.blocks == 2048 && c.rows <= 256).take(2);
+    for c in row_path.chain(grid_path).chain(short_path) {
         report(flashsel::ops::qsa::check::run_case(e, c, &mut rng).unwrap());
     }
     report(flashsel::ops::qsa::check::bad_rows_check(e, &mut rng).unwrap());
@@ -140,6 +163,74 @@ fn small(e: &CudaEngine) {
         }
     }
     println!("SMALL cases run {run} failed {failed}");
+}
+
+/// The short-row path against the row path (the engine's switch) on its
+/// target shapes: QSA's first 8192-token chunk (positions 0 .. 8191, ratio
+/// 4, k 512: V = 0 .. 2,048 blocks) and plain top-k 8192 x 2048 k 512 with
+/// the same lengths; graph replays, medians of 30; every output against the
+/// CPU engine.
+fn time_short(e: &CudaEngine) {
+    use flashsel::ops::qsa::QsaSpec;
+    let (rows, cols, k) = (8192usize, 2048usize, 512usize);
+    let data = generate_seeded(Data::Normal, rows * cols, TIME_SEED);
+    let positions: Vec<i64> = (0..rows as i64).collect();
+    let lengths: Vec<i32> = positions.iter().map(|&t| ((t + 1) / 4) as i32).collect();
+    fn one<T: ScoreElem>(
+        e: &CudaEngine,
+        data: &[f32],
+        positions: &[i64],
+        lengths: &[i32],
+        rows: usize,
+        cols: usize,
+        k: usize,
+    ) {
+        let typed: Vec<T> = data.iter().map(|&x| T::from_f32(x)).collect();
+        let view = ScoresView::new(&typed, rows, cols).unwrap();
+        for order in [OutputOrder::Index, OutputOrder::Score] {
+            let qspec = QsaSpec::new(rows, cols).with_ratio(4).with_k_blocks(k).with_order(order);
+            let want = flashsel::cpu::qsa_select(&view, positions, &qspec, None).unwrap();
+            for short in [false, true] {
+                e.set_short_rows(short);
+                let path = e.plan(&SelectSpec::new(rows, cols, k, T::DTYPE), true).unwrap().path();
+                let (got, mut t) = e.time_qsa_select(&view, positions, &qspec, None, 30).unwrap();
+                t.sort_by(f64::total_cmp);
+                let ok = got.ids == want.ids && got.counts == want.counts;
+                println!(
+                    "SHORT qsa first chunk {rows} x {cols} k {k} {:>4} order {:>5} | {:>8.2} us (min {:>8.2}) | path {path:?} | verified {}",
+                    T::DTYPE.name(), order.name(), t[t.len() / 2] * 1e6, t[0] * 1e6, if ok { "ok" } else { "MISMATCH" }
+                );
+            }
+            let spec = SelectSpec::new(rows, cols, k, T::DTYPE).with_order(order);
+            let want = flashsel::cpu::select(&view, &spec, Some(lengths)).unwrap();
+            for short in [false, true] {
+                e.set_short_rows(short);
+                let path = e.plan(&spec, true).unwrap().path();
+                let (got, mut t) = e.time_select(&view, &spec, Some(lengths), 30).unwrap();
+                t.sort_by(f64::total_cmp);
+                println!(
+                    "SHORT topk lengths V  {rows} x {cols} k {k} {:>4} order {:>5} | {:>8.2} us (min {:>8.2}) | path {path:?} | verified {}",
+                    T::DTYPE.name(), order.name(), t[t.len() / 2] * 1e6, t[0] * 1e6, if got == want { "ok" } else { "MISMATCH" }
+                );
+            }
+        }
+        e.set_short_rows(true);
+    }
+    one::<bf16>(e, &data, &positions, &lengths, rows, cols, k);
+    one::<f32>(e, &data, &positions, &lengths, rows, cols, k);
+    // Plain 8192 x 2048 k 512 without lengths (every row selects), and the
+    // short path's widest rows (8192 x 8192 k 2048).
+    let mut rng = Rng::new(TIME_SEED);
+    for short in [false, true] {
+        e.set_short_rows(short);
+        let bw = e.copy_bandwidth(1 << 30).unwrap();
+        time_shape::<bf16>(e, 8192, 2048, 512, Data::Normal, bw, &mut rng);
+        time_shape::<f32>(e, 8192, 2048, 512, Data::Normal, bw, &mut rng);
+        time_shape::<bf16>(e, 8192, 8192, 2048, Data::Normal, bw, &mut rng);
+        time_shape::<f32>(e, 1024, 8192, 512, Data::ReluFew, bw, &mut rng);
+        time_shape::<f32>(e, 1, 8192, 512, Data::Normal, bw, &mut rng);
+    }
+    e.set_short_rows(true);
 }
 
 /// Per row: the keys at or above the sampled bound, the bins' shift, the
@@ -175,16 +266,16 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map(String::as_str).unwrap_or("");
     match mode {
-        "time" | "small" => {
+        "time" | "small" | "short" => {
             let e = CudaEngine::new(0).expect("a CUDA device");
             println!("device {} arch {} props {:?}", e.device_name(), e.arch(), e.props());
             let t = std::time::Instant::now();
             e.warm_up().expect("compile");
             println!("compiled in {:.2}s", t.elapsed().as_secs_f64());
-            if mode == "time" {
-                time(&e)
-            } else {
-                small(&e)
+            match mode {
+                "time" => time(&e),
+                "short" => time_short(&e),
+                _ => small(&e),
             }
         }
         "rowstats" => {
@@ -214,7 +305,7 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: flashsel-dev time | small | rowstats [N] | cubin ARCH MODULE [OUT] [--profile]");
+            eprintln!("usage: flashsel-dev time | small | short | rowstats [N] | cubin ARCH MODULE [OUT] [--profile]");
             std::process::exit(2);
         }
     }

@@ -48,16 +48,20 @@ pub enum Module {
     /// kernels `mla_fwd_q{f32,bf16}_kv{f32,bf16,fp8}` (prefill and decode)
     /// and the split-KV combine `mla_combine_{f32,bf16}`.
     SparseMla,
+    /// The short-row path (`fs_short_*`, `fs_short_tok_*`): rows that fit a
+    /// CTA's shared memory, one CTA each (kernels/select/short.cu).
+    SelectShort,
 }
 
 impl Module {
-    pub const ALL: [Module; 6] = [
+    pub const ALL: [Module; 7] = [
         Module::SelectFilter,
         Module::SelectGrid,
         Module::SelectFilterTokens,
         Module::SelectGridTokens,
         Module::IndexerQsa,
         Module::SparseMla,
+        Module::SelectShort,
     ];
 
     /// The module's name: its entry file under `kernels/`, without `.cu`.
@@ -67,6 +71,7 @@ impl Module {
             Module::SelectGrid => "select/grid",
             Module::SelectFilterTokens => "select/filter_tokens",
             Module::SelectGridTokens => "select/grid_tokens",
+            Module::SelectShort => "select/short",
             Module::IndexerQsa => "indexer/qsa_scores",
             Module::SparseMla => "attention/sparse_mla",
         }
@@ -115,6 +120,14 @@ impl Module {
                 "fs_grid8_tok_bf16",
                 "fs_grid8_tok_f16",
                 "fs_grid4_tok_f32",
+            ],
+            Module::SelectShort => &[
+                "fs_short_f32",
+                "fs_short_bf16",
+                "fs_short_f16",
+                "fs_short_tok_f32",
+                "fs_short_tok_bf16",
+                "fs_short_tok_f16",
             ],
             Module::IndexerQsa => &crate::ops::indexer::device::SCORE_ENTRIES,
             Module::SparseMla => &crate::ops::mla::device::MLA_ENTRIES,
@@ -181,6 +194,9 @@ impl Variant {
         ];
         if self.module.has_buffer_variants() {
             o.push(format!("-DFS_GLOBAL_BUF={}", self.global_buffer as u32));
+        }
+        if self.module == Module::SelectShort {
+            o.push(format!("-DFS_SHORT_BLOCK={}", plan::SHORT_BLOCK));
         }
         if self.profile {
             o.push("-DFS_PROFILE=1".into());

@@ -59,6 +59,9 @@ pub struct CudaEngine {
     arch: &'static str,
     name: String,
     registry: Mutex<HashMap<(Module, bool), Arc<Loaded>>>,
+    /// Whether rows of at most `plan::SHORT_COLS` take the short-row path
+    /// (`FLASHSEL_SHORT=0` at creation: off; [`CudaEngine::set_short_rows`]).
+    short_rows: std::sync::atomic::AtomicBool,
 }
 
 fn arch_name(major: i32, minor: i32) -> &'static str {
@@ -117,7 +120,16 @@ impl CudaEngine {
         };
         let stream = ctx.new_stream().map_err(cuda_err)?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
-        Ok(Self { ctx, stream, props, arch: arch_name(major, minor), name, registry: Mutex::new(HashMap::new()) })
+        let short_rows = std::sync::atomic::AtomicBool::new(std::env::var("FLASHSEL_SHORT").map_or(true, |v| v != "0"));
+        Ok(Self {
+            ctx,
+            stream,
+            props,
+            arch: arch_name(major, minor),
+            name,
+            registry: Mutex::new(HashMap::new()),
+            short_rows,
+        })
     }
 
     /// The device's properties as the planners see them.
@@ -142,6 +154,18 @@ impl CudaEngine {
     }
     /// Whether launches use programmatic dependent launch (sm_90 and later):
     /// see [`launch`].
+    /// Whether the planner may send rows of at most `plan::SHORT_COLS`
+    /// columns down the short-row path (the default; `FLASHSEL_SHORT=0` when
+    /// the engine is created turns it off).
+    pub fn short_rows(&self) -> bool {
+        self.short_rows.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    /// Turns the short-row path on or off for later plans (the check suite's
+    /// parity check and timings run the same rows both ways). A plan is made
+    /// per call, so a call in flight is not affected.
+    pub fn set_short_rows(&self, on: bool) {
+        self.short_rows.store(on, std::sync::atomic::Ordering::Relaxed);
+    }
     pub(crate) fn pdl(&self) -> bool {
         arch_major(self.arch) >= 9
     }

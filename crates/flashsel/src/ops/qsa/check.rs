@@ -150,6 +150,32 @@ pub fn cases(quick: bool) -> Vec<QsaCase> {
         c.order = OutputOrder::Score;
         out.push(c);
     }
+    // The short-row path (<= SHORT_COLS blocks; run_case repeats each on the
+    // row path): first chunks in index order (the default) in every dtype
+    // and family, NaN policies, ratios, page tables; rows at the edges
+    // (0, 1, k - 1, k, k + 1, NB - 1, NB blocks); the boundary at
+    // SHORT_COLS and one past it (the row path).
+    let chunk = if quick { 1024 } else { 8192 };
+    for (i, &data) in ALL_DATA.iter().enumerate() {
+        let mut c =
+            base(if quick { 256 } else { chunk }, 2048, 512, dtypes[i % 3], data, Positions::Chunk { start: 0 });
+        c.nan = if i % 2 == 0 { NanPolicy::Largest } else { NanPolicy::Lowest };
+        c.page_size = (i % 3 == 1).then_some(64);
+        out.push(c);
+    }
+    let sc = crate::ops::select::plan::SHORT_COLS as usize;
+    for (blocks, ratio, order, data) in [
+        (sc, 4, OutputOrder::Index, Data::Relu),
+        (sc, 1, OutputOrder::Score, Data::Nan5),
+        (sc + 1, 4, OutputOrder::Index, Data::Normal),
+        (1000, 3, OutputOrder::Score, Data::AllEqual),
+    ] {
+        let mut c = base(64, blocks, 512, DType::BF16, data, Positions::Edges);
+        c.ratio = ratio;
+        c.order = order;
+        c.page_size = (ratio == 4).then_some(16);
+        out.push(c);
+    }
     out
 }
 
@@ -198,11 +224,24 @@ pub fn run_case(e: &CudaEngine, c: &QsaCase, rng: &mut Rng) -> Result<Outcome> {
     };
     let data = generate(c.data, c.rows * c.blocks, rng);
     let plan = e.plan(&spec.block_spec_of(c.dtype), true)?;
-    let (ok, detail) = match c.dtype {
-        DType::F32 => run_typed::<f32>(e, c, &data, &positions, map.as_ref())?,
-        DType::BF16 => run_typed::<bf16>(e, c, &data, &positions, map.as_ref())?,
-        _ => run_typed::<f16>(e, c, &data, &positions, map.as_ref())?,
+    let run = || match c.dtype {
+        DType::F32 => run_typed::<f32>(e, c, &data, &positions, map.as_ref()),
+        DType::BF16 => run_typed::<bf16>(e, c, &data, &positions, map.as_ref()),
+        _ => run_typed::<f16>(e, c, &data, &positions, map.as_ref()),
     };
+    let (ok, detail) = run()?;
+    if plan.path() == crate::ops::select::plan::Path::Short && e.short_rows() {
+        // Parity: the same rows on the row path (the short path off).
+        e.set_short_rows(false);
+        let row = run();
+        e.set_short_rows(true);
+        let (row_ok, row_detail) = row?;
+        if !row_ok {
+            let detail =
+                format!("row path (short path off): {row_detail}; short path: {}", if ok { "ok" } else { &detail });
+            return Ok(Outcome::of_plan(c.describe(), &plan, false, detail));
+        }
+    }
     Ok(Outcome::of_plan(c.describe(), &plan, ok, detail))
 }
 

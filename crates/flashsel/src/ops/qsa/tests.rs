@@ -161,12 +161,17 @@ fn qsa_geometries_take_the_planned_paths() {
     assert_eq!(path(16, 262_144, DType::BF16), (Path::Split, 8));
     assert_eq!(path(1, 16_384, DType::F32), (Path::Grid, 8));
     assert_eq!(path(8192, 65_536, DType::BF16), (Path::Row, 1));
-    assert_eq!(path(8192, 2048, DType::BF16), (Path::Row, 1));
-    // One row around the row path's fit (k 512: 8192 columns).
+    // The first chunk (V 0 .. 2,048) on the short-row path, one CTA a row.
+    assert_eq!(path(8192, 2048, DType::BF16), (Path::Short, 1));
+    assert_eq!(path(8192, 2048, DType::F32), (Path::Short, 1));
+    // One row around the row path's fit (k 512: 8192 columns = SHORT_COLS):
+    // short up to it, the row path past it.
     let fit = plan(&QsaSpec::new(1, 1 << 20).block_spec_of(DType::F32), true, &h200).unwrap().fit() as usize;
     assert_eq!(fit, 8192);
     for blocks in [fit - 1, fit] {
-        assert_eq!(path(1, blocks, DType::F32), (Path::Row, 1), "1 x {blocks}");
+        assert_eq!(path(1, blocks, DType::F32), (Path::Short, 1), "1 x {blocks}");
     }
+    assert_eq!(path(1, fit + 1, DType::F32), (Path::Row, 1));
+    assert_eq!(path(8192, fit + 1, DType::BF16), (Path::Row, 1));
     assert_ne!(path(1, 2 * fit, DType::F32).0, Path::Row);
 }

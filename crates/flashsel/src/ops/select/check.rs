@@ -240,12 +240,26 @@ pub fn run_case(e: &CudaEngine, c: &Case, rng: &mut Rng) -> Result<Outcome> {
     let tok = TokenInputs { starts, pages };
     let plan = e.plan(&spec, lengths.is_some())?;
     let data = generate(c.data, spec.elements_needed(), rng);
-    let (ok, detail) = match c.dtype {
-        DType::F32 => run_typed::<f32>(e, c, &data, lengths.as_deref(), &tok)?,
-        DType::BF16 => run_typed::<bf16>(e, c, &data, lengths.as_deref(), &tok)?,
-        DType::F16 => run_typed::<f16>(e, c, &data, lengths.as_deref(), &tok)?,
-        other => return Err(crate::contract::Error::UnknownDType(format!("no check cases for {other}"))),
+    let run = || match c.dtype {
+        DType::F32 => run_typed::<f32>(e, c, &data, lengths.as_deref(), &tok),
+        DType::BF16 => run_typed::<bf16>(e, c, &data, lengths.as_deref(), &tok),
+        DType::F16 => run_typed::<f16>(e, c, &data, lengths.as_deref(), &tok),
+        other => Err(crate::contract::Error::UnknownDType(format!("no check cases for {other}"))),
     };
+    let (ok, detail) = run()?;
+    if plan.path() == Path::Short && e.short_rows() {
+        // Parity: the same rows, lengths and ranges on the row path too
+        // (the short path off), the CPU's bytes from both.
+        e.set_short_rows(false);
+        let row = run();
+        e.set_short_rows(true);
+        let (row_ok, row_detail) = row?;
+        if !row_ok {
+            let detail =
+                format!("row path (short path off): {row_detail}; short path: {}", if ok { "ok" } else { &detail });
+            return Ok(Outcome::of_plan(c.describe(), &plan, false, detail));
+        }
+    }
     Ok(Outcome::of_plan(c.describe(), &plan, ok, detail))
 }
 
@@ -423,6 +437,55 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         let mut c = base(rows, cols, k, DType::F32, Data::ReluFew);
         c.lengths = Some(LengthRecipe::Edges);
         c.page_size = Some(64);
+        cases.push(c);
+    }
+    // The short-row path (rows of <= SHORT_COLS columns, one CTA each, the
+    // row in shared memory; run_case repeats each on the row path): the
+    // first-chunk and plain shapes with lengths from 0 to cols (copy rows,
+    // rows shorter than k, rows one past k), every data family (ties,
+    // NaN on every fifth, ReLU plateaus of exact zeros, all equal) in each
+    // dtype, order and NaN policy, odd strides (unaligned rows), ranges and
+    // slots, k past cols, and the boundary at SHORT_COLS (+1: the row path).
+    let sc = plan::SHORT_COLS as usize;
+    for (i, &data) in ALL_DATA.iter().enumerate() {
+        for order in [OutputOrder::Score, OutputOrder::Index] {
+            let mut c = base(if quick { 40 } else { 160 }, 2048, 512, dtypes[i % 3], data);
+            c.order = order;
+            c.nan = if (i + (order == OutputOrder::Index) as usize).is_multiple_of(2) {
+                NanPolicy::Lowest
+            } else {
+                NanPolicy::Largest
+            };
+            c.stride_pad = i % 3;
+            c.lengths = Some(LengthRecipe::Edges);
+            cases.push(c);
+        }
+    }
+    for (rows, cols, k, dtype, data) in [
+        (64, sc, 2048, DType::BF16, Data::Normal),
+        (64, sc, 512, DType::F32, Data::ReluFew),
+        (64, sc - 1, 4096, DType::F16, Data::FewValues),
+        (64, sc + 1, 512, DType::F32, Data::Normal),
+        (33, 4096, 4096, DType::F32, Data::AllEqual),
+        (9, 3000, 5000, DType::BF16, Data::Relu),
+        (200, 97, 7, DType::F32, Data::Nan5),
+        (5, 1, 1, DType::F16, Data::Normal),
+        (1, sc, 512, DType::BF16, Data::Ascending),
+    ] {
+        for order in [OutputOrder::Score, OutputOrder::Index] {
+            let mut c = base(rows, cols, k, dtype, data);
+            c.order = order;
+            c.lengths = Some(LengthRecipe::Edges);
+            c.stride_pad = (order == OutputOrder::Index) as usize;
+            cases.push(c);
+        }
+    }
+    for (i, &data) in [Data::Normal, Data::Relu, Data::Nan5, Data::AllEqual].iter().enumerate() {
+        let mut c = base(40, 2048, 512, dtypes[i % 3], data);
+        c.ranges = true;
+        c.page_size = (i % 2 == 0).then_some(16);
+        c.order = if i < 2 { OutputOrder::Index } else { OutputOrder::Score };
+        c.nan = if i % 2 == 0 { NanPolicy::Largest } else { NanPolicy::Lowest };
         cases.push(c);
     }
     // Large k: the global-memory buffer.

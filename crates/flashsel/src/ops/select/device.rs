@@ -234,6 +234,19 @@ fn filter_kernel(kind: FilterKernel, dtype: DType, global_buffer: bool, tok: boo
     KernelId { module, global_buffer, entry }
 }
 
+/// The short-row kernel of a dtype; `tok`: its token form.
+fn short_kernel(dtype: DType, tok: bool) -> KernelId {
+    let entry = match (dtype, tok) {
+        (DType::F32, false) => "fs_short_f32",
+        (DType::BF16, false) => "fs_short_bf16",
+        (_, false) => "fs_short_f16",
+        (DType::F32, true) => "fs_short_tok_f32",
+        (DType::BF16, true) => "fs_short_tok_bf16",
+        (_, true) => "fs_short_tok_f16",
+    };
+    KernelId { module: Module::SelectShort, global_buffer: false, entry }
+}
+
 /// The grid kernel of a width (`plan::grid_kernel_name`) and dtype; `tok`:
 /// its token form.
 fn grid_kernel(items: u32, dtype: DType, tok: bool) -> KernelId {
@@ -261,7 +274,8 @@ impl CudaEngine {
     /// The plan for a selection on this device ([`plan::plan`] with this
     /// device's properties).
     pub fn plan(&self, spec: &SelectSpec, has_lengths: bool) -> Result<Plan> {
-        plan::plan(spec, has_lengths, &self.props())
+        let opts = plan::PathOptions { short: self.short_rows(), ..plan::PathOptions::default() };
+        plan::plan_with(spec, has_lengths, &self.props(), &opts)
     }
 
     /// Workspace a [`DeviceSelect`] with this spec needs, bytes.
@@ -446,6 +460,33 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &Job) -> Result<()> {
         on((init_ctas, 1), 0, pdl, false).run(&init, &GridInitParams { state: at(g.state), words })?;
         let kern = e.function(grid_kernel(g.items, spec.dtype, is_tok))?;
         return on((g.ctas_per_row, g.row_slots), g.smem_bytes, pdl, true).run(&kern, &gp);
+    }
+    if let Plan::Short(s) = plan {
+        // One CTA per row (the filter's parameter block: `cap` is the
+        // selection's scratch; no workspace).
+        let sp = ScanParams {
+            scores: a.scores,
+            row_stride: spec.row_stride as i64,
+            lengths: a.lengths,
+            out_idx: a.out_idx,
+            out_val: a.out_val,
+            cand: 0,
+            row_count: 0,
+            row_done: 0,
+            gbuf: 0,
+            row_lb: 0,
+            rows: spec.rows as i32,
+            cols: spec.cols as i32,
+            k: spec.k as i32,
+            chunks: 1,
+            cap: s.sel_cap as i32,
+            nan_largest,
+            order_index,
+            stage: 0,
+            tok,
+        };
+        let kern = e.function(short_kernel(spec.dtype, is_tok))?;
+        return on((s.row_slots, 1), s.smem_bytes, pdl, false).run(&kern, &sp);
     }
     let f = plan.filter().expect("a row or split plan");
     let split = plan.split();
@@ -691,7 +732,9 @@ impl DeviceData {
 
 #[cfg(test)]
 mod tests {
-    use super::{filter_kernel, grid_kernel, FilterKernel, GridInitParams, GridParams, ScanParams, Tokens};
+    use super::{
+        filter_kernel, grid_kernel, short_kernel, FilterKernel, GridInitParams, GridParams, ScanParams, Tokens,
+    };
     use crate::contract::DType;
     use crate::cuda::compile::Module;
 
@@ -743,5 +786,12 @@ mod tests {
             }
         }
         assert!(Module::SelectGrid.entry_points().contains(&"fs_grid_init_all"));
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            for (tok, infix) in [(false, ""), (true, "tok_")] {
+                let id = short_kernel(dtype, tok);
+                assert!(id.module.entry_points().contains(&id.entry), "{dtype}: {}", id.entry);
+                assert_eq!(id.entry, format!("fs_short_{infix}{dtype}"));
+            }
+        }
     }
 }

@@ -43,6 +43,15 @@
 //!   single-row shapes (262,144 and 1,048,576 columns) take it. `k` is
 //!   bounded ([`GRID_MAX_K`], and `k^2 / ctas_per_row <= GRID_PLACE_MAX`, the
 //!   placement's compares per CTA); past either bound the split path runs.
+//! - Rows of at most [`SHORT_COLS`] columns take the short-row path
+//!   (`Path::Short`, `kernels/select/short.cu`) whatever their count: one
+//!   CTA of [`SHORT_BLOCK`] threads per row loads the whole row into shared
+//!   memory once, radix-selects the k-th key exactly, gathers the selection
+//!   in column order and (score order) sorts it. Its grid is the rows, so
+//!   the hardware scheduler balances rows of any active length, and a row
+//!   that selects nothing only writes. (The streaming filter's finish,
+//!   sized for long rows, cost ~11 us a row there: docs/perf-log.md, v33.)
+//!   Where its shared memory does not fit the device, the row path runs.
 //! - Work follows the active lengths: a CTA's range is its share of
 //!   `lengths[row]`, not of `cols`, so short rows in a wide buffer cost what
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
@@ -121,6 +130,16 @@ pub const GRID_PLACE_MAX: u64 = 1 << 17;
 /// histogram for the sampled pass and one for each of the 6 radix passes);
 /// `GRID_STATE_WORDS` in `kernels/select/grid/state.cuh`.
 pub const GRID_STATE_WORDS: u64 = 64 + 7 * 2048;
+/// Short-row path: the widest rows it takes (the buffer width `cols`; a
+/// row's own length may be anything up to it).
+pub const SHORT_COLS: u64 = 8192;
+/// Short-row path: threads per CTA (`FS_SHORT_BLOCK`, kernels/select/short.cu).
+pub const SHORT_BLOCK: u32 = 128;
+/// Short-row path: static shared memory of its kernels (2048 histogram
+/// bins and a few words), rounded up.
+pub const SHORT_STATIC_SMEM: u32 = 8192 + 256;
+/// Grid `x` limit of the CUDA launch.
+pub const MAX_GRID_X: u64 = (1 << 31) - 1;
 /// Grid `y` limit of the CUDA launch.
 pub const MAX_GRID_Y: u32 = 65_535;
 
@@ -153,6 +172,8 @@ pub enum Path {
     /// Several CTAs per row, all resident (one cooperative launch), selecting
     /// the row together: radix passes over a global histogram, then placement.
     Grid,
+    /// One small CTA per short row, the whole row in shared memory.
+    Short,
 }
 
 /// Where each CTA's candidate buffer lives.
@@ -174,6 +195,30 @@ pub enum Plan {
     Split(SplitPlan),
     /// Several CTAs per row, all resident, selecting the row together.
     Grid(GridPlan),
+    /// One CTA per row, the row in shared memory (rows of <= [`SHORT_COLS`]).
+    Short(ShortPlan),
+}
+
+/// The short-row launch (`fs_short_*`): grid `(rows, 1)` of [`SHORT_BLOCK`]
+/// threads, CTA `x` on row `rows - 1 - x`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ShortPlan {
+    /// Grid `x` of the launch: one CTA per row.
+    pub row_slots: u32,
+    /// Composites of the selection's scratch: `min(k, cols)` rounded up to a
+    /// power of two (the score order's bitonic sort).
+    pub sel_cap: u32,
+    /// Dynamic shared memory per CTA ([`short_smem_bytes`]).
+    pub smem_bytes: u32,
+    pub fit: u64,
+    /// Always 0: nothing outside shared memory.
+    pub workspace_bytes: u64,
+}
+
+/// Dynamic shared memory of a short-row CTA: the row's keys (`cols`
+/// rounded up to 4, `u32`) and `sel_cap` composites.
+pub fn short_smem_bytes(cols: u64, sel_cap: u64) -> u64 {
+    cols.div_ceil(4) * 16 + sel_cap * 8
 }
 
 /// The streaming filter's launch (`fs_scan_*` on the row path, `fs_split_*`
@@ -251,6 +296,7 @@ impl Plan {
             Plan::Row(_) => Path::Row,
             Plan::Split(_) => Path::Split,
             Plan::Grid(_) => Path::Grid,
+            Plan::Short(_) => Path::Short,
         }
     }
     /// The filter launch of a row or split plan.
@@ -258,7 +304,7 @@ impl Plan {
         match self {
             Plan::Row(f) => Some(f),
             Plan::Split(s) => Some(&s.filter),
-            Plan::Grid(_) => None,
+            Plan::Grid(_) | Plan::Short(_) => None,
         }
     }
     pub fn split(&self) -> Option<&SplitPlan> {
@@ -273,41 +319,60 @@ impl Plan {
             _ => None,
         }
     }
-    /// Threads per CTA of every launch.
-    pub fn block(&self) -> u32 {
-        BLOCK
+    pub fn short(&self) -> Option<&ShortPlan> {
+        match self {
+            Plan::Short(s) => Some(s),
+            _ => None,
+        }
     }
-    /// `on_filter` of a row or split plan's filter launch, else `on_grid`.
-    fn either<R>(&self, on_filter: impl FnOnce(&FilterPlan) -> R, on_grid: impl FnOnce(&GridPlan) -> R) -> R {
+    /// Threads per CTA of the plan's launches ([`BLOCK`]; the short-row
+    /// path [`SHORT_BLOCK`]).
+    pub fn block(&self) -> u32 {
+        if matches!(self, Plan::Short(_)) {
+            SHORT_BLOCK
+        } else {
+            BLOCK
+        }
+    }
+    /// `on_filter` of a row or split plan's filter launch, `on_grid` of a
+    /// grid plan, `on_short` of a short-row plan.
+    fn either<R>(
+        &self,
+        on_filter: impl FnOnce(&FilterPlan) -> R,
+        on_grid: impl FnOnce(&GridPlan) -> R,
+        on_short: impl FnOnce(&ShortPlan) -> R,
+    ) -> R {
         match self {
             Plan::Row(f) => on_filter(f),
             Plan::Split(s) => on_filter(&s.filter),
             Plan::Grid(g) => on_grid(g),
+            Plan::Short(s) => on_short(s),
         }
     }
     pub fn ctas_per_row(&self) -> u32 {
-        self.either(|f| f.ctas_per_row, |g| g.ctas_per_row)
+        self.either(|f| f.ctas_per_row, |g| g.ctas_per_row, |_| 1)
     }
     pub fn row_slots(&self) -> u32 {
-        self.either(|f| f.row_slots, |g| g.row_slots)
+        self.either(|f| f.row_slots, |g| g.row_slots, |s| s.row_slots)
     }
     /// Where each CTA's candidate buffer lives (a grid CTA stages its list in
-    /// shared memory).
+    /// shared memory, a short-row CTA its row).
     pub fn buffer(&self) -> Buffer {
-        self.either(|f| f.buffer, |_| Buffer::Shared)
+        self.either(|f| f.buffer, |_| Buffer::Shared, |_| Buffer::Shared)
     }
-    /// Candidate buffer capacity (grid: the list's entries).
+    /// Candidate buffer capacity (grid: the list's entries; short rows: the
+    /// selection's scratch).
     pub fn cap(&self) -> u32 {
-        self.either(|f| f.cap, |g| g.list_len)
+        self.either(|f| f.cap, |g| g.list_len, |s| s.sel_cap)
     }
     pub fn smem_bytes(&self) -> u32 {
-        self.either(|f| f.smem_bytes, |g| g.smem_bytes)
+        self.either(|f| f.smem_bytes, |g| g.smem_bytes, |s| s.smem_bytes)
     }
     pub fn stage_bytes(&self) -> u32 {
-        self.either(|f| f.stage_bytes, |_| 0)
+        self.either(|f| f.stage_bytes, |_| 0, |_| 0)
     }
     pub fn fit(&self) -> u64 {
-        self.either(|f| f.fit, |g| g.fit)
+        self.either(|f| f.fit, |g| g.fit, |s| s.fit)
     }
     /// Merge rounds after the filter: 1 for a split row (its last CTA merges
     /// the row's candidates), 0 otherwise.
@@ -323,7 +388,7 @@ impl Plan {
         self.filter().and_then(|f| f.gbuf)
     }
     pub fn workspace_bytes(&self) -> u64 {
-        self.either(|f| f.workspace_bytes, |g| g.workspace_bytes)
+        self.either(|f| f.workspace_bytes, |g| g.workspace_bytes, |s| s.workspace_bytes)
     }
 }
 
@@ -374,11 +439,14 @@ pub(crate) struct PathOptions {
     /// `false`: grid rows always take the 16-element kernels (`fs_grid_*`),
     /// never `fs_grid8_*` or `fs_grid4_f32`.
     pub grid_small_items: bool,
+    /// `false`: rows of <= [`SHORT_COLS`] take the row path they took before
+    /// the short-row path (the engine's `set_short_rows`, `FLASHSEL_SHORT=0`).
+    pub short: bool,
 }
 
 impl Default for PathOptions {
     fn default() -> Self {
-        Self { grid: true, grid_min_chunk: None, grid_place_max: GRID_PLACE_MAX, grid_small_items: true }
+        Self { grid: true, grid_min_chunk: None, grid_place_max: GRID_PLACE_MAX, grid_small_items: true, short: true }
     }
 }
 
@@ -404,6 +472,11 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
         Buffer::Global
     };
     let fit = (4 * k).max(8192);
+    if opts.short {
+        if let Some(s) = short_plan(rows, cols, k, fit, dev) {
+            return Ok(Plan::Short(s));
+        }
+    }
     let max_split = (cols / fit).max(1);
     let ctas_per_row = (dev.sm_count as u64).checked_div(rows).unwrap_or(1).clamp(1, max_split);
     let ctas_per_row = ctas_per_row.min(u32::MAX as u64 / 2) as u32;
@@ -477,6 +550,27 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
             let sampled = cols >= SAMPLE_MIN_TILES * tile as u64 && 8 * k <= cols;
             Plan::Split(SplitPlan { filter, sampled, cand, row_count, row_done, row_lb })
         }
+    })
+}
+
+/// The short-row plan, or `None` where it does not apply: rows wider than
+/// [`SHORT_COLS`], more rows than one launch's grid `x`, or shared memory the
+/// device cannot give one CTA.
+fn short_plan(rows: u64, cols: u64, k: u64, fit: u64, dev: &DeviceProps) -> Option<ShortPlan> {
+    if cols > SHORT_COLS || rows > MAX_GRID_X {
+        return None;
+    }
+    let sel_cap = k.min(cols).max(1).next_power_of_two();
+    let smem = short_smem_bytes(cols, sel_cap);
+    if smem + SHORT_STATIC_SMEM as u64 > dev.max_smem_per_block as u64 {
+        return None;
+    }
+    Some(ShortPlan {
+        row_slots: rows.max(1) as u32,
+        sel_cap: sel_cap as u32,
+        smem_bytes: smem as u32,
+        fit,
+        workspace_bytes: 0,
     })
 }
 

@@ -6,8 +6,20 @@ fn h200() -> DeviceProps {
     DeviceProps::hopper(132)
 }
 
-const NO_GRID: PathOptions =
-    PathOptions { grid: false, grid_min_chunk: None, grid_place_max: GRID_PLACE_MAX, grid_small_items: true };
+const NO_GRID: PathOptions = PathOptions {
+    grid: false,
+    grid_min_chunk: None,
+    grid_place_max: GRID_PLACE_MAX,
+    grid_small_items: true,
+    short: true,
+};
+const NO_SHORT: PathOptions = PathOptions {
+    grid: true,
+    grid_min_chunk: None,
+    grid_place_max: GRID_PLACE_MAX,
+    grid_small_items: true,
+    short: false,
+};
 
 fn p(rows: usize, cols: usize, k: usize) -> Plan {
     plan(&SelectSpec::new(rows, cols, k, DType::F32), false, &h200()).unwrap()
@@ -18,7 +30,14 @@ fn fit_boundaries_for_one_row() {
     for k in [512usize, 2048] {
         let fit = (4 * k).max(8192);
         assert_eq!(p(1, 8, k).fit() as usize, fit);
-        for cols in [fit - 1, fit, fit + 1, 2 * fit - 1] {
+        // Up to SHORT_COLS (= fit here) the short-row path, then the row path.
+        assert_eq!(fit as u64, SHORT_COLS);
+        for cols in [fit - 1, fit] {
+            let pl = p(1, cols, k);
+            assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Short, 1, 0), "1 x {cols}, k {k}");
+            assert_eq!(pl.workspace_bytes(), 0);
+        }
+        for cols in [fit + 1, 2 * fit - 1] {
             let pl = p(1, cols, k);
             assert_eq!(pl.path(), Path::Row, "1 x {cols}, k {k}");
             assert_eq!((pl.ctas_per_row(), pl.merge_levels()), (1, 0));
@@ -164,8 +183,10 @@ fn many_rows_take_one_cta_per_row() {
     let pl = p(8192, 131_072, 2048);
     assert_eq!((pl.path(), pl.ctas_per_row(), pl.row_slots()), (Path::Row, 1, 8192));
     assert_eq!(pl.workspace_bytes(), 0);
-    let pl = p(100_000, 4096, 64);
+    let pl = p(100_000, 16_384, 64);
     assert_eq!(pl.row_slots(), MAX_GRID_Y);
+    // Short rows: grid x holds every row.
+    assert_eq!(p(100_000, 4096, 64).row_slots(), 100_000);
     let pl = p(64, 131_072, 2048);
     assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Split, 2, 1));
     // One wave: more rows than half the SMs take one CTA per row.
@@ -259,4 +280,51 @@ fn shared_buffers_take_the_room_there_is() {
         DeviceProps { sm_count: 84, max_smem_per_block: 101_376, smem_per_sm: 102_400, max_threads_per_sm: 1536 };
     let pl = plan(&SelectSpec::new(8192, 131_072, 2048, DType::F32), false, &ampere).unwrap();
     assert_eq!((pl.buffer(), pl.cap(), pl.stage_bytes()), (Buffer::Shared, 2 * 2048 + TILE, 0));
+}
+
+#[test]
+fn short_rows_take_the_short_path_up_to_short_cols() {
+    let dev = h200();
+    // The QSA first chunk's shape (8192 x 2048 blocks, k 512) and the plain
+    // top-k beside it; both dtypes; any row count.
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        for (rows, cols, k) in [(8192, 2048, 512), (1, 1, 1), (3, 10, 11), (67, 4096, 4096), (100_000, 8192, 2048)] {
+            let pl = plan(&SelectSpec::new(rows, cols, k, dtype), true, &dev).unwrap();
+            assert_eq!(pl.path(), Path::Short, "{rows} x {cols} k {k} {dtype}");
+            let s = pl.short().unwrap().clone();
+            assert_eq!((s.row_slots, pl.ctas_per_row(), pl.block()), (rows as u32, 1, SHORT_BLOCK));
+            assert_eq!(s.sel_cap as usize, k.min(cols).next_power_of_two());
+            assert_eq!(s.smem_bytes as u64, short_smem_bytes(cols as u64, s.sel_cap as u64));
+            assert!(s.smem_bytes + SHORT_STATIC_SMEM <= dev.max_smem_per_block);
+            assert_eq!((pl.workspace_bytes(), pl.merge_levels(), pl.sampled()), (0, 0, false));
+            assert!(pl.filter().is_none() && pl.grid().is_none() && pl.split().is_none());
+        }
+    }
+    // The boundary: SHORT_COLS columns short, one more the row path (many
+    // rows) or the row path / grid (one row, as before the short path).
+    let c = SHORT_COLS as usize;
+    for (rows, k) in [(8192, 512), (8192, 2048), (1, 512), (1, 2048), (66, 256)] {
+        assert_eq!(p(rows, c - 1, k).path(), Path::Short, "{rows} x {} k {k}", c - 1);
+        assert_eq!(p(rows, c, k).path(), Path::Short, "{rows} x {c} k {k}");
+        assert_eq!(p(rows, c + 1, k).path(), Path::Row, "{rows} x {} k {k}", c + 1);
+        assert_eq!(p(rows, c + 8, k).path(), Path::Row, "{rows} x {} k {k}", c + 8);
+    }
+    // 1 x 16,384 stays a grid row.
+    assert_eq!(p(1, 16_384, 512).path(), Path::Grid);
+    // k past cols: the scratch is the row's width, rounded up.
+    let pl = p(4, 5000, 9000);
+    assert_eq!((pl.path(), pl.cap()), (Path::Short, 8192));
+    // The short path off (the engine's switch): the row plan the geometry
+    // took before it.
+    let off = |rows, cols, k| plan_with(&SelectSpec::new(rows, cols, k, DType::BF16), true, &dev, &NO_SHORT).unwrap();
+    let pl = off(8192, 2048, 512);
+    assert_eq!((pl.path(), pl.ctas_per_row(), pl.workspace_bytes()), (Path::Row, 1, 0));
+    assert_eq!(off(1, c, 512).path(), Path::Row);
+    assert_eq!(off(1, 16_384, 512).path(), Path::Grid);
+    // A device whose shared memory a wide short row does not fit (48 KiB a
+    // block): the row path there, the short path for a narrow row.
+    let small = DeviceProps { sm_count: 40, max_smem_per_block: 49_152, smem_per_sm: 65_536, max_threads_per_sm: 1024 };
+    let on = |cols, k| plan(&SelectSpec::new(64, cols, k, DType::F32), true, &small).unwrap().path();
+    assert_eq!(on(8192, 2048), Path::Row); // 32 KiB keys + 16 KiB selection + static
+    assert_eq!(on(2048, 512), Path::Short);
 }

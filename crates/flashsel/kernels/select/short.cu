@@ -1,0 +1,59 @@
+// The select operation's short-row path (module SelectShort): exact,
+// deterministic top-k of rows short enough that the whole row fits a CTA's
+// shared memory (the planner's SHORT_COLS columns): fs_short_* (indices and
+// values) and their token form fs_short_tok_* (ranges, QSA blocks, slots:
+// select/tokens.cuh), for prefill batches of short rows such as QSA's first
+// chunk (V = 0 .. 2,048 blocks) where the streaming filter's finish, sized
+// for long rows, dominates.
+//
+// ALGORITHM (select/short/kernel.cuh; one row per CTA of FS_SHORT_BLOCK threads)
+//   1. Load the row's len elements once (16-byte loads where aligned) as
+//      order keys into shared memory (common/keys.cuh: -0 == +0, NaN by the
+//      policy), with their min and max.
+//   2. len > k: an exact MSD radix select of the k-th largest key over the
+//      key range [min, max]: each pass bins the keys of the current range by
+//      their offset from its bottom, 11 bits from the range's top bit (2048
+//      shared bins), and keeps the crossing bin; it stops when the range is
+//      one key (at most 3 passes) or the crossing bin is wanted whole. An
+//      all-equal row takes no pass.
+//   3. Gather in column order: every key above the range, and of the keys in
+//      it the `need` lowest columns (ties to the lower column: the
+//      contract's order), as composites key << 32 | ~column; ballots place
+//      each (a warp owns a run of columns).
+//   4. Score order: a bitonic sort of the m = min(k, len) composites
+//      (descending). Index order: the gather's order already.
+//   5. The write: plain indices and values (values rebuilt from keys, the
+//      merged encodings read back, as every path), or the token write
+//      (ratio ids per selected column, the tail, -1, counts, page-table
+//      slots). A row that selects nothing (a QSA copy row, V <= k; an empty
+//      or out-of-range row) reads no score and only writes.
+//
+// INVARIANTS
+//   - Composites are unique within a row, so the selected set and its
+//     orders are exactly the contract's: the same bytes as the CPU engine.
+//   - The range [lo, hi] always holds the k-th largest key; `above` keys lie
+//     above it, need = k - above of the range's are taken, lowest columns
+//     first.
+//   - Every loop with a barrier has a CTA-uniform bound.
+//
+// COST
+//   Reads each score once; per key a conversion and a shared store, per
+//   pass a shared read and an atomic, two ballot sweeps; score order a
+//   bitonic sort of m. Work follows each row's length: grid x is the rows
+//   (one CTA each, the hardware scheduler balances rows of any length),
+//   longest first for a causal chunk (CTA x takes row rows - 1 - x).
+//
+// Compile-time values (the host passes them as -D): FS_BLOCK (for the
+// shared headers), FS_SHORT_BLOCK (threads per CTA, plan::SHORT_BLOCK).
+
+#include "select/short/kernel.cuh"
+
+// Eight CTAs an SM (<= 64 registers): a short row's latency is hidden by
+// the other rows in flight.
+#define SHORT_MIN_CTAS 8
+extern "C" __global__ void __launch_bounds__(FS_SHORT_BLOCK, SHORT_MIN_CTAS) fs_short_f32(const ScanParams p) { short_impl<32, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_BLOCK, SHORT_MIN_CTAS) fs_short_bf16(const ScanParams p) { short_impl<16, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_BLOCK, SHORT_MIN_CTAS) fs_short_f16(const ScanParams p) { short_impl<15, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_BLOCK, SHORT_MIN_CTAS) fs_short_tok_f32(const ScanTokParams p) { short_impl<32, true>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_BLOCK, SHORT_MIN_CTAS) fs_short_tok_bf16(const ScanTokParams p) { short_impl<16, true>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_BLOCK, SHORT_MIN_CTAS) fs_short_tok_f16(const ScanTokParams p) { short_impl<15, true>(p); }
