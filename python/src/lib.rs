@@ -24,6 +24,8 @@ use numpy::{Element, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadw
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
+mod mla_cuda;
+
 /// `flashsel::Error` to a Python exception.
 fn to_py(e: Error) -> PyErr {
     match e {
@@ -551,6 +553,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(qsa_indexer_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(sparse_mla_prefill_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(sparse_mla_decode_cpu, m)?)?;
+    mla_cuda::register(m)?;
     Ok(())
 }
 

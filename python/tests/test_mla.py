@@ -605,14 +605,14 @@ def test_torch_cpu_tensors():
         flashsel.sparse_mla_prefill(tq.half(), tkv.half(), torch.from_numpy(idx), 0.05)
 
 
-def test_cuda_tensors_are_not_supported_yet():
+def test_cuda_tensors_on_several_devices_are_refused():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     q = torch.zeros(1, 64, 512, dtype=torch.bfloat16, device="cuda")
-    kv = torch.zeros(8, 1, 512, dtype=torch.bfloat16, device="cuda")
+    kv = torch.zeros(8, 1, 512, dtype=torch.bfloat16)
     idx = torch.zeros(1, 1, 64, dtype=torch.int32, device="cuda")
-    with pytest.raises(NotImplementedError, match="sparse MLA on CUDA tensors: not built yet"):
+    with pytest.raises(ValueError, match="every tensor on one device"):
         flashsel.sparse_mla_prefill(q, kv, idx, 0.1)
-    with pytest.raises(NotImplementedError, match="not built yet"):
-        flashsel.sparse_mla_decode(q[None], torch.zeros(1, 64, 1, 656, dtype=torch.uint8, device="cuda"), idx)
+    with pytest.raises(ValueError, match="every tensor on one device"):
+        flashsel.sparse_mla_decode(q[None], torch.zeros(1, 64, 1, 656, dtype=torch.uint8), idx[None, 0])

@@ -2,7 +2,9 @@
 ``flashsel``): ``sparse_mla_prefill`` (``flash_mla_sparse_fwd``) and
 ``sparse_mla_decode`` (the sparse ``flash_mla_with_kvcache``). NumPy arrays
 and CPU torch tensors run the Rust float64 reference
-(``flashsel::ops::mla``); CUDA tensors are not supported yet. Torch tensors
+(``flashsel::ops::mla``); CUDA tensors run the CUDA engine's kernels
+(``CudaEngine::sparse_mla_*_device``: zero-copy, on torch's current stream,
+no host synchronisation, so CUDA graphs capture them). Torch tensors
 go through the torch operators ``flashsel::sparse_mla_prefill`` /
 ``flashsel::sparse_mla_decode`` (``_torch_ops``), whose implementation is
 ``_sparse_mla_prefill`` / ``_sparse_mla_decode`` here. The contract is
@@ -16,7 +18,7 @@ import numpy as np
 
 from . import _native
 
-_CUDA_MSG = "sparse MLA on CUDA tensors: not built yet"
+_DEVICES_MSG = "sparse MLA on CUDA takes every tensor on one device"
 _I32_MIN, _I32_MAX = -(2**31), 2**31 - 1
 _FP8_TOKEN_BYTES = 656
 
@@ -90,8 +92,12 @@ def sparse_mla_prefill(
         non-int32 indices).
     ValueError
         Bad shapes, ``h_q``, ``d_qk``, ``d_v``, ``topk_length`` values.
-    NotImplementedError
-        CUDA tensors.
+
+    On CUDA tensors (all on one device) the kernels run on torch's current
+    stream without a host synchronisation; ``topk_length`` values are then
+    not checked on the host (values outside ``0..=topk`` are clamped into
+    it on the device). ``q`` and ``indices`` are made contiguous (no copy
+    when they are), ``kv`` rows may be strided.
     """
     torch = sys.modules.get("torch")
     if _is_tensor(torch, q):
@@ -111,7 +117,9 @@ def _sparse_mla_prefill(
     torch = sys.modules.get("torch")
     is_torch = _is_tensor(torch, q)
     if torch is not None:
-        _check_cpu_tensors(torch, q=q, kv=kv, indices=indices, attn_sink=attn_sink, topk_length=topk_length)
+        dev = _check_devices(torch, q=q, kv=kv, indices=indices, attn_sink=attn_sink, topk_length=topk_length)
+        if dev is not None:
+            return _prefill_cuda(torch, q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
     qk = _data("q", q, torch)
     kvk = _data("kv", kv, torch)
     if qk.name != kvk.name:
@@ -243,7 +251,9 @@ def _sparse_mla_decode(
     torch = sys.modules.get("torch")
     is_torch = _is_tensor(torch, q)
     if torch is not None:
-        _check_cpu_tensors(torch, q=q, k_cache=k_cache, indices=indices, attn_sink=attn_sink, topk_length=topk_length)
+        dev = _check_devices(torch, q=q, k_cache=k_cache, indices=indices, attn_sink=attn_sink, topk_length=topk_length)
+        if dev is not None:
+            return _decode_cuda(torch, q, k_cache, indices, sm_scale, d_v, is_fp8_kvcache, topk_length, attn_sink)
     qk = _data("q", q, torch)
     if qk.arr.ndim != 4:
         raise ValueError(f"q must be 4-D [b, s_q, h_q, d_qk], got shape {qk.arr.shape}")
@@ -308,13 +318,25 @@ def _is_tensor(torch: Any, x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def _check_cpu_tensors(torch: Any, **args: Any) -> None:
+def _check_devices(torch: Any, **args: Any) -> Any:
+    """Where a call runs: None (the CPU reference) when no tensor is on a
+    CUDA device, else that device, which every argument must be a tensor on
+    (torch.compile's fakes check the same: ``_torch_ops._mla_devices``)."""
+    tensors = {k: x for k, x in args.items() if _is_tensor(torch, x)}
+    cuda = [x.device for x in tensors.values() if x.device.type == "cuda"]
+    if not cuda:
+        for name, x in tensors.items():
+            if x.device.type not in ("cpu", "meta"):
+                raise ValueError(f"{name} is on device {x.device}; sparse MLA runs on CPU and CUDA tensors")
+        return None
+    dev = cuda[0]
     for name, x in args.items():
-        if _is_tensor(torch, x):
-            if x.device.type == "cuda":
-                raise NotImplementedError(_CUDA_MSG)
-            if x.device.type != "cpu":
-                raise ValueError(f"{name} is on device {x.device}; sparse MLA runs on CPU tensors (CUDA: not yet)")
+        if x is None:
+            continue
+        where = x.device if _is_tensor(torch, x) else type(x).__qualname__
+        if where != dev:
+            raise ValueError(f"{name} is on {where}, another tensor on {dev}: {_DEVICES_MSG}")
+    return dev
 
 
 class _Data:
@@ -485,3 +507,235 @@ def _span(cache: np.ndarray) -> tuple[np.ndarray, int, int]:
     span = (pages - 1) * ps + (size - 1) * ts + width
     flat = np.lib.stride_tricks.as_strided(cache, shape=(span,), strides=(item,), writeable=False)
     return flat, ps, ts
+
+
+# ---------------------------------------------------------------------------
+# CUDA tensors
+# ---------------------------------------------------------------------------
+
+
+def _cuda_dtype(what: str, x: Any, torch: Any) -> str:
+    """``_data``'s checks on a CUDA tensor: strided, float32 or bfloat16."""
+    if x.layout != torch.strided:
+        raise TypeError(f"{what} must be a dense (strided) tensor, got layout {x.layout}")
+    if x.dtype == torch.float32:
+        return "f32"
+    if x.dtype == torch.bfloat16:
+        return "bf16"
+    raise TypeError(f"{what}: unsupported dtype {x.dtype} (expected torch.float32 or torch.bfloat16)")
+
+
+def _cuda_int32(what: str, x: Any, torch: Any, *, strict: bool) -> Any:
+    """``_int32_array``'s dtype checks on a CUDA tensor; an int64 tensor is
+    converted on the device (its values are not checked on the host)."""
+    ok = x.dtype == torch.int32 or (not strict and x.dtype == torch.int64)
+    if not ok:
+        want = "torch.int32" if strict else "torch.int32 or torch.int64"
+        raise TypeError(f"{what} must be {want}, got {x.dtype}")
+    return x.detach().to(torch.int32).contiguous()
+
+
+def _cuda_sink(x: Any, h_q: int, torch: Any) -> Any:
+    if x is None:
+        return None
+    if x.dtype != torch.float32:
+        raise TypeError(f"attn_sink must be torch.float32, got {x.dtype}")
+    if tuple(x.shape) != (h_q,):
+        raise ValueError(f"attn_sink must be [h_q] = [{h_q}], got shape {tuple(x.shape)}")
+    return x.detach().contiguous()
+
+
+def _ptr(x: Any) -> int:
+    return 0 if x is None else int(x.data_ptr())
+
+
+def _launch_env(torch: Any, device: Any) -> tuple[Any, int, int]:
+    """The engine of `device` (created once, every module compiled), its
+    ordinal and torch's current stream there."""
+    from . import _api  # noqa: PLC0415 - _api imports nothing of this module
+
+    ordinal = device.index if device.index is not None else torch.cuda.current_device()
+    _api._ensure_engine(ordinal)
+    return _api, ordinal, _api._raw_stream(torch, ordinal)
+
+
+def _workspace(torch: Any, rows: int, h_q: int, topk: int, device: Any) -> tuple[Any, int]:
+    nbytes = _native.sparse_mla_workspace_bytes(rows, h_q, topk)
+    return (torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None), nbytes
+
+
+def _prefill_cuda(
+    torch: Any, q: Any, kv: Any, indices: Any, sm_scale: Any, d_v: Any, attn_sink: Any, topk_length: Any
+) -> tuple[Any, Any, Any]:
+    """:func:`sparse_mla_prefill` on CUDA tensors of one device: one launch
+    (two with the split-KV combine) on the current stream."""
+    name = _cuda_dtype("q", q, torch)
+    if _cuda_dtype("kv", kv, torch) != name:
+        raise TypeError(f"q and kv must have the same dtype, got {q.dtype} and {kv.dtype}")
+    if q.dim() != 3:
+        raise ValueError(f"q must be 3-D [s_q, h_q, d_qk], got shape {tuple(q.shape)}")
+    s_q, h_q, d_qk = q.shape
+    kv2 = kv.detach()
+    if kv2.dim() == 3:
+        if kv2.shape[1] != 1:
+            raise ValueError(f"kv must have one KV head ([s_kv, 1, d_qk]), got shape {tuple(kv.shape)}")
+        kv2 = kv2[:, 0, :]
+    if kv2.dim() != 2:
+        raise ValueError(f"kv must be [s_kv, 1, d_qk] (or [s_kv, d_qk]), got shape {tuple(kv.shape)}")
+    if kv2.shape[1] != d_qk:
+        raise ValueError(f"kv has d_qk = {kv2.shape[1]} but q has d_qk = {d_qk}")
+    s_kv = kv2.shape[0]
+    if s_kv > 0 and (kv2.stride(1) != 1 or (s_kv > 1 and kv2.stride(0) < d_qk)):
+        kv2 = kv2.contiguous()
+    kv_stride = kv2.stride(0) if s_kv > 1 else d_qk
+    idx = indices.detach()
+    if idx.dtype != torch.int32:
+        raise TypeError(f"indices must be torch.int32, got {idx.dtype}")
+    if idx.dim() == 3:
+        if idx.shape[1] != 1:
+            raise ValueError(f"indices must be [s_q, 1, topk] (one KV head), got shape {tuple(idx.shape)}")
+        idx = idx[:, 0, :]
+    if idx.dim() != 2 or idx.shape[0] != s_q:
+        raise ValueError(f"indices must be [s_q, 1, topk] with s_q = {s_q}, got shape {tuple(indices.shape)}")
+    topk = idx.shape[1]
+    idx = idx.contiguous()
+    sink = _cuda_sink(attn_sink, h_q, torch)
+    lens = None
+    if topk_length is not None:
+        lens = _cuda_int32("topk_length", topk_length, torch, strict=False)
+        if tuple(lens.shape) != (s_q,):
+            raise ValueError(f"topk_length must be [s_q] = [{s_q}], got shape {tuple(topk_length.shape)}")
+    scale = _scale(sm_scale)
+    dv = _int("d_v", d_v)
+    device = q.device
+    qc = q.detach().contiguous()
+    out = torch.empty((s_q, h_q, dv), dtype=q.dtype, device=device)
+    max_logits = torch.empty((s_q, h_q), dtype=torch.float32, device=device)
+    lse = torch.empty((s_q, h_q), dtype=torch.float32, device=device)
+    _, ordinal, stream = _launch_env(torch, device)
+    ws, nbytes = _workspace(torch, s_q, h_q, topk, device)
+    _native.cuda_sparse_mla_prefill(
+        ordinal,
+        name,
+        s_q,
+        s_kv,
+        h_q,
+        d_qk,
+        dv,
+        topk,
+        kv_stride,
+        scale,
+        _ptr(qc),
+        _ptr(kv2) if s_kv > 0 else 0,
+        _ptr(idx),
+        _ptr(lens),
+        _ptr(sink),
+        _ptr(out),
+        _ptr(max_logits),
+        _ptr(lse),
+        _ptr(ws),
+        nbytes,
+        stream,
+    )
+    return out, max_logits, lse
+
+
+def _decode_cuda(
+    torch: Any,
+    q: Any,
+    k_cache: Any,
+    indices: Any,
+    sm_scale: Any,
+    d_v: Any,
+    is_fp8_kvcache: Any,
+    topk_length: Any,
+    attn_sink: Any,
+) -> tuple[Any, Any]:
+    """:func:`sparse_mla_decode` on CUDA tensors of one device."""
+    name = _cuda_dtype("q", q, torch)
+    if q.dim() != 4:
+        raise ValueError(f"q must be 4-D [b, s_q, h_q, d_qk], got shape {tuple(q.shape)}")
+    b, s_q, h_q, d_qk = q.shape
+    x = k_cache.detach()
+    if x.layout != torch.strided:
+        raise TypeError(f"k_cache must be a dense (strided) tensor, got layout {x.layout}")
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    if x.dtype == torch.uint8 or (fp8 is not None and x.dtype == fp8):
+        x, fmt = x.view(torch.uint8), "fp8"
+    elif x.dtype == torch.float32:
+        fmt = "f32"
+    elif x.dtype == torch.bfloat16:
+        fmt = "bf16"
+    else:
+        raise TypeError(
+            f"k_cache: unsupported dtype {x.dtype} (expected torch.uint8 / torch.float8_e4m3fn for the fp8 "
+            "cache, torch.float32 or torch.bfloat16)"
+        )
+    if is_fp8_kvcache is not None and bool(is_fp8_kvcache) != (fmt == "fp8"):
+        raise ValueError(f"is_fp8_kvcache={is_fp8_kvcache} but k_cache is {'' if fmt == 'fp8' else 'not '}fp8")
+    if x.dim() == 4:
+        if x.shape[2] != 1:
+            raise ValueError(f"k_cache must have one KV head ([pages, page_size, 1, W]), got shape {tuple(x.shape)}")
+        x = x[:, :, 0, :]
+    if x.dim() != 3:
+        raise ValueError(f"k_cache must be [num_pages, page_size, 1, W], got shape {tuple(x.shape)}")
+    num_pages, page_size, width = x.shape
+    want = _FP8_TOKEN_BYTES if fmt == "fp8" else d_qk
+    if width != want:
+        what = "656 bytes a token (the fp8 layout)" if fmt == "fp8" else f"d_qk = {d_qk} values a token"
+        raise ValueError(f"k_cache's last dimension is {width}, expected {what}")
+    if num_pages > 0 and page_size > 0 and width > 1 and x.stride(2) != 1:
+        x = x.contiguous()
+    page_stride = x.stride(0) if num_pages > 1 else page_size * width
+    token_stride = x.stride(1) if page_size > 1 else width
+    idx = indices.detach()
+    if idx.dtype != torch.int32:
+        raise TypeError(f"indices must be torch.int32, got {idx.dtype}")
+    if idx.dim() != 3 or tuple(idx.shape[:2]) != (b, s_q):
+        raise ValueError(f"indices must be [b, s_q, topk] = [{b}, {s_q}, topk], got shape {tuple(idx.shape)}")
+    topk = idx.shape[2]
+    idx = idx.contiguous()
+    lens = None
+    if topk_length is not None:
+        lens = _cuda_int32("topk_length", topk_length, torch, strict=False)
+        if tuple(lens.shape) not in ((b,), (b, s_q)):
+            raise ValueError(
+                f"topk_length must be [b] = [{b}] or [b, s_q] = [{b}, {s_q}], got shape {tuple(topk_length.shape)}"
+            )
+    sink = _cuda_sink(attn_sink, h_q, torch)
+    scale = d_qk**-0.5 if sm_scale is None else _scale(sm_scale)
+    dv = _int("d_v", d_v)
+    device = q.device
+    qc = q.detach().contiguous()
+    out = torch.empty((b, s_q, h_q, dv), dtype=q.dtype, device=device)
+    lse = torch.empty((b, h_q, s_q), dtype=torch.float32, device=device)
+    _, ordinal, stream = _launch_env(torch, device)
+    ws, nbytes = _workspace(torch, b * s_q, h_q, topk, device)
+    _native.cuda_sparse_mla_decode(
+        ordinal,
+        name,
+        fmt,
+        b,
+        s_q,
+        h_q,
+        d_qk,
+        dv,
+        topk,
+        num_pages,
+        page_size,
+        page_stride,
+        token_stride,
+        scale,
+        _ptr(qc),
+        _ptr(x) if num_pages > 0 else 0,
+        _ptr(idx),
+        _ptr(lens),
+        lens is not None and lens.dim() == 2,
+        _ptr(sink),
+        _ptr(out),
+        _ptr(lse),
+        _ptr(ws),
+        nbytes,
+        stream,
+    )
+    return out, lse

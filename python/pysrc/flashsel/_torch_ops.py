@@ -7,8 +7,8 @@ torch tensors trace into ``torch.compile`` graphs without a graph break
 (``fullgraph=True``); topk and qsa_select are also captured by CUDA graphs.
 
 The sparse MLA operators run ``_mla._sparse_mla_prefill`` /
-``_mla._sparse_mla_decode`` (the CPU float64 reference; CUDA tensors raise
-NotImplementedError there, as before). Their fake implementations accept
+``_mla._sparse_mla_decode`` (the CPU float64 reference, or the CUDA kernels
+on CUDA tensors). Their fake implementations accept
 CUDA tensors (all on one device), so that code for the later CUDA kernel
 already traces; see :func:`_mla_prefill_fake`.
 
@@ -239,8 +239,8 @@ def _mla_prefill_impl(
     attn_sink: torch.Tensor | None = None,
     topk_length: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``flashsel::sparse_mla_prefill`` on real tensors: ``_mla``'s CPU path
-    (CUDA tensors raise NotImplementedError there)."""
+    """``flashsel::sparse_mla_prefill`` on real tensors: ``_mla``'s CPU
+    reference or, on CUDA tensors, its kernels."""
     return _mla._sparse_mla_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
 
 
@@ -272,9 +272,9 @@ def _mla_prefill_fake(
     order and with their messages, and empty ``out [s_q, h_q, d_v]`` (q's
     dtype), ``max_logits`` and ``lse`` float32 ``[s_q, h_q]`` on q's device.
 
-    Unlike the real implementation, CUDA tensors are accepted when all are on
-    one device (so code for the CUDA kernel traces); tensors on several
-    devices, one of them CUDA, raise the eager NotImplementedError. Value
+    CUDA tensors are accepted when all are on one device (the real
+    implementation runs the CUDA kernels on them); tensors on several
+    devices, one of them CUDA, raise the eager ValueError. Value
     checks (topk_length values, int64 lengths that do not fit int32) happen
     when the operator runs."""
     _mla_devices(q=q, kv=kv, indices=indices, attn_sink=attn_sink, topk_length=topk_length)
@@ -568,18 +568,9 @@ def _shape(x: torch.Tensor) -> tuple[Any, ...]:
 
 
 def _mla_devices(**tensors: torch.Tensor | None) -> None:
-    """``_mla._check_cpu_tensors`` for fake tensors: CPU (and meta) tensors
-    pass, CUDA tensors too when all are on one device; mixed devices with a
-    CUDA one raise the eager NotImplementedError, other devices its
-    ValueError."""
-    given = {k: t for k, t in tensors.items() if t is not None}
-    one_device = len({t.device for t in given.values()}) == 1
-    for name, t in given.items():
-        if t.device.type == "cuda":
-            if not one_device:
-                raise NotImplementedError(_mla._CUDA_MSG)
-        elif t.device.type not in ("cpu", "meta"):
-            raise ValueError(f"{name} is on device {t.device}; sparse MLA runs on CPU tensors (CUDA: not yet)")
+    """``_mla._check_devices`` on fake tensors (the same errors): CPU (and
+    meta) tensors, or tensors all on one CUDA device."""
+    _mla._check_devices(torch, **tensors)
 
 
 def _mla_dtype(what: str, x: torch.Tensor) -> str:

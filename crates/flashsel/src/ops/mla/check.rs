@@ -342,8 +342,8 @@ fn build_cache(spec: &SparseMlaDecode, used: &[bool], seed: u64) -> Result<Cache
         }
         CacheFormat::Fp8V32 => {
             // NaN e4m3 codes, NaN scales and NaN bf16 rope values everywhere
-            // unread: 0x7f bytes are all three.
-            let mut c = vec![0x7fu8; len];
+            // unread: 0xff bytes are all three.
+            let mut c = vec![0xffu8; len];
             for s in (0..slots).filter(|&s| used[s]) {
                 let at = spec.slot_at(s);
                 c[at..at + FP8_TOKEN_BYTES].copy_from_slice(&quantize_fp8_token(&vals[s * d..(s + 1) * d]));
