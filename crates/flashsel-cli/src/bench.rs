@@ -22,6 +22,7 @@
 //! [`tokens`]). `--only` picks groups of cases: `select`, `qsa-decode`,
 //! `qsa-prefill`, `dsa` (`qsa` = both QSA groups).
 
+mod mla;
 mod tokens;
 
 use std::fs::File;
@@ -48,6 +49,8 @@ pub enum Group {
     QsaPrefill,
     /// DSA: per-row ranges, the indices written as KV slots.
     Dsa,
+    /// Sparse MLA attention (issue 23's rows; CUDA, only with `--only mla`).
+    Mla,
 }
 
 impl Group {
@@ -59,6 +62,7 @@ impl Group {
             Group::QsaDecode => "qsa-decode",
             Group::QsaPrefill => "qsa-prefill",
             Group::Dsa => "dsa",
+            Group::Mla => "mla",
         }
     }
 }
@@ -69,20 +73,27 @@ pub struct Groups(&'static [Group]);
 
 /// `--only`'s values: a group's name, or `qsa` for both QSA groups.
 pub fn group_parser() -> impl TypedValueParser<Value = Groups> {
-    PossibleValuesParser::new(["select", "qsa", "qsa-decode", "qsa-prefill", "dsa"]).map(|s| {
+    PossibleValuesParser::new(["select", "qsa", "qsa-decode", "qsa-prefill", "dsa", "mla"]).map(|s| {
         Groups(match s.as_str() {
             "select" => &[Group::Select],
             "qsa" => &[Group::QsaDecode, Group::QsaPrefill],
             "qsa-decode" => &[Group::QsaDecode],
             "qsa-prefill" => &[Group::QsaPrefill],
+            "mla" => &[Group::Mla],
             _ => &[Group::Dsa],
         })
     })
 }
 
-/// The groups to run: those `--only` names, or all of them.
+/// The groups to run: those `--only` names, or all of them (sparse MLA
+/// only when named).
 fn selected_groups(only: &[Groups]) -> Vec<Group> {
-    Group::ALL.into_iter().filter(|g| only.is_empty() || only.iter().any(|o| o.0.contains(g))).collect()
+    let mut g: Vec<Group> =
+        Group::ALL.into_iter().filter(|g| only.is_empty() || only.iter().any(|o| o.0.contains(g))).collect();
+    if only.iter().any(|o| o.0.contains(&Group::Mla)) {
+        g.push(Group::Mla);
+    }
+    g
 }
 
 /// One shape of a suite.
@@ -234,6 +245,8 @@ struct Report {
     debug_build: bool,
     ok: bool,
     results: Vec<Row>,
+    /// `--only mla`: the sparse MLA rows.
+    mla: Vec<mla::MlaRow>,
 }
 
 struct Ctx<'a> {
@@ -376,6 +389,19 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
         });
     }
     pb.finish_and_clear();
+    let mla_rows = match (&backend, groups.contains(&Group::Mla)) {
+        (Backend::Cuda(e), true) => {
+            let r = mla::run(e, a.seed, ctx.iters, a.quick);
+            mla::print(&r);
+            r
+        }
+        (_, true) => {
+            println!("mla: sparse MLA rows run on the CUDA backend only");
+            Vec::new()
+        }
+        _ => Vec::new(),
+    };
+    let mla_failed = mla_rows.iter().filter(|r| !r.ok).count();
 
     let failed: Vec<&Row> = rows.iter().filter(|r| !r.ok).collect();
     println!();
@@ -396,8 +422,9 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
         floor_method,
         groups: groups.iter().map(|g| g.name()).collect(),
         debug_build: cfg!(debug_assertions),
-        ok: failed.is_empty(),
+        ok: failed.is_empty() && mla_failed == 0,
         results: rows.clone(),
+        mla: mla_rows.clone(),
     };
     if let (Some(mut f), Some(p)) = (json_file, &a.json) {
         let text = serde_json::to_string_pretty(&report).map_err(|e| format!("cannot encode JSON: {e}"))?;
@@ -405,9 +432,11 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
             .and_then(|_| f.write_all(b"\n"))
             .map_err(|e| format!("cannot write --json {}: {e}", p.display()))?;
     }
-    if failed.is_empty() {
-        println!("{} cases, all verified", rows.len());
+    if failed.is_empty() && mla_failed == 0 {
+        println!("{} cases, all verified", rows.len() + mla_rows.len());
         Ok(())
+    } else if failed.is_empty() {
+        Err(format!("{mla_failed} of {} sparse MLA rows failed verification or errored", mla_rows.len()))
     } else {
         for r in &failed {
             eprintln!(
