@@ -85,6 +85,7 @@ struct ScoreParams {
     out: u64,
     page_table: u64,
     seq_ids: u64,
+    positions_out: u64,
     out_stride: i64,
     rows: i32,
     heads: i32,
@@ -101,7 +102,7 @@ struct ScoreParams {
 }
 // SAFETY: #[repr(C)], the kernel's layout (size asserted here and there).
 unsafe impl KernelParams for ScoreParams {}
-const _: () = assert!(std::mem::size_of::<ScoreParams>() == 104);
+const _: () = assert!(std::mem::size_of::<ScoreParams>() == 112);
 
 /// The block keys on the device.
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +180,12 @@ fn blocks_per_cta(sm_count: usize, spec: &QsaScoresSpec) -> usize {
     per.min(spec.blocks.div_ceil(SCORE_THREADS).max(1) * SCORE_THREADS)
 }
 
+/// Dynamic shared memory of a score CTA: the row's queries (f32) and two
+/// stage buffers of 32 keys x 144 bytes for each of the 8 warps.
+fn score_smem(heads: usize, dim: usize) -> usize {
+    heads * dim * 4 + (SCORE_THREADS / 32) * 2 * 32 * 144
+}
+
 fn check_dtypes(q: DType, k: DType) -> Result<()> {
     if !matches!(q, DType::F32 | DType::BF16) {
         return Err(Error::InvalidOption { what: "q dtype", value: q.to_string(), expected: "f32 or bf16" });
@@ -198,9 +205,10 @@ fn fits_i32(what: &'static str, n: usize) -> Result<i32> {
 }
 
 impl CudaEngine {
-    /// The score launch of `rows` rows starting at row `first` of `args`'
-    /// buffers, into `out` (row stride `out_stride` f32), skipping rows with
-    /// `V <= skip_upto` when it is `Some` (the fused form).
+    /// The score launch of `spec.rows` rows into `out` (row stride
+    /// `out_stride` f32); the fused form (`Some((k_blocks, positions_out))`)
+    /// skips rows with `V <= k_blocks` and blocks past `V`, and writes each
+    /// row's position (`-1` for a row out of range) to `positions_out`.
     #[allow(clippy::too_many_arguments)]
     unsafe fn launch_scores(
         &self,
@@ -212,10 +220,10 @@ impl CudaEngine {
         seq_ids_of_rows: u64,
         out: u64,
         out_stride: usize,
-        skip_upto: Option<usize>,
+        fused: Option<(usize, u64)>,
         stream: u64,
     ) -> Result<()> {
-        if spec.rows == 0 || spec.blocks == 0 {
+        if spec.rows == 0 {
             return Ok(());
         }
         let (page_table, max_pages, per_page, sequences) = match &keys.pages {
@@ -230,6 +238,7 @@ impl CudaEngine {
             out,
             page_table,
             seq_ids: seq_ids_of_rows,
+            positions_out: fused.map_or(0, |f| f.1),
             out_stride: out_stride as i64,
             rows: fits_i32("rows", spec.rows)?,
             heads: spec.heads as i32,
@@ -239,7 +248,7 @@ impl CudaEngine {
             per_page: fits_i32("blocks a page", per_page)?,
             cache_pages: fits_i32("cache pages", keys.cache_pages)?,
             sequences: fits_i32("sequences", sequences)?,
-            skip_upto: skip_upto.map_or(-1, |k| k.min(i32::MAX as usize) as i32),
+            skip_upto: fused.map_or(-1, |f| f.0.min(i32::MAX as usize) as i32),
             scale: spec.scale(),
             blocks_per_cta: fits_i32("blocks a CTA", bpc)?,
             pad: 0,
@@ -249,8 +258,15 @@ impl CudaEngine {
             global_buffer: false,
             entry: score_entry(q_dtype, keys.dtype, spec.dim),
         })?;
-        let grid = (spec.blocks.div_ceil(bpc) as u32, spec.rows.min(65_535) as u32);
-        let l = Launch { grid, block: SCORE_THREADS as u32, smem: 0, stream, programmatic: false, cooperative: false };
+        let grid = (spec.blocks.div_ceil(bpc).max(1) as u32, spec.rows.min(65_535) as u32);
+        let l = Launch {
+            grid,
+            block: SCORE_THREADS as u32,
+            smem: score_smem(spec.heads, spec.dim) as u32,
+            stream,
+            programmatic: false,
+            cooperative: false,
+        };
         self.context().bind_to_thread().map_err(cuda_err)?;
         l.run(&f, &params)
     }
@@ -336,6 +352,7 @@ impl CudaEngine {
         spec.select_spec().validate()?;
         let mut r = Regions::new();
         r.add((g * spec.blocks * 4) as u64);
+        r.add((g * 4) as u64);
         let sel = |rows: usize| -> Result<usize> {
             let s = crate::ops::qsa::QsaSpec { rows, ..spec.select_spec() };
             self.qsa_workspace_bytes(&s, DType::F32)
@@ -388,6 +405,7 @@ impl CudaEngine {
         }
         let mut r = Regions::new();
         let scores = args.workspace + r.add((g * spec.blocks * 4) as u64);
+        let positions = args.workspace + r.add((g * 4) as u64);
         let sel_ws = args.workspace + r.add(0);
         let sel_bytes = args.workspace_bytes - (sel_ws - args.workspace) as usize;
         let width = spec.width() as u64;
@@ -405,14 +423,14 @@ impl CudaEngine {
                 key_seq,
                 scores,
                 spec.blocks,
-                Some(spec.k_blocks),
+                Some((spec.k_blocks, positions)),
                 args.stream,
             )?;
             let sel = DeviceQsaSelect {
                 spec: crate::ops::qsa::QsaSpec { rows: n, ..qspec },
                 dtype: DType::F32,
                 scores,
-                positions: args.positions + off,
+                positions,
                 ids: args.ids + at as u64 * width * 4,
                 counts: args.counts.map(|c| c + off),
                 pages: args.slots.map(|p| DevicePages { seq_ids: p.seq_ids + off, ..p }),
@@ -633,12 +651,13 @@ mod tests {
 
     #[test]
     fn score_params_layout() {
-        assert_eq!(std::mem::size_of::<ScoreParams>(), 104);
-        assert_eq!(std::mem::offset_of!(ScoreParams, out_stride), 48);
-        assert_eq!(std::mem::offset_of!(ScoreParams, rows), 56);
-        assert_eq!(std::mem::offset_of!(ScoreParams, skip_upto), 88);
-        assert_eq!(std::mem::offset_of!(ScoreParams, scale), 92);
-        assert_eq!(std::mem::offset_of!(ScoreParams, blocks_per_cta), 96);
+        assert_eq!(std::mem::size_of::<ScoreParams>(), 112);
+        assert_eq!(std::mem::offset_of!(ScoreParams, positions_out), 48);
+        assert_eq!(std::mem::offset_of!(ScoreParams, out_stride), 56);
+        assert_eq!(std::mem::offset_of!(ScoreParams, rows), 64);
+        assert_eq!(std::mem::offset_of!(ScoreParams, skip_upto), 96);
+        assert_eq!(std::mem::offset_of!(ScoreParams, scale), 100);
+        assert_eq!(std::mem::offset_of!(ScoreParams, blocks_per_cta), 104);
     }
 
     #[test]
