@@ -16,7 +16,9 @@ use std::collections::HashMap;
 use std::mem::{align_of, size_of};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use flashsel::cuda::{CudaEngine, DevicePages, DeviceQsaSelect, DeviceSelect};
+use flashsel::cuda::{
+    CudaEngine, DeviceBlockKeys, DevicePages, DeviceQsaIndexer, DeviceQsaScores, DeviceQsaSelect, DeviceSelect,
+};
 use flashsel::ops::qsa::QsaSpec;
 use flashsel::{DType, Error, NanPolicy, OutputOrder, ScoreElem, ScoresView, SelectSpec};
 use half::{bf16, f16};
@@ -415,8 +417,18 @@ fn cuda_select(
     if lengths == Some(0) || out_values == Some(0) {
         return Err(value_err("null device pointer for lengths or out_values"));
     }
-    let args =
-        DeviceSelect { spec, scores, lengths, out_indices, out_values, workspace, workspace_bytes, stream, starts, pages };
+    let args = DeviceSelect {
+        spec,
+        scores,
+        lengths,
+        out_indices,
+        out_values,
+        workspace,
+        workspace_bytes,
+        stream,
+        starts,
+        pages,
+    };
     py.detach(|| {
         let e = engine(device)?;
         let need = e.workspace_bytes(&spec, lengths.is_some())?;
@@ -550,6 +562,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_qsa_workspace_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_qsa_select, m)?)?;
     m.add_function(wrap_pyfunction!(qsa_scores_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_qsa_scores, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_qsa_indexer_workspace_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_qsa_indexer, m)?)?;
     m.add_function(wrap_pyfunction!(qsa_indexer_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(sparse_mla_prefill_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(sparse_mla_decode_cpu, m)?)?;
@@ -998,4 +1013,170 @@ fn qsa_indexer_cpu<'py>(
         }
         (other, _) => Err(value_err(format!("qsa_indexer takes f32 or bf16 queries, not {other}"))),
     }
+}
+
+// ---------------------------------------------------------------------------
+// The QSA indexer on CUDA (device buffers owned by the caller, e.g. torch)
+// ---------------------------------------------------------------------------
+
+/// The fused spec from Python's arguments, validated (both halves).
+#[allow(clippy::too_many_arguments)]
+fn indexer_spec(
+    rows: usize,
+    heads: usize,
+    dim: usize,
+    blocks: usize,
+    ratio: usize,
+    k_blocks: usize,
+    order: &str,
+    nan: &str,
+) -> PyResult<flashsel::ops::indexer::QsaIndexerSpec> {
+    let (order, nan) = (OutputOrder::parse(order).map_err(to_py)?, NanPolicy::parse(nan).map_err(to_py)?);
+    let spec = flashsel::ops::indexer::QsaIndexerSpec::new(rows, blocks)
+        .with_heads(heads)
+        .with_dim(dim)
+        .with_ratio(ratio)
+        .with_k_blocks(k_blocks)
+        .with_order(order)
+        .with_nan(nan);
+    spec.scores_spec().validate().map_err(to_py)?;
+    spec.select_spec().validate().map_err(to_py)?;
+    Ok(spec)
+}
+
+/// The device block keys: `kbar` (`[NB, d]`, or `[cache_pages, page_size /
+/// ratio, d]` with `pages`), its dtype name ("f32", "bf16", "f8e4m3").
+fn device_keys(
+    k_dtype: &str,
+    kbar: u64,
+    cache_pages: usize,
+    pages: Option<DevicePagesArgs>,
+) -> PyResult<DeviceBlockKeys> {
+    let dtype = DType::parse(k_dtype).map_err(to_py)?;
+    let pages = pages.map(device_pages).transpose()?;
+    Ok(DeviceBlockKeys { dtype, kbar, pages, cache_pages })
+}
+
+/// Launches `qsa_scores` on `stream` over caller-owned device buffers (q
+/// `[rows, heads, dim]` f32/bf16, kbar as `device_keys`, int32 positions
+/// `[rows]`, f32 out `[rows, blocks]`) and returns without waiting; private
+/// for the reasons of `cuda_select`.
+#[pyfunction]
+#[pyo3(signature = (device, q_dtype, k_dtype, rows, heads, dim, blocks, ratio,
+                    q, kbar, cache_pages, positions, out, pages, stream))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_qsa_scores(
+    py: Python<'_>,
+    device: usize,
+    q_dtype: &str,
+    k_dtype: &str,
+    rows: usize,
+    heads: usize,
+    dim: usize,
+    blocks: usize,
+    ratio: usize,
+    q: u64,
+    kbar: u64,
+    cache_pages: usize,
+    positions: u64,
+    out: u64,
+    pages: Option<DevicePagesArgs>,
+    stream: u64,
+) -> PyResult<()> {
+    let spec =
+        flashsel::ops::indexer::QsaScoresSpec::new(rows, blocks).with_heads(heads).with_dim(dim).with_ratio(ratio);
+    spec.validate().map_err(to_py)?;
+    let args = DeviceQsaScores {
+        spec,
+        q_dtype: DType::parse(q_dtype).map_err(to_py)?,
+        q,
+        keys: device_keys(k_dtype, kbar, cache_pages, pages)?,
+        positions,
+        out,
+        stream,
+    };
+    py.detach(|| {
+        let e = engine(device)?;
+        // SAFETY: as cuda_select: live device allocations of the sizes the
+        // spec implies, on `device`, kept alive by the caller.
+        unsafe { e.qsa_scores_device(&args) }
+    })
+    .map_err(to_py)
+}
+
+/// Bytes of device workspace a `cuda_qsa_indexer` call needs.
+#[pyfunction]
+#[pyo3(signature = (device, rows, heads, dim, blocks, ratio, k_blocks, order, nan))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_qsa_indexer_workspace_bytes(
+    py: Python<'_>,
+    device: usize,
+    rows: usize,
+    heads: usize,
+    dim: usize,
+    blocks: usize,
+    ratio: usize,
+    k_blocks: usize,
+    order: &str,
+    nan: &str,
+) -> PyResult<usize> {
+    let spec = indexer_spec(rows, heads, dim, blocks, ratio, k_blocks, order, nan)?;
+    py.detach(|| engine(device)?.qsa_indexer_workspace_bytes(&spec)).map_err(to_py)
+}
+
+/// Launches the fused `qsa_indexer` on `stream` over caller-owned device
+/// buffers (the inputs of `cuda_qsa_scores`; int32 ids `[rows, width]` and
+/// counts `[rows]`; with `pages` the ids are slots through the same table)
+/// and returns without waiting; private for the reasons of `cuda_select`.
+#[pyfunction]
+#[pyo3(signature = (device, q_dtype, k_dtype, rows, heads, dim, blocks, ratio, k_blocks, order, nan,
+                    q, kbar, cache_pages, positions, ids, counts, pages, workspace, workspace_bytes, stream))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_qsa_indexer(
+    py: Python<'_>,
+    device: usize,
+    q_dtype: &str,
+    k_dtype: &str,
+    rows: usize,
+    heads: usize,
+    dim: usize,
+    blocks: usize,
+    ratio: usize,
+    k_blocks: usize,
+    order: &str,
+    nan: &str,
+    q: u64,
+    kbar: u64,
+    cache_pages: usize,
+    positions: u64,
+    ids: u64,
+    counts: u64,
+    pages: Option<DevicePagesArgs>,
+    workspace: u64,
+    workspace_bytes: usize,
+    stream: u64,
+) -> PyResult<()> {
+    let spec = indexer_spec(rows, heads, dim, blocks, ratio, k_blocks, order, nan)?;
+    let keys = device_keys(k_dtype, kbar, cache_pages, pages)?;
+    let args = DeviceQsaIndexer {
+        spec,
+        q_dtype: DType::parse(q_dtype).map_err(to_py)?,
+        q,
+        keys,
+        positions,
+        ids,
+        counts: Some(counts),
+        // A paged cache's table also maps the ids to slots (as on the CPU).
+        slots: keys.pages,
+        workspace,
+        workspace_bytes,
+        stream,
+    };
+    py.detach(|| {
+        let e = engine(device)?;
+        // SAFETY: as cuda_select: live device allocations of the sizes the
+        // spec implies, on `device`, kept alive by the caller.
+        unsafe { e.qsa_indexer_device(&args) }
+    })
+    .map_err(to_py)
 }

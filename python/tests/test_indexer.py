@@ -495,16 +495,17 @@ def test_torch_cpu_tensors():
         flashsel.qsa_scores(qb.half(), kb, pos)
 
 
-def test_cuda_tensors_are_not_built_yet():
+def test_cuda_tensors_beside_host_q_are_refused():
+    # A CUDA q runs on the GPU (test_cuda_indexer.py); CUDA keys or positions
+    # beside host q are a ValueError, never read through the host.
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    q = torch.zeros((1, 4, 128), device="cuda")
     k = torch.zeros((4, 128), device="cuda")
-    with pytest.raises(NotImplementedError, match="qsa_scores on CUDA tensors: not built yet"):
-        flashsel.qsa_scores(q, k, torch.tensor([3], device="cuda"))
-    with pytest.raises(NotImplementedError, match="not built yet"):
-        flashsel.qsa_scores(q.cpu(), k, [3])
+    with pytest.raises(ValueError, match="kbar is on cuda:\\d but q is in host memory"):
+        flashsel.qsa_scores(np.zeros((1, 4, 128), np.float32), k, [3])
+    with pytest.raises(ValueError, match="positions is on cuda:\\d but q is in host memory"):
+        flashsel.qsa_indexer(torch.zeros((1, 4, 128)), k.cpu(), torch.tensor([3], device="cuda"))
 
 
 # ---------------------------------------------------------------------------
@@ -627,13 +628,3 @@ def test_qsa_indexer_torch_cpu_tensors():
         ids, _ = flashsel.qsa_indexer(qb, k8, pos, k_blocks=8)
         want_ids, _ = composed(qb, k8, torch.from_numpy(pos), k_blocks=8)
         np.testing.assert_array_equal(ids.numpy(), want_ids.numpy())
-
-
-def test_qsa_indexer_cuda_tensors_are_not_built_yet():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    q = torch.zeros((1, 4, 128), device="cuda")
-    k = torch.zeros((4, 128), device="cuda")
-    with pytest.raises(NotImplementedError, match="qsa_indexer on CUDA tensors: not built yet"):
-        flashsel.qsa_indexer(q, k, torch.tensor([3], device="cuda"))

@@ -19,9 +19,12 @@
 //!
 //! The token operations (QSA block selection, DSA ranges written as KV slots)
 //! are cases of their own after the top-k suite, built the same way (see
-//! [`tokens`]). `--only` picks groups of cases: `select`, `qsa-decode`,
-//! `qsa-prefill`, `dsa` (`qsa` = both QSA groups).
+//! [`tokens`]). Then the fused QSA indexer's cases (`qsa_indexer` from
+//! queries and block keys: [`indexer`]). `--only` picks groups of cases:
+//! `select`, `qsa-decode`, `qsa-prefill`, `dsa`, `indexer` (`qsa` = both QSA
+//! selection groups).
 
+mod indexer;
 mod mla;
 mod tokens;
 
@@ -49,12 +52,15 @@ pub enum Group {
     QsaPrefill,
     /// DSA: per-row ranges, the indices written as KV slots.
     Dsa,
+    /// The fused QSA indexer (`qsa_indexer`: scores from the queries and
+    /// block keys, then the block selection).
+    Indexer,
     /// Sparse MLA attention (issue 23's rows; CUDA, only with `--only mla`).
     Mla,
 }
 
 impl Group {
-    const ALL: [Group; 4] = [Group::Select, Group::QsaDecode, Group::QsaPrefill, Group::Dsa];
+    const ALL: [Group; 5] = [Group::Select, Group::QsaDecode, Group::QsaPrefill, Group::Dsa, Group::Indexer];
 
     fn name(self) -> &'static str {
         match self {
@@ -62,6 +68,7 @@ impl Group {
             Group::QsaDecode => "qsa-decode",
             Group::QsaPrefill => "qsa-prefill",
             Group::Dsa => "dsa",
+            Group::Indexer => "indexer",
             Group::Mla => "mla",
         }
     }
@@ -73,12 +80,13 @@ pub struct Groups(&'static [Group]);
 
 /// `--only`'s values: a group's name, or `qsa` for both QSA groups.
 pub fn group_parser() -> impl TypedValueParser<Value = Groups> {
-    PossibleValuesParser::new(["select", "qsa", "qsa-decode", "qsa-prefill", "dsa", "mla"]).map(|s| {
+    PossibleValuesParser::new(["select", "qsa", "qsa-decode", "qsa-prefill", "dsa", "indexer", "mla"]).map(|s| {
         Groups(match s.as_str() {
             "select" => &[Group::Select],
             "qsa" => &[Group::QsaDecode, Group::QsaPrefill],
             "qsa-decode" => &[Group::QsaDecode],
             "qsa-prefill" => &[Group::QsaPrefill],
+            "indexer" => &[Group::Indexer],
             "mla" => &[Group::Mla],
             _ => &[Group::Dsa],
         })
@@ -190,7 +198,7 @@ impl DataKind {
 /// One line of the table and of the JSON.
 #[derive(Debug, Clone, Serialize)]
 struct Row {
-    /// The group: `select`, `qsa-decode`, `qsa-prefill`, `dsa`.
+    /// The group: `select`, `qsa-decode`, `qsa-prefill`, `dsa`, `indexer`.
     op: &'static str,
     /// `rows x cols` as run (QSA: cols = blocks).
     shape: String,
@@ -209,7 +217,8 @@ struct Row {
     min_us: f64,
     /// The bytes of the floor: `select`: the scores (read once per run);
     /// QSA and DSA: the scores the rows read plus the ids (and counts)
-    /// written ([`tokens`]).
+    /// written ([`tokens`]); indexer: the block keys the rows read
+    /// ([`indexer`]).
     bytes: u64,
     /// QSA and DSA: the positions, ranges and page table of the case.
     case: Option<String>,
@@ -340,6 +349,8 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
     let token_cases: Vec<tokens::TokCase> =
         tokens::cases(suite).into_iter().filter(|c| groups.contains(&c.group)).collect();
     tokens::print_legend(&token_cases);
+    let indexer_cases = if groups.contains(&Group::Indexer) { indexer::cases(suite) } else { Vec::new() };
+    indexer::print_legend(&indexer_cases);
     if cfg!(debug_assertions) && !a.quick {
         println!("note: this is a debug build; build with --release for meaningful timings");
     }
@@ -348,7 +359,8 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
 
     let shapes = if groups.contains(&Group::Select) { suite.shapes() } else { Vec::new() };
     let total: u64 = shapes.iter().map(|s| KINDS.len() as u64 * s.dtypes.len() as u64).sum::<u64>()
-        + KINDS.len() as u64 * token_cases.len() as u64;
+        + KINDS.len() as u64 * token_cases.len() as u64
+        + indexer_cases.len() as u64;
     let pb = ProgressBar::new(total);
     if let Ok(style) = ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} {msg}") {
         pb.set_style(style);
@@ -383,6 +395,13 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
     }
     for (ci, c) in token_cases.iter().enumerate() {
         tokens::run_cases(&ctx, c, ci, &pb, &mut |row: Row| {
+            pb.suspend(|| print_row(&row));
+            pb.inc(1);
+            rows.push(row);
+        });
+    }
+    for (ci, c) in indexer_cases.iter().enumerate() {
+        indexer::run_cases(&ctx, c, ci, &pb, &mut |row: Row| {
             pb.suspend(|| print_row(&row));
             pb.inc(1);
             rows.push(row);

@@ -242,8 +242,9 @@ pub struct BenchArgs {
     pub seed: u64,
     /// Run only these groups of cases (comma-separated or repeated): select (the
     /// plain top-k suite), qsa (= qsa-decode,qsa-prefill), qsa-decode, qsa-prefill,
-    /// dsa (ranges written as KV slots), mla (sparse MLA attention, CUDA; run only
-    /// when named). Default: all but mla.
+    /// dsa (ranges written as KV slots), indexer (the fused QSA indexer from
+    /// queries and block keys), mla (sparse MLA attention, CUDA; run only when
+    /// named). Default: all but mla.
     #[arg(long, value_name = "GROUP", value_delimiter = ',', value_parser = bench::group_parser())]
     pub only: Vec<bench::Groups>,
 }

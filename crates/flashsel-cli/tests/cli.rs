@@ -815,13 +815,25 @@ fn bench_quick_cpu_prints_a_verified_table_and_json() {
     assert_eq!(v["suite"], "quick");
     assert_eq!(v["ok"], true);
     let results = v["results"].as_array().unwrap();
-    // top-k: 2 shapes x 2 dtypes x 3 data kinds; qsa/dsa: 4 cases x 3 data kinds.
-    assert_eq!(results.len(), 24);
+    // top-k: 2 shapes x 2 dtypes x 3 data kinds; qsa/dsa: 4 cases x 3 data
+    // kinds; indexer: 4 cases of normal data.
+    assert_eq!(results.len(), 28);
     assert_eq!(table_rows(&out), results.len(), "{out}");
     let per_op = |op: &str| results.iter().filter(|r| r["op"] == op).count();
-    assert_eq!((per_op("select"), per_op("qsa-decode"), per_op("qsa-prefill"), per_op("dsa")), (12, 3, 6, 3));
-    assert_eq!(v["groups"], serde_json::json!(["select", "qsa-decode", "qsa-prefill", "dsa"]));
-    for piece in ["qsa/dsa cases", "every row at t = 65535", "rows at t = 16320..=16383", "KV slots"] {
+    assert_eq!(
+        (per_op("select"), per_op("qsa-decode"), per_op("qsa-prefill"), per_op("dsa"), per_op("indexer")),
+        (12, 3, 6, 3, 4)
+    );
+    assert_eq!(v["groups"], serde_json::json!(["select", "qsa-decode", "qsa-prefill", "dsa", "indexer"]));
+    for piece in [
+        "qsa/dsa cases",
+        "every row at t = 65535",
+        "rows at t = 16320..=16383",
+        "KV slots",
+        "indexer cases",
+        "f8e4m3 keys",
+        "scores + select fused",
+    ] {
         assert!(out.contains(piece), "legend lacks {piece:?}:\n{out}");
     }
     for r in results {
@@ -862,7 +874,7 @@ fn bench_quick_cpu_prints_a_verified_table_and_json() {
     }
     let kinds: std::collections::BTreeSet<_> =
         results.iter().map(|r| (r["dtype"].to_string(), r["data"].to_string())).collect();
-    assert_eq!(kinds.len(), 6);
+    assert_eq!(kinds.len(), 7); // the indexer's f8e4m3 keys
 
     // --only runs the groups named (comma-separated or repeated), nothing else.
     let o = flashsel(&["bench", "--quick", "--backend", "cpu", "--only", "qsa,dsa", "--json", s(&json)]);
@@ -882,6 +894,13 @@ fn bench_quick_cpu_prints_a_verified_table_and_json() {
         v["results"].as_array().unwrap().iter().map(|r| r["op"].as_str().unwrap().to_string()).collect();
     assert_eq!(ops.into_iter().collect::<Vec<_>>(), ["dsa", "select"]);
     assert!(!stdout(&o).contains("qsa-decode"), "{}", stdout(&o));
+    let o = flashsel(&["bench", "--quick", "--backend", "cpu", "--only", "indexer", "--json", s(&json)]);
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 4);
+    assert!(results.iter().all(|r| r["op"] == "indexer" && r["ok"] == true), "{v}");
+    assert_eq!(table_rows(&stdout(&o)), 4, "{}", stdout(&o));
 
     // --iters is honoured.
     let o = flashsel(&["bench", "--quick", "--backend", "cpu", "--iters", "1", "--json", s(&json)]);
@@ -901,7 +920,7 @@ fn table_rows(out: &str) -> usize {
             let mut w = l.split_whitespace();
             let op = w.next().unwrap_or("");
             let shape = w.next().unwrap_or("").trim_end_matches('*');
-            ["select", "qsa-decode", "qsa-prefill", "dsa"].contains(&op)
+            ["select", "qsa-decode", "qsa-prefill", "dsa", "indexer"].contains(&op)
                 && shape.split_once('x').is_some_and(|(r, c)| r.parse::<u64>().is_ok() && c.parse::<u64>().is_ok())
         })
         .count()

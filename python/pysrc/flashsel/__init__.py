@@ -3,8 +3,7 @@
 :func:`topk` selects the top k of each row; :func:`qsa_select` turns QSA
 block scores into the token ids (or KV slots) a query attends to;
 :func:`qsa_scores` computes those block scores from the indexer's queries
-and block keys (CPU so far), :func:`qsa_indexer` both at once without the
-score matrix (CPU so far); :func:`sparse_mla_prefill` and
+and block keys, :func:`qsa_indexer` both at once without the score matrix; :func:`sparse_mla_prefill` and
 :func:`sparse_mla_decode` are the sparse attention that reads the selected
 indices, with FlashMLA's semantics (the float64 reference on the CPU so
 far); :func:`backends` says what can run here; ``__version__`` is the
@@ -34,8 +33,8 @@ from ._native import __version__
 
 if _sys.modules.get("torch") is not None:
     # torch came first: register its operators (torch.ops.flashsel.topk,
-    # .qsa_select, .sparse_mla_prefill, .sparse_mla_decode) now; otherwise
-    # the first call on a tensor does.
+    # .qsa_select, .qsa_scores, .qsa_indexer, .sparse_mla_prefill,
+    # .sparse_mla_decode) now; otherwise the first call on a tensor does.
     from . import _torch_ops  # noqa: F401
 
 __all__ = [

@@ -80,7 +80,8 @@ def qsa_select(
     seq_ids: Any = None,
 ) -> tuple[_A, _A]: ...
 
-# QSA indexer scores (CPU engine; NumPy arrays or CPU tensors): float32
+# QSA indexer scores (CPU engine: NumPy arrays, CPU tensors; CUDA engine: CUDA
+# tensors, on the current stream, graph-capturable): float32
 # [T, NB], sum over heads of relu(q[t, h] . kbar[b]) / sqrt(d) for the blocks
 # b < (positions[t] + 1) // ratio, -inf beyond. q [T, H, d] float32 / bf16;
 # kbar [NB, d] (or [pages, page_size // ratio, d] with page_table and
@@ -96,7 +97,8 @@ def qsa_scores(
     seq_ids: Any = None,
 ) -> _A: ...
 
-# The fused QSA indexer (CPU engine; NumPy arrays or CPU tensors): exactly
+# The fused QSA indexer (CPU engine: NumPy arrays, CPU tensors; CUDA engine:
+# CUDA tensors, on the current stream, graph-capturable): exactly
 # qsa_select(qsa_scores(q, kbar, positions, ...), positions, ...) without the
 # [T, NB] scores -> (ids int32 [T, k_blocks * ratio + ratio - 1], counts int32
 # [T]); with page_table the keys are paged and the ids are slots.

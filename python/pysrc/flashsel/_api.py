@@ -800,15 +800,16 @@ def _qsa_torch(
     return torch.from_numpy(ids), torch.from_numpy(counts)
 
 
-def _device_int32(torch: Any, what: str, x: Any, n: int, device: Any) -> Any:
+def _device_int32(torch: Any, what: str, x: Any, n: int, device: Any, owner: str = "scores") -> Any:
     """A per-row int32 vector of `n` entries on `device`, made without a host
     synchronisation. A CUDA tensor (int32 or int64, on `device`) is clamped
     into [-1, INT32_MAX] first, so an int64 value outside int32 becomes a row
     the kernels treat as out of range (all padding), never a wrapped one.
-    Host data (a CPU tensor, an array, a list) is checked to fit int32."""
+    Host data (a CPU tensor, an array, a list) is checked to fit int32.
+    `owner` names the tensor that sets the device in the messages."""
     if isinstance(x, torch.Tensor) and x.device.type == "cuda":
         if x.device != device:
-            raise ValueError(f"{what} is on {x.device} but scores are on {device}")
+            raise ValueError(f"{what} is on {x.device} but {owner} {'are' if owner == 'scores' else 'is'} on {device}")
         if x.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"{what} must hold int32 or int64 values, got {x.dtype}")
         if x.dim() != 1 or x.shape[0] != n:
@@ -821,7 +822,9 @@ def _device_int32(torch: Any, what: str, x: Any, n: int, device: Any) -> Any:
     return torch.from_numpy(_int_vector(what, host, n, np.int32)).to(device)
 
 
-def _device_pages(torch: Any, page_table: Any, page_size: int, seq_ids: Any, rows: int, device: Any) -> Any:
+def _device_pages(
+    torch: Any, page_table: Any, page_size: int, seq_ids: Any, rows: int, device: Any, owner: str = "scores"
+) -> Any:
     """(table, sequences, max_pages, page_size, seq_ids) device pointers and
     sizes for the native calls, plus the tensors to keep alive; None without
     a page table."""
@@ -834,11 +837,11 @@ def _device_pages(torch: Any, page_table: Any, page_size: int, seq_ids: Any, row
     if page_table.dim() != 2 or page_table.dtype != torch.int32:
         raise TypeError(f"page_table must be int32 [sequences, max_pages], got {page_table.dtype} {tuple(page_table.shape)}")
     if page_table.device.type == "cuda" and page_table.device != device:
-        raise ValueError(f"page_table is on {page_table.device} but scores are on {device}")
+        raise ValueError(f"page_table is on {page_table.device} but {owner} {'are' if owner == 'scores' else 'is'} on {device}")
     if page_table.shape[0] == 0 or page_table.shape[1] == 0:
         raise ValueError(f"page_table must have at least one sequence and one page, got shape {tuple(page_table.shape)}")
     table = page_table.detach().to(device).contiguous()
-    seqs = _device_int32(torch, "seq_ids", seq_ids, rows, device)
+    seqs = _device_int32(torch, "seq_ids", seq_ids, rows, device, owner)
     args = (table.data_ptr(), table.shape[0], table.shape[1], page_size, seqs.data_ptr())
     return args, (table, seqs)
 

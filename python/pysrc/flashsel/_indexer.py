@@ -1,6 +1,10 @@
 """The QSA indexer (private: import from ``flashsel``): :func:`qsa_scores`,
 the block scores :func:`flashsel.qsa_select` ranks, and :func:`qsa_indexer`,
-the two fused, on the CPU engine."""
+the two fused, on the CPU engine (NumPy arrays, CPU tensors) and on the CUDA
+engine (CUDA tensors: :func:`_scores_cuda`, :func:`_indexer_cuda`). Torch
+tensors go through the operators ``flashsel::qsa_scores`` /
+``flashsel::qsa_indexer`` (``_torch_ops``), whose real implementations are
+:func:`_scores_torch` / :func:`_indexer_torch` here."""
 
 import operator
 import sys
@@ -18,8 +22,6 @@ _K_ACCEPTED = (
     "float32, bfloat16 (ml_dtypes.bfloat16 or uint16 / int16 bit patterns), "
     "or fp8 e4m3 (ml_dtypes.float8_e4m3fn, or uint8 bit patterns)"
 )
-_CUDA_MSG = "qsa_scores on CUDA tensors: not built yet"
-_CUDA_INDEXER_MSG = "qsa_indexer on CUDA tensors: not built yet"
 
 
 def qsa_scores(
@@ -41,19 +43,30 @@ def qsa_scores(
     q
         ``[T, H, d]`` queries, ``1 <= H <= 16``, ``d`` in {64, 128, 256}: a
         NumPy array (float32, ``ml_dtypes.bfloat16``, or uint16 / int16
-        bfloat16 bit patterns) or a CPU torch tensor (float32, bfloat16). Read
-        exactly, never rounded (a bf16 q is widened, an f32 q stays f32). A
-        q that is not C-contiguous is copied (it is small).
+        bfloat16 bit patterns) or a torch tensor on the CPU or a CUDA device
+        (float32, bfloat16). Read exactly, never rounded (a bf16 q is
+        widened, an f32 q stays f32). A q that is not C-contiguous is copied
+        (it is small). q's device picks the engine: a CUDA q runs on that
+        device, on its current stream, and every tensor argument must be on
+        it (``positions``, ``page_table`` and ``seq_ids`` may also be host
+        data, copied over, which a CUDA graph capture cannot hold).
     kbar
         The block keys, float32, bfloat16 or fp8 e4m3 without a scale
         (``ml_dtypes.float8_e4m3fn`` or uint8 bit patterns;
         ``torch.float8_e4m3fn``): one sequence ``[NB, d]``, or with
         ``page_table`` a paged cache ``[pages, page_size // ratio, d]``.
         Read in place: it must be C-contiguous (big-endian arrays are
-        converted, a copy).
+        converted, a copy); on CUDA also 16-byte aligned (a slice of whole
+        rows of a larger tensor is).
     positions
         ``[T]`` int32 / int64: the absolute position of each query (``>= 0``,
-        ``V(t) <= NB``).
+        ``V(t) <= NB``). Checked on the host for host data; CUDA values are
+        not checked (that would need a synchronisation): a row whose position
+        is negative or past the keys, or (paged) whose sequence id is outside
+        the table or whose blocks reach past the table's pages, is all NaN
+        (int64 values are clamped into int32 first, so a large one is such a
+        row, never a wrapped one). A page entry outside the cache scores NaN.
+        Nothing outside the inputs is ever read.
     ratio
         Tokens per block (4).
     page_table, page_size, seq_ids
@@ -68,8 +81,9 @@ def qsa_scores(
     Returns
     -------
     scores
-        float32 ``[T, NB]``: a NumPy array, or a CPU tensor when ``q`` is a
-        tensor. The arithmetic and its summation order are fixed
+        float32 ``[T, NB]``: a NumPy array, or a tensor on q's device when
+        ``q`` is a tensor (CUDA: returned without waiting, the same bytes as
+        the CPU engine). The arithmetic and its summation order are fixed
         (docs/semantics.md): the same bytes on every run, in any batch. Against
         the exact value the error is at most ``(d + H + 2) * 2**-24 * M +
         (d * H + 1) * 2**-149`` with ``M = sum over h, j of |q[t, h, j] *
@@ -80,16 +94,25 @@ def qsa_scores(
     TypeError
         Unsupported array types or dtypes (float16 is not taken: cast it).
     ValueError
-        Bad shapes, H or d, options; a negative position, a position past the
-        keys (``V > NB``), a page table entry outside the cache or a sequence
-        id outside the table.
-    NotImplementedError
-        CUDA tensors (not built yet).
+        Bad shapes, H or d, options; tensors on different devices (or keys
+        in host memory beside a CUDA q); a kbar that is not C-contiguous (on
+        CUDA, not 16-byte aligned); host data only: a negative position, a
+        position past the keys (``V > NB``), a page table entry outside the
+        cache or a sequence id outside the table.
+    RuntimeError
+        The CUDA engine cannot run on q's device, or the driver failed.
     """
+    ratio = _positive("ratio", ratio)
+    page_size = _positive("page_size", page_size)
     torch = sys.modules.get("torch")
-    args, q_is_tensor = _inputs(q, kbar, positions, ratio, page_table, page_size, seq_ids, _CUDA_MSG)
-    scores = _native.qsa_scores_cpu(*args)
-    return torch.from_numpy(scores) if q_is_tensor else scores
+    if torch is not None and isinstance(q, torch.Tensor):
+        # Through the torch operator flashsel::qsa_scores (torch.compile,
+        # CUDA graphs), which runs _scores_torch.
+        from . import _torch_ops  # noqa: PLC0415 - imports torch, already imported here
+
+        return _torch_ops.qsa_scores(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+    args, _ = _inputs(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+    return _native.qsa_scores_cpu(*args)
 
 
 def qsa_indexer(
@@ -119,43 +142,203 @@ def qsa_indexer(
     The CPU engine scores only the queries with ``V > k_blocks`` (the others
     select ``0 .. V - 1`` and read no key), in groups whose score scratch stays
     under 64 MiB (or one row of ``V`` floats when a single row needs more);
-    decode at 1M tokens uses 1 MiB.
+    decode at 1M tokens uses 1 MiB. The CUDA engine (a CUDA ``q``: one
+    asynchronous call on the current stream, no host synchronisation,
+    capturable in a CUDA graph, its workspace from torch's caching
+    allocator) scores groups of ``max(1, 64 MiB / (4 * NB))`` rows into that
+    workspace, skipping the rows with ``V <= k_blocks`` and every block past
+    a row's ``V``, and selects each group with :func:`qsa_select`'s kernels:
+    score scratch at most ``max(64 MiB, 4 * NB)`` bytes, beside the
+    selection's own workspace. Device values as in :func:`qsa_scores`: a row
+    whose position, sequence id or pages are out of range is all ``-1`` with
+    count 0.
 
     Returns ``(ids, counts)``: int32 ``[T, k_blocks * ratio + ratio - 1]`` and
-    int32 ``[T]`` (NumPy arrays, or CPU tensors when ``q`` is a tensor).
+    int32 ``[T]`` (NumPy arrays, or tensors on q's device when ``q`` is a
+    tensor).
 
-    Raises what :func:`qsa_scores` and :func:`qsa_select` raise;
-    ``NotImplementedError`` for CUDA tensors (not built yet).
+    Raises what :func:`qsa_scores` and :func:`qsa_select` raise: ``TypeError``
+    for types and dtypes, ``ValueError`` for shapes, options, devices and
+    (host data) position or page-table values, ``RuntimeError`` when the
+    CUDA engine cannot run.
     """
     order = _check_option("order", order, _ORDERS)
     nan = _check_option("nan", nan, _NANS)
     k_blocks = _positive("k_blocks", k_blocks)
+    ratio = _positive("ratio", ratio)
+    page_size = _positive("page_size", page_size)
     torch = sys.modules.get("torch")
-    args, q_is_tensor = _inputs(q, kbar, positions, ratio, page_table, page_size, seq_ids, _CUDA_INDEXER_MSG)
+    if torch is not None and isinstance(q, torch.Tensor):
+        from . import _torch_ops  # noqa: PLC0415 - imports torch, already imported here
+
+        return _torch_ops.qsa_indexer(q, kbar, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)
+    return _indexer_host(q, kbar, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)
+
+
+def _indexer_host(
+    q: Any, kbar: Any, positions: Any, ratio: int, k_blocks: int, order: str, nan: str, page_table: Any,
+    page_size: int, seq_ids: Any,
+) -> Any:
+    """The CPU engine's qsa_indexer on host data (NumPy arrays, CPU tensors);
+    NumPy results, or CPU tensors when q is a tensor."""
+    args, q_is_tensor = _inputs(q, kbar, positions, ratio, page_table, page_size, seq_ids)
     (qh, q_name, kh, k_name, pos, ratio, table, page_size, seqs) = args
     ids, counts = _native.qsa_indexer_cpu(
         qh, q_name, kh, k_name, pos, ratio, k_blocks, order, nan, table, page_size, seqs
     )
     if q_is_tensor:
+        torch = sys.modules["torch"]
         return torch.from_numpy(ids), torch.from_numpy(counts)
     return ids, counts
 
 
+def _scores_host(
+    q: Any, kbar: Any, positions: Any, ratio: int, page_table: Any, page_size: int, seq_ids: Any
+) -> Any:
+    """The CPU engine's qsa_scores on host data; a NumPy array, or a CPU
+    tensor when q is a tensor."""
+    args, q_is_tensor = _inputs(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+    scores = _native.qsa_scores_cpu(*args)
+    return sys.modules["torch"].from_numpy(scores) if q_is_tensor else scores
+
+
+# ---------------------------------------------------------------------------
+# Torch tensors (the operators' real implementations) and the CUDA engine
+# ---------------------------------------------------------------------------
+
+
+def _scores_torch(
+    q: Any, kbar: Any, positions: Any, ratio: int, page_table: Any, page_size: int, seq_ids: Any
+) -> Any:
+    """``flashsel::qsa_scores`` on real tensors: CUDA q on the CUDA engine,
+    CPU q on the CPU engine (zero-copy NumPy views)."""
+    if q.device.type == "cuda":
+        return _scores_cuda(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+    return _scores_host(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+
+
+def _indexer_torch(
+    q: Any, kbar: Any, positions: Any, ratio: int, k_blocks: int, order: str, nan: str, page_table: Any,
+    page_size: int, seq_ids: Any,
+) -> Any:
+    """``flashsel::qsa_indexer`` on real tensors (as :func:`_scores_torch`)."""
+    if q.device.type == "cuda":
+        return _indexer_cuda(q, kbar, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)
+    return _indexer_host(q, kbar, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)
+
+
+_TORCH_Q = {"float32": "f32", "bfloat16": "bf16"}
+_TORCH_K = {"float32": "f32", "bfloat16": "bf16", "float8_e4m3fn": "f8e4m3"}
+
+
+def _device_inputs(
+    q: Any, kbar: Any, positions: Any, ratio: int, page_table: Any, page_size: int, seq_ids: Any
+) -> tuple[Any, ...]:
+    """The checked device arguments of a CUDA call: ``(torch, geometry,
+    q, kbar, cache_pages, positions, pages, keep)`` with ``geometry = (q_name,
+    k_name, rows, heads, d, blocks)``; the checks of the CPU path (the same
+    messages, ``_torch_ops.indexer_meta``), then the device's own (16-byte
+    aligned keys). Nothing here waits for the device."""
+    from . import _api, _torch_ops  # noqa: PLC0415
+
+    torch = sys.modules["torch"]
+    rows, heads, d, blocks = _torch_ops.indexer_meta(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+    device = q.device
+    qd = q.detach().contiguous()  # small; a copy only for a strided q
+    kd = kbar.detach()
+    if kd.numel() > 0 and kd.data_ptr() % 16:
+        raise ValueError(
+            f"kbar: the data at {kd.data_ptr():#x} is not 16-byte aligned (the CUDA engine reads keys in 16-byte "
+            "loads); pass kbar.clone()"
+        )
+    cache_pages = kd.shape[0] if page_table is not None else 0
+    pos = _api._device_int32(torch, "positions", positions, rows, device, owner="q")
+    pages, keep = _api._device_pages(torch, page_table, page_size, seq_ids, rows, device, owner="q")
+    names = (_TORCH_Q[str(q.dtype).removeprefix("torch.")], _TORCH_K[str(kbar.dtype).removeprefix("torch.")])
+    if kd.numel() == 0:
+        kd = torch.empty(16, dtype=torch.uint8, device=device)  # no block is read: any live pointer
+    return torch, (*names, rows, heads, d, blocks), qd, kd, cache_pages, pos, pages, (keep, kd, qd, pos)
+
+
+def _scores_cuda(
+    q: Any, kbar: Any, positions: Any, ratio: int, page_table: Any, page_size: int, seq_ids: Any
+) -> Any:
+    """qsa_scores on CUDA tensors: float32 ``[T, NB]`` on q's device, launched
+    on the current stream without a host synchronisation (graph-safe)."""
+    from . import _api  # noqa: PLC0415
+
+    torch, geo, qd, kd, cache_pages, pos, pages, keep = _device_inputs(
+        q, kbar, positions, ratio, page_table, page_size, seq_ids
+    )
+    q_name, k_name, rows, heads, d, blocks = geo
+    out = torch.empty((rows, blocks), dtype=torch.float32, device=q.device)
+    if rows == 0 or blocks == 0:
+        return out
+    ordinal = q.get_device()
+    _api._ensure_engine(ordinal)
+    _native.cuda_qsa_scores(
+        ordinal, q_name, k_name, rows, heads, d, blocks, ratio,
+        qd.data_ptr(), kd.data_ptr(), cache_pages, pos.data_ptr(), out.data_ptr(), pages,
+        _api._raw_stream(torch, ordinal),
+    )  # fmt: skip
+    del keep  # back to torch's caching allocator, reuse ordered after the launch
+    return out
+
+
+# Workspace bytes of each CUDA indexer geometry seen (a decode loop asks once).
+_ws_cache: dict[tuple[Any, ...], int] = {}
+
+
+def _indexer_cuda(
+    q: Any, kbar: Any, positions: Any, ratio: int, k_blocks: int, order: str, nan: str, page_table: Any,
+    page_size: int, seq_ids: Any,
+) -> Any:
+    """qsa_indexer on CUDA tensors: ``(ids, counts)`` on q's device, launched
+    on the current stream without a host synchronisation (graph-safe); the
+    workspace comes from torch's caching allocator on that stream."""
+    from . import _api  # noqa: PLC0415
+
+    torch, geo, qd, kd, cache_pages, pos, pages, keep = _device_inputs(
+        q, kbar, positions, ratio, page_table, page_size, seq_ids
+    )
+    q_name, k_name, rows, heads, d, blocks = geo
+    width = k_blocks * ratio + ratio - 1
+    device = q.device
+    ids = torch.empty((rows, width), dtype=torch.int32, device=device)
+    counts = torch.empty((rows,), dtype=torch.int32, device=device)
+    if rows == 0:
+        return ids, counts
+    ordinal = q.get_device()
+    _api._ensure_engine(ordinal)
+    key = (ordinal, rows, heads, d, blocks, ratio, k_blocks, order, nan)
+    nbytes = _ws_cache.get(key)
+    if nbytes is None:
+        nbytes = _native.cuda_qsa_indexer_workspace_bytes(*key)
+        if len(_ws_cache) >= _api._WS_CACHE_MAX:
+            _ws_cache.clear()
+        _ws_cache[key] = nbytes
+    ws = torch.empty(max(nbytes, 256), dtype=torch.uint8, device=device)
+    _native.cuda_qsa_indexer(
+        ordinal, q_name, k_name, rows, heads, d, blocks, ratio, k_blocks, order, nan,
+        qd.data_ptr(), kd.data_ptr(), cache_pages, pos.data_ptr(), ids.data_ptr(), counts.data_ptr(), pages,
+        ws.data_ptr(), nbytes, _api._raw_stream(torch, ordinal),
+    )  # fmt: skip
+    del keep, ws  # back to torch's caching allocator, reuse ordered after the launch
+    return ids, counts
+
+
 def _inputs(
-    q: Any, kbar: Any, positions: Any, ratio: Any, page_table: Any, page_size: Any, seq_ids: Any, cuda_msg: str
+    q: Any, kbar: Any, positions: Any, ratio: Any, page_table: Any, page_size: Any, seq_ids: Any
 ) -> tuple[tuple[Any, ...], bool]:
-    """The checked native arguments of the indexer (``q, q_name, kbar, k_name,
-    positions, ratio, page_table, page_size, seq_ids``) and whether q is a
-    tensor."""
+    """The checked native arguments of the CPU engine (``q, q_name, kbar,
+    k_name, positions, ratio, page_table, page_size, seq_ids``) and whether q
+    is a tensor. ``_torch_ops.indexer_meta`` makes the same checks, in the
+    same order and with the same messages, on tensor metadata (the fakes and
+    the CUDA path)."""
     ratio = _positive("ratio", ratio)
     page_size = _positive("page_size", page_size)
     if (page_table is None) != (seq_ids is None):
         raise ValueError("page_table and seq_ids come together: pass both or neither")
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        for x in (q, kbar, positions, page_table, seq_ids):
-            if isinstance(x, torch.Tensor) and x.device.type == "cuda":
-                raise NotImplementedError(cuda_msg)
     q_name, qh, q_is_tensor = _host("q", q, keys=False)
     k_name, kh, _ = _host("kbar", kbar, keys=True)
     if qh.ndim != 3:
@@ -187,15 +370,20 @@ def _inputs(
                 f"kbar holds {kh.shape[1]} blocks a page but page_size // ratio = {page_size} // {ratio} = "
                 f"{page_size // ratio}"
             )
-        t = _plain(page_table)
-        if t.ndim != 2 or t.dtype.kind != "i" or t.dtype.itemsize != 4:
-            raise TypeError(f"page_table must be int32 [sequences, max_pages], got {t.dtype} {t.shape}")
-        table = np.ascontiguousarray(t, dtype=np.int32)
-        seqs = _int_vector("seq_ids", _plain(seq_ids), rows, np.int32)
+        table = _table_array(_plain("page_table", page_table))
+        seqs = _int_vector("seq_ids", _plain("seq_ids", seq_ids), rows, np.int32)
     if kh.shape[-1] != d:
         raise ValueError(f"kbar has d = {kh.shape[-1]} but q has d = {d} (q [{rows}, {qh.shape[1]}, {d}])")
-    pos = _int_vector("positions", _plain(positions), rows, np.int64)
+    pos = _int_vector("positions", _plain("positions", positions), rows, np.int64)
     return (qh, q_name, kh, k_name, pos, ratio, table, page_size, seqs), q_is_tensor
+
+
+def _table_array(page_table: Any) -> np.ndarray:
+    """A host page table as a native C-contiguous int32 array (int32 only)."""
+    t = np.asarray(page_table)
+    if t.ndim != 2 or t.dtype.kind != "i" or t.dtype.itemsize != 4:
+        raise TypeError(f"page_table must be int32 [sequences, max_pages], got {t.dtype} {t.shape}")
+    return np.ascontiguousarray(t, dtype=np.int32)
 
 
 def _positive(what: str, x: Any) -> int:
@@ -210,10 +398,13 @@ def _positive(what: str, x: Any) -> int:
     return x
 
 
-def _plain(x: Any) -> Any:
-    """A CPU torch tensor as a NumPy array (zero-copy); anything else as it is."""
+def _plain(what: str, x: Any) -> Any:
+    """A CPU torch tensor as a NumPy array (zero-copy); anything else as it is
+    (a tensor on another device beside host q: ValueError)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
+        if x.device.type != "cpu":
+            raise ValueError(f"{what} is on {x.device} but q is in host memory; pass all on one device")
         return x.detach().numpy()
     return x
 
@@ -226,7 +417,9 @@ def _host(what: str, x: Any, keys: bool) -> tuple[str, np.ndarray, bool]:
         if x.layout != torch.strided:
             raise TypeError(f"{what} must be a dense (strided) tensor, got layout {x.layout}")
         if x.device.type != "cpu":
-            raise ValueError(f"{what} is on {x.device}; qsa_scores runs on the CPU")
+            if what == "q":
+                raise ValueError(f"q is on device {x.device}; flashsel runs on the CPU and on CUDA devices")
+            raise ValueError(f"{what} is on {x.device} but q is in host memory; pass all on one device")
         t = x.detach()
         fp8 = getattr(torch, "float8_e4m3fn", None)
         if t.dtype == torch.float32:

@@ -1,10 +1,13 @@
 """flashsel's torch operators: ``torch.ops.flashsel.topk``,
-``torch.ops.flashsel.qsa_select``, ``torch.ops.flashsel.sparse_mla_prefill``
+``torch.ops.flashsel.qsa_select``, ``torch.ops.flashsel.qsa_scores``,
+``torch.ops.flashsel.qsa_indexer``, ``torch.ops.flashsel.sparse_mla_prefill``
 and ``torch.ops.flashsel.sparse_mla_decode``, each with a fake (meta)
 implementation, so that :func:`flashsel.topk`, :func:`flashsel.qsa_select`,
+:func:`flashsel.qsa_scores`, :func:`flashsel.qsa_indexer`,
 :func:`flashsel.sparse_mla_prefill` and :func:`flashsel.sparse_mla_decode` on
 torch tensors trace into ``torch.compile`` graphs without a graph break
-(``fullgraph=True``); topk and qsa_select are also captured by CUDA graphs.
+(``fullgraph=True``); topk, qsa_select, qsa_scores and qsa_indexer are also
+captured by CUDA graphs.
 
 The sparse MLA operators run ``_mla._sparse_mla_prefill`` /
 ``_mla._sparse_mla_decode`` (the CPU float64 reference, or the CUDA kernels
@@ -38,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _api, _mla, _native
+from . import _api, _indexer, _mla, _native
 
 # ---------------------------------------------------------------------------
 # The operators
@@ -396,6 +399,224 @@ _MLA_DECODE = torch.ops.flashsel.sparse_mla_decode.default
 
 
 # ---------------------------------------------------------------------------
+# The QSA indexer: flashsel::qsa_scores, flashsel::qsa_indexer
+# ---------------------------------------------------------------------------
+
+_LIB.define(
+    "qsa_scores(Tensor q, Tensor kbar, Tensor positions, SymInt ratio, Tensor? page_table, SymInt page_size,"
+    " Tensor? seq_ids) -> Tensor",
+    tags=_TAGS,
+)
+_LIB.define(
+    "qsa_indexer(Tensor q, Tensor kbar, Tensor positions, SymInt ratio, SymInt k_blocks, str order, str nan,"
+    " Tensor? page_table, SymInt page_size, Tensor? seq_ids) -> (Tensor ids, Tensor counts)",
+    tags=_TAGS,
+)
+
+_IDX_Q = (torch.float32, torch.bfloat16)
+_IDX_K = tuple(d for d in (torch.float32, torch.bfloat16, getattr(torch, "float8_e4m3fn", None)) if d is not None)
+
+
+def _idx_dtype(what: str, x: torch.Tensor, q: torch.Tensor | None) -> None:
+    """``_indexer._host``'s checks on a tensor (layout, device, dtype), with
+    its messages; the device rule is the CUDA path's when q is on CUDA (the
+    keys on q's device, read in place)."""
+    keys = q is not None
+    if x.layout != torch.strided:
+        raise TypeError(f"{what} must be a dense (strided) tensor, got layout {x.layout}")
+    if q is None:
+        if x.device.type not in ("cpu", "cuda", "meta"):
+            raise ValueError(f"q is on device {x.device}; flashsel runs on the CPU and on CUDA devices")
+    elif q.device.type == "cuda":
+        if x.device != q.device:
+            raise ValueError(f"{what} is on {x.device} but q is on {q.device}; pass the keys on q's device")
+    elif x.device.type not in ("cpu", "meta"):
+        raise ValueError(f"{what} is on {x.device} but q is in host memory; pass all on one device")
+    if x.dtype in (_IDX_K if keys else _IDX_Q):
+        return
+    hint = ""
+    if x.dtype == torch.int16:
+        hint = "; bf16 bit patterns in a tensor: pass x.view(torch.bfloat16)"
+    elif x.dtype == torch.uint8 and keys:
+        hint = "; e4m3 bit patterns in a tensor: pass x.view(torch.float8_e4m3fn)"
+    accepted = "torch.float32, torch.bfloat16" + (" or torch.float8_e4m3fn" if keys else "")
+    raise TypeError(f"unsupported {what} dtype {x.dtype}: qsa_scores takes {accepted}{hint}")
+
+
+def _idx_vector(what: str, x: Any, q: torch.Tensor, rows: Any, np_dtype: Any) -> None:
+    """``_api._int_vector``'s checks on a per-row vector (a tensor's metadata;
+    host data in full), and its device: on a CUDA q, a CUDA tensor on q's
+    device or host data (copied over); on a CPU q, host data."""
+    if not isinstance(x, torch.Tensor):
+        _api._int_vector(what, x, rows, np_dtype)
+        return
+    _idx_device(what, x, q)
+    _check_int_vector_meta(what, x, rows)
+
+
+def _idx_device(what: str, x: torch.Tensor, q: torch.Tensor) -> None:
+    if q.device.type == "cuda":
+        if x.device.type == "cuda" and x.device != q.device:
+            raise ValueError(f"{what} is on {x.device} but q is on {q.device}")
+    elif x.device.type not in ("cpu", "meta"):
+        raise ValueError(f"{what} is on {x.device} but q is in host memory; pass all on one device")
+
+
+def indexer_meta(
+    q: torch.Tensor, kbar: torch.Tensor, positions: Any, ratio: Any, page_table: Any, page_size: Any, seq_ids: Any
+) -> tuple[Any, Any, Any, Any]:
+    """The checks of ``_indexer._inputs`` on tensor metadata (real or fake
+    tensors, CPU or CUDA), in its order and with its messages, then the
+    engine's spec checks (H, d; ``rows * width`` is the indexer's, in its
+    fake): what can be checked without the data. ``positions``, ``page_table``
+    and ``seq_ids`` may also be host data (checked in full). Returns ``(rows,
+    heads, d, blocks)``."""
+    for what, v in (("ratio", ratio), ("page_size", page_size)):
+        if type(v) is int:
+            _indexer._positive(what, v)
+    if (page_table is None) != (seq_ids is None):
+        raise ValueError("page_table and seq_ids come together: pass both or neither")
+    _idx_dtype("q", q, None)
+    _idx_dtype("kbar", kbar, q)
+    if q.dim() != 3:
+        hint = "; for one query pass q[None]" if q.dim() == 2 else ""
+        raise ValueError(f"q must be 3-D [queries, heads, d], got shape {_shape(q)}{hint}")
+    if not kbar.is_contiguous():
+        raise ValueError(
+            "kbar must be C-contiguous (it is read in place, never copied): "
+            "pass np.ascontiguousarray(kbar) / kbar.contiguous()"
+        )
+    rows, heads, d = q.shape
+    if page_table is None:
+        if kbar.dim() != 2:
+            raise ValueError(
+                f"kbar must be 2-D [blocks, d] (one sequence), or 3-D [pages, page_size // ratio, d] with "
+                f"page_table and seq_ids; got shape {_shape(kbar)}"
+            )
+        blocks = kbar.shape[0]
+    else:
+        if kbar.dim() != 3:
+            raise ValueError(
+                f"with page_table, kbar must be 3-D [pages, page_size // ratio, d]; got shape {_shape(kbar)}"
+            )
+        if page_size % ratio:
+            raise ValueError(
+                f"page_size = {page_size} is not a multiple of ratio = {ratio} (a page holds whole blocks)"
+            )
+        if kbar.shape[1] != page_size // ratio:
+            raise ValueError(
+                f"kbar holds {kbar.shape[1]} blocks a page but page_size // ratio = {page_size} // {ratio} = "
+                f"{page_size // ratio}"
+            )
+        if isinstance(page_table, torch.Tensor):
+            _idx_device("page_table", page_table, q)
+            if page_table.dim() != 2 or page_table.dtype != torch.int32:
+                raise TypeError(
+                    f"page_table must be int32 [sequences, max_pages], got {_np_name(page_table.dtype)} "
+                    f"{_shape(page_table)}"
+                )
+            max_pages = page_table.shape[1]
+        else:
+            max_pages = _indexer._table_array(page_table).shape[1]
+        _idx_vector("seq_ids", seq_ids, q, rows, np.int32)
+        blocks = max_pages * (page_size // ratio)
+    if kbar.shape[-1] != d:
+        raise ValueError(f"kbar has d = {kbar.shape[-1]} but q has d = {d} (q [{rows}, {heads}, {d}])")
+    _idx_vector("positions", positions, q, rows, np.int64)
+    # QsaScoresSpec::validate, with its messages.
+    if heads == 0 or heads > 16:
+        raise ValueError(f'invalid heads (H, q\'s second dimension): "{heads}" (expected 1..=16)')
+    if d != 64 and d != 128 and d != 256:
+        raise ValueError(f'invalid head dim (d, the last dimension of q and kbar): "{d}" (expected 64, 128 or 256)')
+    return rows, heads, d, blocks
+
+
+def _qsa_scores_impl(
+    q: torch.Tensor,
+    kbar: torch.Tensor,
+    positions: torch.Tensor,
+    ratio: int,
+    page_table: torch.Tensor | None,
+    page_size: int,
+    seq_ids: torch.Tensor | None,
+) -> torch.Tensor:
+    """``flashsel::qsa_scores`` on real tensors (``_indexer._scores_torch``)."""
+    return _indexer._scores_torch(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+
+
+def _qsa_scores_fake(
+    q: torch.Tensor,
+    kbar: torch.Tensor,
+    positions: torch.Tensor,
+    ratio: Any,
+    page_table: torch.Tensor | None,
+    page_size: Any,
+    seq_ids: torch.Tensor | None,
+) -> torch.Tensor:
+    """``flashsel::qsa_scores`` on fake (meta) tensors: the metadata checks and
+    an empty float32 ``[T, NB]`` on q's device."""
+    rows, _, _, blocks = indexer_meta(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+    return q.new_empty((rows, blocks), dtype=torch.float32)
+
+
+def _qsa_indexer_impl(
+    q: torch.Tensor,
+    kbar: torch.Tensor,
+    positions: torch.Tensor,
+    ratio: int,
+    k_blocks: int,
+    order: str,
+    nan: str,
+    page_table: torch.Tensor | None,
+    page_size: int,
+    seq_ids: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``flashsel::qsa_indexer`` on real tensors (``_indexer._indexer_torch``)."""
+    return _indexer._indexer_torch(q, kbar, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)
+
+
+def _qsa_indexer_fake(
+    q: torch.Tensor,
+    kbar: torch.Tensor,
+    positions: torch.Tensor,
+    ratio: Any,
+    k_blocks: Any,
+    order: str,
+    nan: str,
+    page_table: torch.Tensor | None,
+    page_size: Any,
+    seq_ids: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``flashsel::qsa_indexer`` on fake (meta) tensors: the public function's
+    option checks, the metadata checks, the selection's size check, and empty
+    int32 ``ids [T, k_blocks * ratio + ratio - 1]``, ``counts [T]``."""
+    _api._check_option("order", order, _api._ORDERS)
+    _api._check_option("nan", nan, _api._NANS)
+    if type(k_blocks) is int:
+        _indexer._positive("k_blocks", k_blocks)
+    rows, _, _, _ = indexer_meta(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+    width = k_blocks * ratio + ratio - 1
+    if all(type(v) is int for v in (rows, width)):
+        if width > _api._I32_MAX:
+            raise ValueError(f"k_blocks * ratio + ratio - 1 = {width} does not fit in i32 (max {_api._I32_MAX})")
+        if width * rows > _api._I32_MAX:
+            raise ValueError(f"rows * width = {width * rows} does not fit in i32 (max {_api._I32_MAX})")
+    return q.new_empty((rows, width), dtype=torch.int32), q.new_empty((rows,), dtype=torch.int32)
+
+
+_LIB.impl("qsa_scores", _qsa_scores_impl, "CompositeExplicitAutograd")
+_LIB.impl("qsa_indexer", _qsa_indexer_impl, "CompositeExplicitAutograd")
+# Not differentiable (the scores are a selection stage's, read detached):
+# autograd passes through, so outputs never require grad.
+_LIB.impl("qsa_scores", torch.library.fallthrough_kernel, "Autograd")
+_LIB.impl("qsa_indexer", torch.library.fallthrough_kernel, "Autograd")
+torch.library.register_fake("flashsel::qsa_scores", _qsa_scores_fake, lib=_LIB)
+torch.library.register_fake("flashsel::qsa_indexer", _qsa_indexer_fake, lib=_LIB)
+_QSA_SCORES = torch.ops.flashsel.qsa_scores.default
+_QSA_INDEXER = torch.ops.flashsel.qsa_indexer.default
+
+
+# ---------------------------------------------------------------------------
 # The wrappers the public functions call (traced by torch.compile)
 # ---------------------------------------------------------------------------
 
@@ -477,6 +698,62 @@ def qsa_select(
         if host[2]:
             seq_ids = torch.from_numpy(_api._int_vector("seq_ids", seq_ids, rows, np.int32))
     return _QSA(scores, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)
+
+
+def _indexer_args(
+    q: torch.Tensor, kbar: Any, positions: Any, ratio: int, page_table: Any, page_size: int, seq_ids: Any
+) -> tuple[Any, Any, Any] | None:
+    """The operator's ``positions``, ``page_table``, ``seq_ids`` for the
+    indexer wrappers: host data (lists, NumPy arrays) becomes CPU tensors
+    after every metadata check (so errors come in the eager order), or None
+    when the call must run the eager path (``kbar`` not a tensor)."""
+    if not isinstance(kbar, torch.Tensor):
+        return None
+    host = [x is not None and not isinstance(x, torch.Tensor) for x in (positions, page_table, seq_ids)]
+    if any(host):
+        rows, _, _, _ = indexer_meta(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+        if host[0]:
+            positions = torch.from_numpy(_api._int_vector("positions", positions, rows, np.int64))
+        if host[1]:
+            page_table = torch.from_numpy(_indexer._table_array(page_table))
+        if host[2]:
+            seq_ids = torch.from_numpy(_api._int_vector("seq_ids", seq_ids, rows, np.int32))
+    return positions, page_table, seq_ids
+
+
+def qsa_scores(
+    q: torch.Tensor, kbar: Any, positions: Any, ratio: int, page_table: Any, page_size: int, seq_ids: Any
+) -> torch.Tensor:
+    """``flashsel.qsa_scores`` with a tensor ``q``, ratio and page_size already
+    checked: calls ``torch.ops.flashsel.qsa_scores`` (host positions, tables
+    and sequence ids brought to CPU tensors first); a ``kbar`` that is not a
+    tensor runs the eager host path directly (as before)."""
+    args = _indexer_args(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+    if args is None:
+        return _indexer._scores_host(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+    positions, page_table, seq_ids = args
+    return _QSA_SCORES(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+
+
+def qsa_indexer(
+    q: torch.Tensor,
+    kbar: Any,
+    positions: Any,
+    ratio: int,
+    k_blocks: int,
+    order: str,
+    nan: str,
+    page_table: Any,
+    page_size: int,
+    seq_ids: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``flashsel.qsa_indexer`` with a tensor ``q``, options already checked:
+    calls ``torch.ops.flashsel.qsa_indexer`` as :func:`qsa_scores` does."""
+    args = _indexer_args(q, kbar, positions, ratio, page_table, page_size, seq_ids)
+    if args is None:
+        return _indexer._indexer_host(q, kbar, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)
+    positions, page_table, seq_ids = args
+    return _QSA_INDEXER(q, kbar, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids)
 
 
 def sparse_mla_prefill(
