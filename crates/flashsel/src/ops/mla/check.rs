@@ -323,16 +323,19 @@ impl CacheData {
 }
 
 fn build_cache(spec: &SparseMlaDecode, used: &[bool], seed: u64) -> Result<CacheData> {
+    use rayon::prelude::*;
     let len = spec.cache_len()?;
-    let slots = spec.slots();
     let d = spec.d_qk;
-    let vals = normal_scores(slots * d, seed, 3);
+    // Values for the attended slots only (in slot order); everything else
+    // stays poisoned.
+    let slots: Vec<usize> = (0..spec.slots()).filter(|&s| used[s]).collect();
+    let vals = normal_scores(slots.len() * d, seed, 3);
     Ok(match spec.cache {
         CacheFormat::F32 | CacheFormat::BF16 => {
             let mut c = vec![f32::NAN; len];
-            for s in (0..slots).filter(|&s| used[s]) {
+            for (i, &s) in slots.iter().enumerate() {
                 let at = spec.slot_at(s);
-                c[at..at + d].copy_from_slice(&vals[s * d..(s + 1) * d]);
+                c[at..at + d].copy_from_slice(&vals[i * d..(i + 1) * d]);
             }
             if spec.cache == CacheFormat::F32 {
                 CacheData::F32(c)
@@ -344,9 +347,10 @@ fn build_cache(spec: &SparseMlaDecode, used: &[bool], seed: u64) -> Result<Cache
             // NaN e4m3 codes, NaN scales and NaN bf16 rope values everywhere
             // unread: 0xff bytes are all three.
             let mut c = vec![0xffu8; len];
-            for s in (0..slots).filter(|&s| used[s]) {
+            let tokens: Vec<[u8; FP8_TOKEN_BYTES]> = vals.par_chunks_exact(d).map(quantize_fp8_token).collect();
+            for (t, &s) in tokens.iter().zip(&slots) {
                 let at = spec.slot_at(s);
-                c[at..at + FP8_TOKEN_BYTES].copy_from_slice(&quantize_fp8_token(&vals[s * d..(s + 1) * d]));
+                c[at..at + FP8_TOKEN_BYTES].copy_from_slice(t);
             }
             CacheData::Fp8(c)
         }
