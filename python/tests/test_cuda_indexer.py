@@ -182,7 +182,9 @@ def test_paged_keys_and_slots_match_the_cpu(kdtype):
     max_pages, seqs = 40, 3
     pages = seqs * max_pages + 5
     cache = keys_of(torch.randn((pages, per, d), generator=g), kdtype)
-    table = torch.randperm(pages, generator=g)[: seqs * max_pages].to(torch.int32).reshape(seqs, max_pages)
+    # One page past the keys' 40: the slots of a row's tail tokens (t up to
+    # 4 * NB + 3) live on page 40.
+    table = torch.randperm(pages, generator=g)[: seqs * (max_pages + 1)].to(torch.int32).reshape(seqs, max_pages + 1)
     rows = 12
     q = torch.randn((rows, 4, d), generator=g)
     pos = positions_mixed(rows, max_pages * per, ratio, 64, seed=9)
