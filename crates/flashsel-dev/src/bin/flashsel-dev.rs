@@ -229,6 +229,15 @@ fn time_short(e: &CudaEngine) {
         time_shape::<bf16>(e, 8192, 8192, 2048, Data::Normal, bw, &mut rng);
         time_shape::<f32>(e, 1024, 8192, 512, Data::ReluFew, bw, &mut rng);
         time_shape::<f32>(e, 1, 8192, 512, Data::Normal, bw, &mut rng);
+        // The wide CTA's rows (at most one an SM): single decode rows and a
+        // few rows up to SHORT_WIDE_COLS.
+        time_shape::<bf16>(e, 1, 1024, 512, Data::Normal, bw, &mut rng);
+        time_shape::<bf16>(e, 1, 16_384, 512, Data::Normal, bw, &mut rng);
+        time_shape::<f32>(e, 1, 16_384, 512, Data::Normal, bw, &mut rng);
+        time_shape::<f32>(e, 16, 16_384, 512, Data::Normal, bw, &mut rng);
+        time_shape::<f32>(e, 67, 16_384, 256, Data::Normal, bw, &mut rng);
+        time_shape::<f32>(e, 132, 4096, 2048, Data::Normal, bw, &mut rng);
+        time_shape::<bf16>(e, 1, 8192, 2048, Data::ReluFew, bw, &mut rng);
     }
     e.set_short_rows(true);
 }

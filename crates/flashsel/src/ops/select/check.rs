@@ -439,7 +439,8 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         c.page_size = Some(64);
         cases.push(c);
     }
-    // The short-row path (rows of <= SHORT_COLS columns, one CTA each, the
+    // The short-row path (batches of more rows than SMs, rows of <= SHORT_COLS
+    // columns, k <= SHORT_MAX_K; one CTA each, the
     // row in shared memory; run_case repeats each on the row path): the
     // first-chunk and plain shapes with lengths from 0 to cols (copy rows,
     // rows shorter than k, rows one past k), every data family (ties,
@@ -449,7 +450,7 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
     let sc = plan::SHORT_COLS as usize;
     for (i, &data) in ALL_DATA.iter().enumerate() {
         for order in [OutputOrder::Score, OutputOrder::Index] {
-            let mut c = base(if quick { 40 } else { 160 }, 2048, 512, dtypes[i % 3], data);
+            let mut c = base(if quick { 140 } else { 160 }, 2048, 512, dtypes[i % 3], data);
             c.order = order;
             c.nan = if (i + (order == OutputOrder::Index) as usize).is_multiple_of(2) {
                 NanPolicy::Lowest
@@ -463,14 +464,18 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
     }
     for (rows, cols, k, dtype, data) in [
         (64, sc, 2048, DType::BF16, Data::Normal),
-        (64, sc, 512, DType::F32, Data::ReluFew),
+        (160, sc, 512, DType::F32, Data::ReluFew),
         (64, sc - 1, 4096, DType::F16, Data::FewValues),
-        (64, sc + 1, 512, DType::F32, Data::Normal),
+        (160, sc + 1, 512, DType::F32, Data::Normal),
         (33, 4096, 4096, DType::F32, Data::AllEqual),
         (9, 3000, 5000, DType::BF16, Data::Relu),
         (200, 97, 7, DType::F32, Data::Nan5),
-        (5, 1, 1, DType::F16, Data::Normal),
+        (150, 1, 1, DType::F16, Data::Normal),
         (1, sc, 512, DType::BF16, Data::Ascending),
+        // Batches at the bounds: SHORT_MAX_K (+1: the row path), past the SM count.
+        (133, sc, plan::SHORT_MAX_K as usize, DType::BF16, Data::Nan5),
+        (133, 2048, plan::SHORT_MAX_K as usize + 1, DType::F32, Data::FewValues),
+        (400, 300, 500, DType::F16, Data::Relu),
     ] {
         for order in [OutputOrder::Score, OutputOrder::Index] {
             let mut c = base(rows, cols, k, dtype, data);
@@ -481,7 +486,7 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         }
     }
     for (i, &data) in [Data::Normal, Data::Relu, Data::Nan5, Data::AllEqual].iter().enumerate() {
-        let mut c = base(40, 2048, 512, dtypes[i % 3], data);
+        let mut c = base(140, 2048, 512, dtypes[i % 3], data);
         c.ranges = true;
         c.page_size = (i % 2 == 0).then_some(16);
         c.order = if i < 2 { OutputOrder::Index } else { OutputOrder::Score };

@@ -43,11 +43,18 @@
 //!   single-row shapes (262,144 and 1,048,576 columns) take it. `k` is
 //!   bounded ([`GRID_MAX_K`], and `k^2 / ctas_per_row <= GRID_PLACE_MAX`, the
 //!   placement's compares per CTA); past either bound the split path runs.
-//! - Rows of at most [`SHORT_COLS`] columns take the short-row path
-//!   (`Path::Short`, `kernels/select/short.cu`) whatever their count: one
-//!   CTA of [`SHORT_BLOCK`] threads per row loads the whole row into shared
-//!   memory once, radix-selects the k-th key exactly, gathers the selection
-//!   in column order and (score order) sorts it. Its grid is the rows, so
+//! - Batches of short rows take the short-row path (`Path::Short`,
+//!   `kernels/select/short.cu`): more rows than SMs, of at most
+//!   [`SHORT_COLS`] columns, `k <= SHORT_MAX_K`. One CTA of [`SHORT_BLOCK`]
+//!   threads per row loads the whole row into shared memory once,
+//!   radix-selects the k-th key exactly, gathers the selection in column
+//!   order and (score order) sorts it. The bounds are measured (H200,
+//!   docs/perf-log.md v34): a CTA's row takes ~10-30 us, so a batch gains
+//!   (8192 x 2048 k 512: 240 against 326 us on the row path) while a few
+//!   rows lose (1 x 8192: 27.8 against 15.1 us; a 512-thread CTA still
+//!   19.4 against 10.2 us at 1 x 16,384, and 9.3 against 6.2 at 1 x 1024),
+//!   and the bitonic sort of a larger `k` loses too (8192 x 8192 k 2048:
+//!   1318 against 696 us). Its grid is the rows, so
 //!   the hardware scheduler balances rows of any active length, and a row
 //!   that selects nothing only writes. (The streaming filter's finish,
 //!   sized for long rows, cost ~11 us a row there: docs/perf-log.md, v33.)
@@ -133,6 +140,8 @@ pub const GRID_STATE_WORDS: u64 = 64 + 7 * 2048;
 /// Short-row path: the widest rows it takes (the buffer width `cols`; a
 /// row's own length may be anything up to it).
 pub const SHORT_COLS: u64 = 8192;
+/// Short-row path: the largest `k`.
+pub const SHORT_MAX_K: u64 = 512;
 /// Short-row path: threads per CTA (`FS_SHORT_BLOCK`, kernels/select/short.cu).
 pub const SHORT_BLOCK: u32 = 128;
 /// Short-row path: static shared memory of its kernels (2048 histogram
@@ -553,11 +562,12 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
     })
 }
 
-/// The short-row plan, or `None` where it does not apply: rows wider than
-/// [`SHORT_COLS`], more rows than one launch's grid `x`, or shared memory the
-/// device cannot give one CTA.
+/// The short-row plan, or `None` where it does not apply: no more rows than
+/// SMs, rows wider than [`SHORT_COLS`], `k` past [`SHORT_MAX_K`], more rows
+/// than one launch's grid `x`, or shared memory the device cannot give one
+/// CTA.
 fn short_plan(rows: u64, cols: u64, k: u64, fit: u64, dev: &DeviceProps) -> Option<ShortPlan> {
-    if cols > SHORT_COLS || rows > MAX_GRID_X {
+    if rows <= dev.sm_count as u64 || cols > SHORT_COLS || k > SHORT_MAX_K || rows > MAX_GRID_X {
         return None;
     }
     let sel_cap = k.min(cols).max(1).next_power_of_two();

@@ -27,18 +27,20 @@ fn p(rows: usize, cols: usize, k: usize) -> Plan {
 
 #[test]
 fn fit_boundaries_for_one_row() {
+    // The row / grid boundaries (a single row never takes the short-row
+    // path: the same plan with it off).
+    let ns = |cols, k| plan_with(&SelectSpec::new(1, cols, k, DType::F32), false, &h200(), &NO_SHORT).unwrap();
     for k in [512usize, 2048] {
         let fit = (4 * k).max(8192);
         assert_eq!(p(1, 8, k).fit() as usize, fit);
-        // Up to SHORT_COLS (= fit here) the short-row path, then the row path.
         assert_eq!(fit as u64, SHORT_COLS);
         for cols in [fit - 1, fit] {
-            let pl = p(1, cols, k);
-            assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Short, 1, 0), "1 x {cols}, k {k}");
-            assert_eq!(pl.workspace_bytes(), 0);
+            assert_eq!(p(1, cols, k), ns(cols, k));
+            let pl = ns(cols, k);
+            assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Row, 1, 0), "1 x {cols}, k {k}");
         }
         for cols in [fit + 1, 2 * fit - 1] {
-            let pl = p(1, cols, k);
+            let pl = ns(cols, k);
             assert_eq!(pl.path(), Path::Row, "1 x {cols}, k {k}");
             assert_eq!((pl.ctas_per_row(), pl.merge_levels()), (1, 0));
             assert_eq!(pl.workspace_bytes(), 0);
@@ -46,11 +48,12 @@ fn fit_boundaries_for_one_row() {
         // Two fits: the grid path for k 512 (one CTA per grid_min_chunk(f32)
         // = 2048 columns: 8); for k 2048 its placement bound (k^2 <=
         // GRID_PLACE_MAX x 8 CTAs) fails and the row splits.
-        let pl = p(1, 2 * fit, k);
+        let pl = ns(2 * fit, k);
         let want = if k == 512 { (Path::Grid, 8, 0) } else { (Path::Split, 2, 1) };
         assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), want);
         // Without it (grid=0), the split the geometry took before.
-        let pl = plan_with(&SelectSpec::new(1, 2 * fit, k, DType::F32), false, &h200(), &NO_GRID).unwrap();
+        let no_grid = PathOptions { short: false, ..NO_GRID };
+        let pl = plan_with(&SelectSpec::new(1, 2 * fit, k, DType::F32), false, &h200(), &no_grid).unwrap();
         assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Split, 2, 1));
     }
 }
@@ -97,15 +100,16 @@ fn grid_path_boundaries() {
     assert_eq!(pl.path(), Path::Split);
     // Chunks of at least grid_min_chunk: 1 x 16,384 takes 8 CTAs (f32) or 4
     // (16-bit), not 132.
-    assert_eq!(p(1, 16_384, 64).ctas_per_row(), 8);
+    let ns = |dtype| plan_with(&SelectSpec::new(1, 16_384, 64, dtype), false, &h200(), &NO_SHORT).unwrap();
+    assert_eq!(ns(DType::F32).ctas_per_row(), 8);
     for dtype in [DType::BF16, DType::F16] {
-        assert_eq!(plan(&SelectSpec::new(1, 16_384, 64, dtype), false, &h200()).unwrap().ctas_per_row(), 4);
+        assert_eq!(ns(dtype).ctas_per_row(), 4);
     }
     assert_eq!(grid_min_chunk(DType::F32), BLOCK as u64 * GRID_ITEMS_TINY as u64);
     assert_eq!(grid_min_chunk(DType::BF16), BLOCK as u64 * GRID_ITEMS_SMALL as u64);
     // Never more CTAs than SMs in all (cooperative: all resident).
     for rows in [1usize, 2, 3, 7, 33, 66] {
-        let pl = p(rows, 16_384, 256);
+        let pl = plan_with(&SelectSpec::new(rows, 16_384, 256, DType::F32), false, &h200(), &NO_SHORT).unwrap();
         assert_eq!(pl.path(), Path::Grid, "{rows} rows");
         assert!(rows as u32 * pl.ctas_per_row() <= 132);
         assert_eq!(pl.row_slots(), rows as u32);
@@ -118,7 +122,8 @@ fn grid_path_boundaries() {
         assert_eq!(pl.smem_bytes(), (256 + GRID_SMALL as u32) * 8);
     }
     // More rows than half the SMs: one CTA per row, as before.
-    assert_eq!(p(67, 16_384, 256).path(), Path::Row);
+    let ns = plan_with(&SelectSpec::new(67, 16_384, 256, DType::F32), false, &h200(), &NO_SHORT).unwrap();
+    assert_eq!(ns.path(), Path::Row);
 }
 
 #[test]
@@ -285,10 +290,10 @@ fn shared_buffers_take_the_room_there_is() {
 #[test]
 fn short_rows_take_the_short_path_up_to_short_cols() {
     let dev = h200();
-    // The QSA first chunk's shape (8192 x 2048 blocks, k 512) and the plain
-    // top-k beside it; both dtypes; any row count.
+    // Batches (more rows than SMs) of rows of <= SHORT_COLS, k <= SHORT_MAX_K;
+    // all dtypes.
     for dtype in [DType::F32, DType::BF16, DType::F16] {
-        for (rows, cols, k) in [(8192, 2048, 512), (1, 1, 1), (3, 10, 11), (67, 4096, 4096), (100_000, 8192, 2048)] {
+        for (rows, cols, k) in [(8192, 2048, 512), (100_000, 8192, 512), (133, 8192, 1), (133, 10, 11), (200, 97, 7)] {
             let pl = plan(&SelectSpec::new(rows, cols, k, dtype), true, &dev).unwrap();
             assert_eq!(pl.path(), Path::Short, "{rows} x {cols} k {k} {dtype}");
             let s = pl.short().unwrap().clone();
@@ -300,20 +305,28 @@ fn short_rows_take_the_short_path_up_to_short_cols() {
             assert!(pl.filter().is_none() && pl.grid().is_none() && pl.split().is_none());
         }
     }
-    // The boundary: SHORT_COLS columns short, one more the row path (many
-    // rows) or the row path / grid (one row, as before the short path).
+    // The boundaries: SHORT_COLS columns short, one more the row path; k up
+    // to SHORT_MAX_K (the bitonic sort of k 2048 in a small CTA measured
+    // slower: 8192 x 8192, 1318 against 696 us); more rows than SMs (a few
+    // rows measured slower: 1 x 8192, 27.8 against 15.1 us).
     let c = SHORT_COLS as usize;
-    for (rows, k) in [(8192, 512), (8192, 2048), (1, 512), (1, 2048), (66, 256)] {
+    for (rows, k) in [(8192, 512), (133, 256)] {
         assert_eq!(p(rows, c - 1, k).path(), Path::Short, "{rows} x {} k {k}", c - 1);
         assert_eq!(p(rows, c, k).path(), Path::Short, "{rows} x {c} k {k}");
         assert_eq!(p(rows, c + 1, k).path(), Path::Row, "{rows} x {} k {k}", c + 1);
         assert_eq!(p(rows, c + 8, k).path(), Path::Row, "{rows} x {} k {k}", c + 8);
     }
-    // 1 x 16,384 stays a grid row.
+    assert_eq!(p(8192, 2048, SHORT_MAX_K as usize).path(), Path::Short);
+    assert_eq!(p(8192, 2048, SHORT_MAX_K as usize + 1).path(), Path::Row);
+    assert_eq!(p(8192, c, 2048).path(), Path::Row);
+    assert_eq!(p(133, 2048, 512).path(), Path::Short);
+    for rows in [1, 2, 66, 132] {
+        assert_ne!(p(rows, 2048, 512).path(), Path::Short, "{rows} rows");
+    }
     assert_eq!(p(1, 16_384, 512).path(), Path::Grid);
     // k past cols: the scratch is the row's width, rounded up.
-    let pl = p(4, 5000, 9000);
-    assert_eq!((pl.path(), pl.cap()), (Path::Short, 8192));
+    let pl = p(400, 300, 500);
+    assert_eq!((pl.path(), pl.cap()), (Path::Short, 512));
     // The short path off (the engine's switch): the row plan the geometry
     // took before it.
     let off = |rows, cols, k| plan_with(&SelectSpec::new(rows, cols, k, DType::BF16), true, &dev, &NO_SHORT).unwrap();
@@ -321,10 +334,12 @@ fn short_rows_take_the_short_path_up_to_short_cols() {
     assert_eq!((pl.path(), pl.ctas_per_row(), pl.workspace_bytes()), (Path::Row, 1, 0));
     assert_eq!(off(1, c, 512).path(), Path::Row);
     assert_eq!(off(1, 16_384, 512).path(), Path::Grid);
-    // A device whose shared memory a wide short row does not fit (48 KiB a
-    // block): the row path there, the short path for a narrow row.
+    // A device whose shared memory a short row does not fit (48 KiB a
+    // block): the row path there, the short path for a narrower row.
     let small = DeviceProps { sm_count: 40, max_smem_per_block: 49_152, smem_per_sm: 65_536, max_threads_per_sm: 1024 };
     let on = |cols, k| plan(&SelectSpec::new(64, cols, k, DType::F32), true, &small).unwrap().path();
-    assert_eq!(on(8192, 2048), Path::Row); // 32 KiB keys + 16 KiB selection + static
-    assert_eq!(on(2048, 512), Path::Short);
+    assert_eq!(on(8192, 512), Path::Short); // 32 KiB keys + 4 KiB selection + static < 48 KiB
+    let tight = DeviceProps { max_smem_per_block: 40_960, ..small };
+    assert_eq!(plan(&SelectSpec::new(64, 8192, 512, DType::F32), true, &tight).unwrap().path(), Path::Row);
+    assert_eq!(plan(&SelectSpec::new(64, 2048, 512, DType::F32), true, &tight).unwrap().path(), Path::Short);
 }
