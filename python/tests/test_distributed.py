@@ -108,8 +108,8 @@ def test_cpu_merge_of_simulated_shards():
 def test_bad_layout_is_an_error():
     ids = torch.full((2, 1, 4), -1, dtype=torch.int32)
     vals = torch.full((2, 1, 4), float("-inf"))
-    ids[0, 0, 0] = 9  # outside rank 0's 5 columns
-    with pytest.raises(Exception, match="outside"):
+    ids[0, 0, 0] = 9  # rank 0 ships 1 of its 4 and an id outside its 5 columns
+    with pytest.raises(Exception, match="rank candidates"):
         fd.merge(ids, vals, k=4, shard_lens=[5, 5])
 
 

@@ -95,7 +95,9 @@ def topk(
         local_len = None
     idx, val = _topk(scores_shard, k, lengths=local_len, order="index", nan=nan, return_values=True)
     ids = torch.where(idx >= 0, idx + int(offset), idx).to(torch.int32)
-    bits = val.view(_bits_dtype(torch, scores_shard.dtype))
+    # The values travel as their bytes (uint8: every backend moves them, and
+    # NCCL and gloo have no int16).
+    bits = val.contiguous().view(torch.uint8)
     # The layout: every rank's (offset, columns), checked to tile the rows.
     shape = torch.tensor([int(offset), int(cols)], dtype=torch.int64, device=dev)
     layout = _all_gather(torch, dist, shape, world, group).cpu().tolist()
@@ -110,7 +112,7 @@ def topk(
     g_bits = _all_gather(torch, dist, bits, world, group)
     out_idx, out_val = merge(
         g_ids,
-        g_bits.view(scores_shard.dtype),
+        g_bits.view(scores_shard.dtype).reshape(world, rows, k),
         k=k,
         shard_lens=[c for _, c in layout],
         order=order,
