@@ -550,11 +550,160 @@ fn cuda_qsa_select(
     .map_err(to_py)
 }
 
+
+// ---------------------------------------------------------------------------
+// Context-parallel merge (flashsel.distributed)
+// ---------------------------------------------------------------------------
+
+/// The typed CPU merge: gathered planes (ids int32, value bits) of
+/// `[ranks * rows * k]` each, to (indices, value bits) of `[rows * k]`.
+#[allow(clippy::too_many_arguments)]
+fn merge_host<T: ScoreElem, B: Element + Copy>(
+    py: Python<'_>,
+    ids: &[i32],
+    values: &Bound<'_, PyAny>,
+    spec: SelectSpec,
+    layout: &flashsel::ops::shard::ShardLayout,
+    starts: Option<&[i32]>,
+    lengths: Option<&[i32]>,
+) -> PyResult<(Vec<i32>, Vec<B>)> {
+    let v: PyReadonlyArray1<'_, B> = values.extract().map_err(|e| PyTypeError::new_err(format!("values: {e}")))?;
+    let v = v.as_slice().map_err(|e| value_err(format!("values: {e}")))?;
+    // SAFETY: B and T have one size and plain bits (f32 / u16 for bf16, f16).
+    let vals: &[T] = unsafe { std::slice::from_raw_parts(v.as_ptr() as *const T, v.len()) };
+    let n = spec.rows * spec.k;
+    let mut out_i = vec![-1i32; n];
+    let mut out_v = vec![T::neg_inf(); n];
+    py.detach(|| {
+        flashsel::cpu::merge_candidates_into(ids, vals, &spec, layout, starts, lengths, &mut out_i, Some(&mut out_v))
+    })
+    .map_err(to_py)?;
+    // SAFETY: as above.
+    let out_b: Vec<B> = out_v.iter().map(|x| unsafe { std::ptr::read(x as *const T as *const B) }).collect();
+    Ok((out_i, out_b))
+}
+
+/// The exact merge of every rank's candidates on the CPU engine
+/// (`flashsel::cpu::merge_candidates`): `ids` int32 and `values` (float32,
+/// or uint16 bits for f16 / bf16), flat `[ranks * rows * k]` each in rank
+/// order; `shard_lens` the ranks' column counts. Returns (indices int32
+/// [rows * k], values [rows * k]) flat.
+#[pyfunction]
+#[pyo3(signature = (ids, values, dtype, shard_lens, rows, k, order, nan, lengths=None, starts=None))]
+#[allow(clippy::too_many_arguments)]
+fn shard_merge_cpu<'py>(
+    py: Python<'py>,
+    ids: PyReadonlyArray1<'py, i32>,
+    values: &Bound<'py, PyAny>,
+    dtype: &str,
+    shard_lens: Vec<usize>,
+    rows: usize,
+    k: usize,
+    order: &str,
+    nan: &str,
+    lengths: Option<PyReadonlyArray1<'py, i32>>,
+    starts: Option<PyReadonlyArray1<'py, i32>>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let (dt, order, nan) = parse_opts(dtype, order, nan)?;
+    let layout = flashsel::ops::shard::ShardLayout::from_lens(&shard_lens).map_err(to_py)?;
+    let spec = SelectSpec::new(rows, layout.cols(), k, dt).with_order(order).with_nan(nan);
+    let ids = ids.as_slice().map_err(|e| value_err(format!("ids: {e}")))?;
+    let lengths = match &lengths {
+        None => None,
+        Some(l) => Some(l.as_slice().map_err(|e| value_err(format!("lengths: {e}")))?),
+    };
+    let starts = match &starts {
+        None => None,
+        Some(l) => Some(l.as_slice().map_err(|e| value_err(format!("starts: {e}")))?),
+    };
+    Ok(match dt {
+        DType::F32 => {
+            let (i, v) = merge_host::<f32, f32>(py, ids, values, spec, &layout, starts, lengths)?;
+            (numpy::PyArray1::from_vec(py, i).into_any(), numpy::PyArray1::from_vec(py, v).into_any())
+        }
+        DType::F16 => {
+            let (i, v) = merge_host::<f16, u16>(py, ids, values, spec, &layout, starts, lengths)?;
+            (numpy::PyArray1::from_vec(py, i).into_any(), numpy::PyArray1::from_vec(py, v).into_any())
+        }
+        DType::BF16 => {
+            let (i, v) = merge_host::<bf16, u16>(py, ids, values, spec, &layout, starts, lengths)?;
+            (numpy::PyArray1::from_vec(py, i).into_any(), numpy::PyArray1::from_vec(py, v).into_any())
+        }
+        other => return Err(value_err(format!("the merge takes f32, bf16 or f16 values, not {other}"))),
+    })
+}
+
+/// Bytes of device workspace a `cuda_shard_merge` call needs.
+#[pyfunction]
+#[pyo3(signature = (device, dtype, rows, cols, k, ranks, order, nan))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_shard_merge_workspace_bytes(
+    py: Python<'_>,
+    device: usize,
+    dtype: &str,
+    rows: usize,
+    cols: usize,
+    k: usize,
+    ranks: usize,
+    order: &str,
+    nan: &str,
+) -> PyResult<usize> {
+    let (dt, order, nan) = parse_opts(dtype, order, nan)?;
+    let spec = SelectSpec::new(rows, cols, k, dt).with_order(order).with_nan(nan);
+    py.detach(|| engine(device)?.shard_merge_workspace_bytes(&spec, ranks)).map_err(to_py)
+}
+
+/// Launches the GPU merge on `stream` over caller-owned device buffers
+/// (ids int32 / values [ranks, rows, k], each rank's ids ascending;
+/// out_indices int32 / out_values [rows, k]) and returns without waiting.
+#[pyfunction]
+#[pyo3(signature = (device, dtype, rows, cols, k, ranks, order, nan,
+                    ids, values, out_indices, out_values, workspace, workspace_bytes, stream))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_shard_merge(
+    py: Python<'_>,
+    device: usize,
+    dtype: &str,
+    rows: usize,
+    cols: usize,
+    k: usize,
+    ranks: usize,
+    order: &str,
+    nan: &str,
+    ids: u64,
+    values: u64,
+    out_indices: u64,
+    out_values: Option<u64>,
+    workspace: u64,
+    workspace_bytes: usize,
+    stream: u64,
+) -> PyResult<()> {
+    let (dt, order, nan) = parse_opts(dtype, order, nan)?;
+    let spec = SelectSpec::new(rows, cols, k, dt).with_order(order).with_nan(nan);
+    let args = flashsel::ops::shard::device::DeviceShardMerge {
+        spec,
+        ranks,
+        ids,
+        values,
+        out_indices,
+        out_values,
+        workspace,
+        workspace_bytes,
+        stream,
+    };
+    // SAFETY: the Python caller passes live device allocations of the sizes
+    // the arguments imply, on `device`; the launch is stream-ordered.
+    py.detach(|| unsafe { engine(device)?.shard_merge_device(&args) }).map_err(to_py)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(check_spec, m)?)?;
     m.add_function(wrap_pyfunction!(select_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(shard_merge_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_shard_merge_workspace_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_shard_merge, m)?)?;
     m.add_function(wrap_pyfunction!(qsa_select_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_engine_error, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_workspace_bytes, m)?)?;

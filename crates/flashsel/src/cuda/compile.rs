@@ -51,10 +51,14 @@ pub enum Module {
     /// The short-row path (`fs_short_*`, `fs_short_tok_*`): rows that fit a
     /// CTA's shared memory, one CTA each (kernels/select/short.cu).
     SelectShort,
+    /// The context-parallel merge (kernels/shard/merge.cu): the ranks'
+    /// candidates compacted for the select engine (`sh_pack_b32`,
+    /// `sh_pack_b16`) and the merged ids written back (`sh_write`).
+    ShardMerge,
 }
 
 impl Module {
-    pub const ALL: [Module; 7] = [
+    pub const ALL: [Module; 8] = [
         Module::SelectFilter,
         Module::SelectGrid,
         Module::SelectFilterTokens,
@@ -62,6 +66,7 @@ impl Module {
         Module::IndexerQsa,
         Module::SparseMla,
         Module::SelectShort,
+        Module::ShardMerge,
     ];
 
     /// The module's name: its entry file under `kernels/`, without `.cu`.
@@ -74,6 +79,7 @@ impl Module {
             Module::SelectShort => "select/short",
             Module::IndexerQsa => "indexer/qsa_scores",
             Module::SparseMla => "attention/sparse_mla",
+            Module::ShardMerge => "shard/merge",
         }
     }
 
@@ -131,6 +137,7 @@ impl Module {
             ],
             Module::IndexerQsa => &crate::ops::indexer::device::SCORE_ENTRIES,
             Module::SparseMla => &crate::ops::mla::device::MLA_ENTRIES,
+            Module::ShardMerge => &crate::ops::shard::device::MERGE_ENTRIES,
         }
     }
 

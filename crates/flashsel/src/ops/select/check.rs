@@ -535,7 +535,8 @@ pub fn run_suite(
     let chains = [(1usize, 262_144usize, 512usize), (1, 2_097_152, 2048), (160, 8192, 256)];
     let qsa = crate::ops::qsa::check::cases(quick);
     let indexer = crate::ops::indexer::check::cases(quick);
-    let total = cases.len() + graphs.len() + chains.len() + qsa.len() + 2 + indexer.len() + 1;
+    let shard = crate::ops::shard::check::cases(quick);
+    let total = cases.len() + graphs.len() + chains.len() + qsa.len() + 2 + indexer.len() + 1 + shard.len();
     for (i, c) in cases.iter().enumerate() {
         let o = run_case(e, c, &mut rng).unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
         rep.record(&o);
@@ -580,7 +581,15 @@ pub fn run_suite(
     let o = crate::ops::indexer::check::bad_values_check(e, &mut rng)
         .unwrap_or_else(|err| Outcome::error(crate::ops::indexer::check::bad_values_case(), Path::Row, err));
     rep.record(&o);
-    progress(total, total, &o);
+    let done = total - shard.len();
+    progress(done, total, &o);
+    // The context-parallel merge of simulated ranks (ops/shard/check.rs).
+    for (i, c) in shard.iter().enumerate() {
+        let o = crate::ops::shard::check::run_case(e, c, &mut rng)
+            .unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
+        rep.record(&o);
+        progress(done + i + 1, total, &o);
+    }
     Ok(rep)
 }
 

@@ -28,9 +28,11 @@
 //!    `bf16`/`f16`: no more than the `u64` [`composite`]
 //!    (8 bytes whatever the dtype), and unlike it the values keep their bits
 //!    (a composite cannot tell `-0.0` from `+0.0`, nor one NaN payload from
-//!    another). The merge recomputes each key from the value bits. A rank
-//!    may ship its entries in any order (flashsel's ranks ship them best
-//!    first); padding is told by the id `-1` alone (a real `-inf` has an id).
+//!    another). The merge recomputes each key from the value bits. The CPU
+//!    merge takes a rank's entries in any order; flashsel's ranks ship them
+//!    in index order (ascending global ids), the form the GPU merge
+//!    ([`device`]) requires and checks; padding is told by the id `-1`
+//!    alone (a real `-inf` has an id).
 //! 3. **The merge** ([`merge_candidates`], [`merge_candidates_ranges`],
 //!    [`merge_candidates_into`]) takes the gathered planes and returns
 //!    exactly [`crate::cpu::select`] (or [`crate::cpu::select_ranges`]) of
@@ -68,6 +70,12 @@
 //! [`qsa_merge`] merges the blocks and assembles the ids exactly as
 //! [`crate::cpu::qsa_select`] does on the whole row (blocks to tokens, the
 //! unscored tail, padding, counts, page-table slots).
+//!
+//! # On the GPU
+//! [`device`]: `CudaEngine::shard_merge_device` (and its QSA form) merges
+//! the gathered planes on the device with the same bytes: the candidates
+//! compacted in id order, the select engine over them, the ids gathered
+//! back (QSA: the blocks expanded by the select kernels' token write).
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -204,8 +212,8 @@ fn row_range(spec: &SelectSpec, r: usize, starts: Option<&[i32]>, ends: Option<&
 /// Rank `rank`'s candidates of the global request `spec` (whose `cols` are
 /// the whole row's), from its own columns only: `local` is the rank's
 /// `rows x len_r` shard (any stride), local column `c` being global column
-/// `offset + c`. Returns a `rows x k` [`Selection`] with global ids, best
-/// first: the rank's block of the wire. `lengths` are the global per-row
+/// `offset + c`. Returns a `rows x k` [`Selection`] with global ids in
+/// ascending order (index order): the rank's block of the wire. `lengths` are the global per-row
 /// lengths of [`crate::cpu::select`].
 pub fn shard_select<T: ScoreElem>(
     local: &ScoresView<'_, T>,
@@ -260,7 +268,7 @@ fn shard_select_impl<T: ScoreElem>(
     let lspec = SelectSpec::new(spec.rows, shard.len, spec.k, T::DTYPE)
         .with_stride(local.row_stride())
         .with_nan(spec.nan)
-        .with_order(OutputOrder::Score);
+        .with_order(OutputOrder::Index);
     let mut out = crate::ops::select::cpu::select_ranges(local, &lspec, &lo, Some(&hi))?;
     // Local to global: order-preserving, so the local ties are the global ones.
     let off = shard.offset as i32;
@@ -287,7 +295,7 @@ pub fn simulate_ranks<T: ScoreElem>(
     let n = gathered_len(spec, layout)?;
     let mut ids = try_vec("the gathered ids", n, PAD)?;
     let mut values = try_vec("the gathered values", n, T::neg_inf())?;
-    let rspec = spec.with_order(OutputOrder::Score);
+    let rspec = spec.with_order(OutputOrder::Index);
     let block = spec.rows * spec.k;
     for (rank, shard) in layout.shards().iter().enumerate() {
         let (mut lo, mut hi) = (Vec::with_capacity(spec.rows), Vec::with_capacity(spec.rows));
@@ -377,7 +385,7 @@ pub fn merge_candidates_into<T: ScoreElem>(
 /// Every check of a merge: the global request, the planes' sizes, and each
 /// rank's block of each row (see the module's Checks). The first failing
 /// row's error (by row, then rank), whatever the thread count.
-fn check_merge<T: ScoreElem>(
+pub(crate) fn check_merge<T: ScoreElem>(
     ids: &[i32],
     values: &[T],
     spec: &SelectSpec,
@@ -512,7 +520,7 @@ fn merge_rows<T: ScoreElem>(
 /// Rank `rank`'s part of `qsa_select`: its exact local top `k_blocks` of the
 /// row's visible blocks `[0, V)` in its shard of the block scores (`local`:
 /// `rows x len_r`, local block `b` = global `offset + b`), global block ids,
-/// best first; rows with `V <= k_blocks` are all padding. `spec` is the
+/// ascending; rows with `V <= k_blocks` are all padding. `spec` is the
 /// whole request (`blocks` = `NB`, the whole row). Its block of the wire
 /// for [`qsa_merge`].
 pub fn qsa_shard_select<T: ScoreElem>(
@@ -553,6 +561,34 @@ pub fn qsa_merge<T: ScoreElem>(
     // slots.
     crate::ops::qsa::expand_rows(positions, spec, &visible, &blocks, pages)
 }
+
+/// The GPU merge's wire form, checked on the host: every rank's valid ids
+/// of every row ascend (flashsel's ranks select in index order). The first
+/// failing row's error, by row then rank.
+pub(crate) fn check_ascending(ids: &[i32], rows: usize, k: usize, ranks: usize) -> Result<()> {
+    for r in 0..rows {
+        for rank in 0..ranks {
+            let block = &ids[(rank * rows + r) * k..][..k];
+            let n = padded::valid_len(block);
+            if let Some(j) = block[..n].windows(2).position(|w| w[0] >= w[1]) {
+                return Err(Error::InvalidOption {
+                    what: "rank candidates",
+                    value: format!(
+                        "rank {rank}, row {r}: id {} at slot {} follows id {}",
+                        block[j + 1],
+                        j + 1,
+                        block[j]
+                    ),
+                    expected: "each rank's ids in ascending order (index order) for the GPU merge",
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+pub mod check;
+pub mod device;
 
 #[cfg(test)]
 mod tests;

@@ -632,7 +632,7 @@ fn bad_requests_and_bad_candidates_are_typed_errors() {
     assert!(invalid(merge_candidates(&bad, &vals, &spec, &layout, None)).contains("twice"));
     let lengths = [2, 10];
     let (lids, lvals) = simulate_ranks(&view, &spec, &layout, None, Some(&lengths)).unwrap();
-    assert_eq!(lids[..3], [1, 0, PAD]);
+    assert_eq!(lids[..3], [0, 1, PAD]);
     let mut bad = lids.clone();
     bad[2] = bad[1];
     bad[1] = PAD;

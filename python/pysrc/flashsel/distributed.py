@@ -1,0 +1,193 @@
+"""Context-parallel selection over a ``torch.distributed`` process group.
+
+Each rank holds a contiguous slice of every row's columns (the global
+columns ``offset .. offset + cols_r``; the ranks' slices in rank order tile
+``0 .. total_cols``, uneven and empty slices allowed). ``topk`` gives every
+rank the same bytes one device returns on the whole rows:
+
+1. the rank's exact local top ``k`` of its columns (``flashsel.topk`` in
+   index order over the rank's part of each row's candidates), ids made
+   global (``+ offset``, ``-1`` stays ``-1``);
+2. an all-gather of the candidates over ``group``
+   (``torch.distributed.all_gather_into_tensor`` on the current stream: NCCL
+   for CUDA tensors, gloo for CPU tensors): ids int32 ``[R, rows, k]`` and
+   the values' bits ``[R, rows, k]``, plus each rank's (offset, columns);
+3. the exact merge (the GPU merge kernel for CUDA tensors, the CPU merge for
+   CPU tensors): ties across ranks to the lower global id, NaN by the
+   policy, ``-0.0 == +0.0``, rows with fewer than ``k`` candidates padded
+   with ``-1`` / ``-inf``.
+
+Every rank must call with the same ``k``, ``order``, ``nan``, ``lengths``
+and ``total_cols``. See docs/semantics.md, "Context-parallel selection".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+
+from . import _native
+from ._api import _ensure_engine, _raw_stream, _torch_dtype_name
+from ._api import topk as _topk
+
+__all__ = ["topk", "merge", "qsa_select"]
+
+
+def _bits_dtype(torch: Any, dtype: Any) -> Any:
+    return torch.int32 if dtype == torch.float32 else torch.int16
+
+
+def _all_gather(torch: Any, dist: Any, t: Any, world: int, group: Any) -> Any:
+    """``[world, *t.shape]``: every rank's ``t`` in rank order."""
+    out = torch.empty((world, *t.shape), dtype=t.dtype, device=t.device)
+    try:
+        dist.all_gather_into_tensor(out.view(-1), t.contiguous().view(-1), group=group)
+    except (RuntimeError, NotImplementedError, AttributeError):
+        parts = [torch.empty_like(t) for _ in range(world)]
+        dist.all_gather(parts, t.contiguous(), group=group)
+        out.copy_(torch.stack(parts))
+    return out
+
+
+def _global_lengths(torch: Any, lengths: Any, rows: int, total_cols: int) -> Any:
+    if lengths is None:
+        return None
+    if isinstance(lengths, int):
+        return torch.full((rows,), lengths, dtype=torch.int64)
+    return torch.as_tensor(lengths).to(device="cpu", dtype=torch.int64).reshape(rows)
+
+
+def topk(
+    scores_shard: Any,
+    k: int,
+    *,
+    group: Any = None,
+    offset: int,
+    total_cols: int,
+    lengths: Any = None,
+    order: Literal["score", "index"] = "score",
+    nan: Literal["lowest", "largest"] = "lowest",
+    return_values: bool = False,
+) -> Any:
+    """The whole rows' exact top ``k`` from this rank's ``[rows, cols_r]``
+    shard of the scores (global columns ``offset .. offset + cols_r``).
+
+    ``lengths`` (optional, global): row ``i``'s candidates are its global
+    columns ``0 .. lengths[i]`` (a host int or a sequence / tensor of
+    ``rows`` ints). Returns the global indices ``[rows, k]`` int32 on the
+    scores' device (and the values, with ``return_values``): the same bytes
+    on every rank, equal to ``flashsel.topk`` on the whole rows."""
+    import torch
+    import torch.distributed as dist
+
+    if scores_shard.dim() != 2:
+        raise ValueError(f"scores_shard must be [rows, cols_r], got shape {tuple(scores_shard.shape)}")
+    rows, cols = scores_shard.shape
+    _torch_dtype_name(torch, scores_shard.dtype)
+    world = dist.get_world_size(group)
+    dev = scores_shard.device
+    glen = _global_lengths(torch, lengths, rows, total_cols)
+    if glen is not None:
+        local_len = (glen - offset).clamp(0, cols).to(torch.int32)
+        local_len = local_len.to(dev)
+    else:
+        local_len = None
+    idx, val = _topk(scores_shard, k, lengths=local_len, order="index", nan=nan, return_values=True)
+    ids = torch.where(idx >= 0, idx + int(offset), idx).to(torch.int32)
+    # The values travel as their bytes (uint8: every backend moves them, and
+    # NCCL and gloo have no int16).
+    bits = val.contiguous().view(torch.uint8)
+    # The layout: every rank's (offset, columns), checked to tile the rows.
+    shape = torch.tensor([int(offset), int(cols)], dtype=torch.int64, device=dev)
+    layout = _all_gather(torch, dist, shape, world, group).cpu().tolist()
+    at = 0
+    for r, (o, c) in enumerate(layout):
+        if o != at:
+            raise ValueError(f"rank {r}'s shard starts at column {o}, but ranks 0..{r - 1} end at {at}")
+        at += c
+    if at != total_cols:
+        raise ValueError(f"the shards cover {at} columns, total_cols says {total_cols}")
+    g_ids = _all_gather(torch, dist, ids, world, group)
+    g_bits = _all_gather(torch, dist, bits, world, group)
+    out_idx, out_val = merge(
+        g_ids,
+        g_bits.view(scores_shard.dtype).reshape(world, rows, k),
+        k=k,
+        shard_lens=[c for _, c in layout],
+        order=order,
+        nan=nan,
+        lengths=glen,
+    )
+    return (out_idx, out_val) if return_values else out_idx
+
+
+def merge(
+    ids: Any,
+    values: Any,
+    *,
+    k: int,
+    shard_lens: list[int],
+    order: Literal["score", "index"] = "score",
+    nan: Literal["lowest", "largest"] = "lowest",
+    lengths: Any = None,
+) -> tuple[Any, Any]:
+    """The exact merge of gathered candidates: ``ids`` int32 and ``values``
+    ``[R, rows, k]`` (each rank's global ids ascending, ``-1`` padded; the
+    values in the scores' dtype), rank ``r`` holding ``shard_lens[r]``
+    columns. CUDA tensors: the GPU merge kernel on the current stream (no
+    host synchronisation; the host-side checks of the CPU merge are not
+    made: a malformed row comes out as padding). CPU tensors: the CPU merge,
+    with every check. Returns (indices int32 ``[rows, k]``, values)."""
+    import torch
+
+    ranks, rows, kk = ids.shape
+    if kk != k or len(shard_lens) != ranks:
+        raise ValueError(f"ids are {tuple(ids.shape)} for k={k} and {len(shard_lens)} ranks")
+    name = _torch_dtype_name(torch, values.dtype)
+    cols = int(sum(shard_lens))
+    if ids.is_cuda:
+        device = ids.device.index if ids.device.index is not None else torch.cuda.current_device()
+        _ensure_engine(device)
+        ids = ids.contiguous()
+        values = values.contiguous()
+        out_idx = torch.empty((rows, k), dtype=torch.int32, device=ids.device)
+        out_val = torch.empty((rows, k), dtype=values.dtype, device=ids.device)
+        nbytes = _native.cuda_shard_merge_workspace_bytes(device, name, rows, cols, k, ranks, order, nan)
+        ws = torch.empty(max(nbytes, 256), dtype=torch.uint8, device=ids.device)
+        _native.cuda_shard_merge(
+            device,
+            name,
+            rows,
+            cols,
+            k,
+            ranks,
+            order,
+            nan,
+            ids.data_ptr(),
+            values.data_ptr(),
+            out_idx.data_ptr(),
+            out_val.data_ptr(),
+            ws.data_ptr(),
+            nbytes,
+            _raw_stream(torch, device),
+        )
+        return out_idx, out_val
+    np_ids = np.ascontiguousarray(ids.numpy().reshape(-1), dtype=np.int32)
+    bits = values.contiguous().view(_bits_dtype(torch, values.dtype)).numpy().reshape(-1)
+    np_vals = bits.view(np.float32) if values.dtype == torch.float32 else bits.view(np.uint16)
+    np_len = None if lengths is None else np.ascontiguousarray(np.asarray(lengths, dtype=np.int32).reshape(rows))
+    i, v = _native.shard_merge_cpu(np_ids, np_vals, name, list(shard_lens), rows, k, order, nan, np_len)
+    out_idx = torch.from_numpy(i.reshape(rows, k))
+    vbits = v.view(np.int32) if values.dtype == torch.float32 else v.view(np.int16)
+    out_val = torch.from_numpy(vbits.reshape(rows, k).copy()).view(values.dtype)
+    return out_idx, out_val
+
+
+def qsa_select(*args: Any, **kwargs: Any) -> Any:
+    """Not yet: the Rust layer has the QSA merge (``flashsel::cpu::qsa_merge``,
+    ``CudaEngine::qsa_shard_merge_device``); its Python form is to come."""
+    raise NotImplementedError(
+        "flashsel.distributed.qsa_select is not wired yet: merge the block candidates with "
+        "flashsel.distributed.merge and expand them (see docs/python.md)"
+    )

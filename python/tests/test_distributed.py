@@ -1,0 +1,162 @@
+"""flashsel.distributed: ranks holding slices of each row's columns, the
+candidates all-gathered over a torch.distributed group, the exact merge.
+CPU: 2-4 processes with the gloo backend (localhost only), every rank's
+bytes equal to flashsel.topk on the whole rows (uneven and empty shards,
+ties and NaN across the boundaries, both orders and NaN policies, three
+dtypes, lengths). CUDA: the GPU merge of simulated shards and a world-size-1
+NCCL group, skipped without CUDA. Everything skips without torch."""
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+import flashsel  # noqa: E402
+from flashsel import distributed as fd  # noqa: E402
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _scores(rows, cols, dtype, seed):
+    g = np.random.default_rng(seed)
+    x = g.integers(-3, 4, size=(rows, cols)).astype(np.float32)  # many ties
+    x[g.random((rows, cols)) < 0.05] = np.nan
+    x[g.random((rows, cols)) < 0.05] = -0.0
+    x[g.random((rows, cols)) < 0.02] = -np.inf
+    x[:, ::7] += g.standard_normal((rows, (cols + 6) // 7)).astype(np.float32)
+    return torch.from_numpy(x).to(dtype)
+
+
+def _cuts(cols, world, seed):
+    g = np.random.default_rng(seed)
+    cuts = sorted(int(c) for c in g.integers(0, cols + 1, size=world - 1))
+    bounds = [0, *cuts, cols]
+    return [(bounds[r], bounds[r + 1] - bounds[r]) for r in range(world)]
+
+
+def _bits(t):
+    return t.view(torch.int32 if t.dtype == torch.float32 else torch.int16)
+
+
+def _worker(rank, world, init, result_dir):
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        checked = 0
+        for case, (rows, cols, k) in enumerate([(3, 50, 8), (2, 37, 64), (4, 300, 16), (1, 5, 3)]):
+            for dtype in DTYPES:
+                for order in ("score", "index"):
+                    for nan in ("lowest", "largest"):
+                        seed = 1000 * case + 10 * DTYPES.index(dtype) + (order == "index") * 2 + (nan == "largest")
+                        x = _scores(rows, cols, dtype, seed)
+                        shards = _cuts(cols, world, seed)
+                        off, n = shards[rank]
+                        lengths = [int(v) for v in np.random.default_rng(seed).integers(0, cols + 1, size=rows)]
+                        for lens in (None, lengths):
+                            got_i, got_v = fd.topk(
+                                x[:, off : off + n], k, group=None, offset=off, total_cols=cols,
+                                lengths=lens, order=order, nan=nan, return_values=True,
+                            )
+                            want_i, want_v = flashsel.topk(
+                                x, k, lengths=None if lens is None else torch.tensor(lens, dtype=torch.int32),
+                                order=order, nan=nan, return_values=True,
+                            )
+                            tag = f"rank {rank}/{world} case {case} {dtype} {order} {nan} lengths={lens is not None}"
+                            assert torch.equal(got_i, want_i.to(torch.int32)), tag
+                            assert torch.equal(_bits(got_v), _bits(want_v)), tag
+                            checked += 1
+        with open(os.path.join(result_dir, f"rank{rank}"), "w") as f:
+            f.write(str(checked))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_gloo_ranks_equal_the_single_process_result(world):
+    mp = pytest.importorskip("torch.multiprocessing")
+    with tempfile.TemporaryDirectory() as d:
+        init = "file://" + os.path.join(d, "rendezvous")
+        mp.spawn(_worker, args=(world, init, d), nprocs=world, join=True)
+        counts = [int(open(os.path.join(d, f"rank{r}")).read()) for r in range(world)]
+    assert counts == [counts[0]] * world and counts[0] > 0
+
+
+def test_cpu_merge_of_simulated_shards():
+    for dtype in DTYPES:
+        x = _scores(4, 90, dtype, 7)
+        for world in (1, 2, 5, 8):
+            shards = _cuts(90, world, world)
+            k = 12
+            ids, vals = [], []
+            for off, n in shards:
+                i, v = flashsel.topk(x[:, off : off + n], k, order="index", return_values=True)
+                ids.append(torch.where(i >= 0, i + off, i).to(torch.int32))
+                vals.append(v)
+            for order in ("score", "index"):
+                got_i, got_v = fd.merge(torch.stack(ids), torch.stack(vals), k=k,
+                                        shard_lens=[n for _, n in shards], order=order)
+                want_i, want_v = flashsel.topk(x, k, order=order, return_values=True)
+                assert torch.equal(got_i, want_i.to(torch.int32))
+                assert torch.equal(_bits(got_v), _bits(want_v))
+
+
+def test_bad_layout_is_an_error():
+    ids = torch.full((2, 1, 4), -1, dtype=torch.int32)
+    vals = torch.full((2, 1, 4), float("-inf"))
+    ids[0, 0, 0] = 9  # rank 0 ships 1 of its 4 and an id outside its 5 columns
+    with pytest.raises(Exception, match="rank candidates"):
+        fd.merge(ids, vals, k=4, shard_lens=[5, 5])
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+def test_cuda_merge_of_simulated_shards_equals_one_device():
+    for dtype in DTYPES:
+        x = _scores(16, 20000, dtype, 3).cuda()
+        for world in (1, 2, 3, 8):
+            shards = _cuts(20000, world, 11 * world)
+            k = 2048
+            ids, vals = [], []
+            for off, n in shards:
+                i, v = flashsel.topk(x[:, off : off + n], k, order="index", return_values=True)
+                ids.append(torch.where(i >= 0, i + off, i).to(torch.int32))
+                vals.append(v)
+            for order in ("score", "index"):
+                for nan in ("lowest", "largest"):
+                    got_i, got_v = fd.merge(torch.stack(ids), torch.stack(vals), k=k,
+                                            shard_lens=[n for _, n in shards], order=order, nan=nan)
+                    want_i, want_v = flashsel.topk(x, k, order=order, nan=nan, return_values=True)
+                    assert torch.equal(got_i, want_i.to(torch.int32)), (dtype, world, order, nan)
+                    assert torch.equal(_bits(got_v), _bits(want_v)), (dtype, world, order, nan)
+                    cpu_i, cpu_v = fd.merge(torch.stack(ids).cpu(), torch.stack(vals).cpu(), k=k,
+                                            shard_lens=[n for _, n in shards], order=order, nan=nan)
+                    assert torch.equal(cpu_i, got_i.cpu()) and torch.equal(_bits(cpu_v), _bits(got_v.cpu()))
+
+
+def _nccl_worker(rank, world, init):
+    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world)
+    try:
+        torch.cuda.set_device(rank)
+        x = _scores(16, 4096, torch.bfloat16, 5).cuda()
+        got_i, got_v = fd.topk(x, 512, offset=0, total_cols=4096, return_values=True)
+        want_i, want_v = flashsel.topk(x, 512, return_values=True)
+        assert torch.equal(got_i, want_i.to(torch.int32)) and torch.equal(_bits(got_v), _bits(want_v))
+    finally:
+        dist.destroy_process_group()
+
+
+@cuda
+def test_nccl_world_size_one():
+    if not dist.is_nccl_available():
+        pytest.skip("no NCCL in this torch")
+    mp = pytest.importorskip("torch.multiprocessing")
+    with tempfile.TemporaryDirectory() as d:
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+        mp.spawn(_nccl_worker, args=(1, "file://" + os.path.join(d, "rdv")), nprocs=1, join=True)
