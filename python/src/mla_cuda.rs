@@ -3,7 +3,7 @@
 //! and returns without a host synchronisation (graph-capturable: the engine
 //! compiled its modules when it was created).
 
-use flashsel::cuda::{DeviceSparseMlaDecode, DeviceSparseMlaPrefill, MlaPlan};
+use flashsel::cuda::{DeviceSparseMlaDecode, DeviceSparseMlaPrefill, MlaPath, MlaPlan};
 use flashsel::ops::mla::{CacheFormat, SparseMlaDecode, SparseMlaPrefill};
 use flashsel::DType;
 use pyo3::prelude::*;
@@ -32,10 +32,16 @@ fn cache_format(name: &str) -> PyResult<CacheFormat> {
 }
 
 /// Workspace bytes of a sparse MLA launch of `rows` query rows (prefill:
-/// `s_q`; decode: `b * s_q`): a function of the shapes only.
+/// `s_q`; decode: `b * s_q`): a function of the shapes only, enough for
+/// either kernel family (the tensor-core plan's fewer head groups can split
+/// further than the f32 plan's).
 #[pyfunction]
 fn sparse_mla_workspace_bytes(rows: usize, h_q: usize, topk: usize) -> usize {
-    MlaPlan::new(rows, h_q, topk).workspace_bytes(rows, h_q)
+    [MlaPath::F32, MlaPath::TensorCore]
+        .into_iter()
+        .map(|path| MlaPlan::new_for(path, rows, h_q, topk).workspace_bytes(rows, h_q))
+        .max()
+        .unwrap_or(0)
 }
 
 /// `flash_mla_sparse_fwd` on device pointers: `q [s_q, h_q, d_qk]` and `kv`

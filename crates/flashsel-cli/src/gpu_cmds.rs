@@ -241,7 +241,8 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
 fn check_mla(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Result<usize, String> {
     use flashsel::ops::mla::check;
     let rep = check::run_suite(e, args.quick, args.seed, |i, n, o| {
-        let path = if o.split { "split-KV + combine" } else { "one pass" };
+        let split = if o.split { "split-KV + combine" } else { "one pass" };
+        let path = format!("{} kernel, {split}", o.path.name());
         if o.ok {
             eprintln!("[mla {i}/{n}] ok   {} ({path})", o.case);
         } else {
@@ -250,11 +251,13 @@ fn check_mla(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Result<usize, 
     })
     .map_err(|e| e.to_string())?;
     println!(
-        "mla cases run: {}, failed: {} (split-KV: {}, one pass: {})",
+        "mla cases run: {}, failed: {} (split-KV: {}, one pass: {}; tensor-core kernel: {}, f32 kernel: {})",
         rep.run,
         rep.failed,
         rep.split,
-        rep.run - rep.split
+        rep.run - rep.split,
+        rep.tensor_core,
+        rep.run - rep.tensor_core
     );
     for f in &rep.failures {
         println!("FAILED {}: {}", f.case, f.detail);

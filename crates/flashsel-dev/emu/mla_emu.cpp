@@ -66,8 +66,15 @@ static Out reference(const Prob& p) {
 }
 
 struct Got { std::vector<float> out, lse, maxl; };
+// The path the engine takes (ops/mla/device.rs, MlaPlan::new_for): bf16 q
+// with a bf16 or fp8 cache on tensor cores (16 heads a CTA for h_q <= 16, else
+// 32), everything else on the f32 kernel (8 heads a CTA). g_f32 forces the
+// f32 kernel (to compare the two).
+static bool g_f32 = false;
 static Got run(const Prob& p, int force_splits = 0) {
-    int groups = (p.h_q + 7) / 8, tiles = std::max(1, (p.topk + 31) / 32);
+    const bool tc = !g_f32 && p.fmt_q == 1 && p.fmt_kv != 0;
+    const int mr = !tc ? 8 : p.h_q <= 16 ? 16 : 32;
+    int groups = (p.h_q + mr - 1) / mr, tiles = std::max(1, (p.topk + 31) / 32);
     long long base = (long long)p.rows * groups;
     long long want = base >= 264 ? 1 : (264 + base - 1) / base;
     want = std::min<long long>(want, tiles); want = std::max(1LL, std::min(want, 32LL));
@@ -86,6 +93,10 @@ static Got run(const Prob& p, int force_splits = 0) {
     void (*k)(const MlaParams) = nullptr;
     if (p.fmt_q == 0) k = p.fmt_kv == 0 ? mla_fwd_qf32_kvf32 : p.fmt_kv == 1 ? mla_fwd_qf32_kvbf16 : mla_fwd_qf32_kvfp8;
     else k = p.fmt_kv == 0 ? mla_fwd_qbf16_kvf32 : p.fmt_kv == 1 ? mla_fwd_qbf16_kvbf16 : mla_fwd_qbf16_kvfp8;
+    if (tc) {
+        if (mr == 16) k = p.fmt_kv == 1 ? mla_tc_fwd_m16_qbf16_kvbf16 : mla_tc_fwd_m16_qbf16_kvfp8;
+        else k = p.fmt_kv == 1 ? mla_tc_fwd_m32_qbf16_kvbf16 : mla_tc_fwd_m32_qbf16_kvfp8;
+    }
     launch(k, (unsigned)(p.rows * groups * splits), P);
     if (splits > 1) launch(p.fmt_q == 0 ? mla_combine_f32 : mla_combine_bf16, (unsigned)(p.rows * p.h_q), P);
     Got g; g.lse = lse; g.maxl = maxl; g.out.resize((size_t)p.rows * p.h_q * 512);
@@ -93,7 +104,7 @@ static Got run(const Prob& p, int force_splits = 0) {
         if (osz == 4) memcpy(&g.out[i], &out[4 * i], 4);
         else { unsigned short b; memcpy(&b, &out[2 * i], 2); g.out[i] = __uint_as_float((unsigned)b << 16); }
     }
-    std::printf("  (splits %d)", splits);
+    std::printf("  (%s splits %d)", tc ? "tc" : "f32", splits);
     return g;
 }
 
@@ -168,6 +179,15 @@ static void test(const char* name, Prob p, long long slots, int lens_mode, bool 
     if (sink) { p.has_sink = true; p.sink.resize(p.h_q); for (int h = 0; h < p.h_q; ++h) p.sink[h] = h == 1 ? INFINITY : h == 2 ? -INFINITY : nrm(); }
     put_kv(p, slots); poison(p, slots);
     Out w = reference(p);
+    const bool both = p.fmt_q == 1 && p.fmt_kv != 0;
+    if (both) {  // the f32 kernel on the same problem
+        g_f32 = true;
+        Got f = run(p, force);
+        g_f32 = false;
+        double oa = 8e-4, orl = 3.01 / 128;
+        cmp("out f32", f.out, w.out, oa, orl);
+        cmp("lse f32", f.lse, w.lse, 1e-6, 2.01 / 65536);
+    }
     Got g = run(p, force);
     double oa = p.fmt_q == 1 ? 8e-4 : 2e-5, orl = p.fmt_q == 1 ? 3.01 / 128 : 1e-4;
     cmp("out", g.out, w.out, oa, orl);
@@ -183,6 +203,7 @@ static void test(const char* name, Prob p, long long slots, int lens_mode, bool 
 }
 
 int main() {
+    g_smem = (unsigned char*)smem;
     {   // prefill f32, h_q 3, topk 100, s_kv 50 (< topk), unaligned stride
         Prob p{}; p.rows = 5; p.h_q = 3; p.d_qk = 512; p.topk = 100; p.fmt_q = 0; p.fmt_kv = 0; p.bound = 50; p.page_size = 50; p.page_stride = 0; p.token_stride = (512 + 3) * 4; p.scale = 1 / std::sqrt(512.f);
         test("prefill f32 h3 topk100 s_kv50 pad3", p, 50, 0, true, 1);
@@ -210,6 +231,19 @@ int main() {
         test("decode q f32 bf16 cache page 1", p, 100, 1, true, 1);
         p.fmt_kv = 0; p.token_stride = 2048; p.page_stride = 2048;
         test("decode q f32 f32 cache", p, 100, 0, false, 2);
+    }
+    {   // tensor-core shapes: h_q 1, 20 (masked rows of a 32-head block), 40 (two blocks), 64; d_qk 512 and 576
+        for (int h : {1, 20, 40, 64}) {
+            Prob p{}; p.rows = 3; p.h_q = h; p.d_qk = h == 20 ? 512 : 576; p.topk = 80; p.fmt_q = 1; p.fmt_kv = 1; p.bound = 200; p.page_size = 200; p.page_stride = 0; p.token_stride = p.d_qk * 2; p.scale = 1 / 24.f;
+            char name[64]; std::snprintf(name, sizeof name, "tc prefill bf16 h%d d%d", h, p.d_qk);
+            test(name, p, 200, 0, true, 1);
+            std::snprintf(name, sizeof name, "tc prefill bf16 h%d lens split 2", h);
+            test(name, p, 200, 1, h == 40, 2);
+        }
+        Prob p{}; p.rows = 2; p.s_q_div = 2; p.h_q = 33; p.d_qk = 576; p.topk = 70; p.fmt_q = 1; p.fmt_kv = 2; p.page_size = 16; p.token_stride = 656; p.page_stride = 16 * 656 + 32; p.bound = 16 * 10; p.scale = 1 / 24.f; p.maxl = false;
+        test("tc decode fp8 h33 auto", p, p.bound, 0, true, 0);
+        p.h_q = 128; p.rows = 1; p.s_q_div = 1;
+        test("tc decode fp8 h128 split 3", p, p.bound, 0, true, 3);
     }
     std::printf("fails %d\n", fails);
     return fails != 0;

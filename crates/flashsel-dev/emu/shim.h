@@ -70,3 +70,65 @@ inline void launch(void (*k)(const P), unsigned grid, const P& p) {
     }
     for (int i = 0; i < 8; ++i) delete g_warp[i];
 }
+// Tensor-core instructions (kernels/attention/common/mma.cuh) from the PTX
+// fragment layouts: each lane posts its row address / fragments, the warp
+// meets, each lane reads what its registers hold, the warp meets again.
+// mma sums the 16 exact bf16 products in double, then adds to d in f32.
+#define FSA_HOST_EMU 1
+inline const void* g_ldp[8][32];
+inline unsigned g_fa[8][32][4], g_fb[8][32][2];
+inline void warp_bar() { g_warp[threadIdx.x >> 5]->arrive_and_wait(); }
+inline unsigned emu_u16(const void* p, int i) { unsigned short v; std::memcpy(&v, (const char*)p + 2 * i, 2); return v; }
+// Shared addresses are offsets from g_smem (the emulator's smem array).
+inline unsigned char* g_smem;
+inline unsigned smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - g_smem); }
+inline void ldsm_x4(unsigned (&r)[4], unsigned addr) {
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    const void* row = g_smem + addr;
+    if (((uintptr_t)row & 15) != 0) std::abort();
+    g_ldp[w][l] = row;
+    warp_bar();
+    for (int i = 0; i < 4; ++i) {
+        const void* p = g_ldp[w][8 * i + (l >> 2)];
+        r[i] = emu_u16(p, 2 * (l & 3)) | (emu_u16(p, 2 * (l & 3) + 1) << 16);
+    }
+    warp_bar();
+}
+inline void ldsm_x4_trans(unsigned (&r)[4], unsigned addr) {
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    const void* row = g_smem + addr;
+    if (((uintptr_t)row & 15) != 0) std::abort();
+    g_ldp[w][l] = row;
+    warp_bar();
+    for (int i = 0; i < 4; ++i) {
+        const void* p0 = g_ldp[w][8 * i + 2 * (l & 3)];
+        const void* p1 = g_ldp[w][8 * i + 2 * (l & 3) + 1];
+        r[i] = emu_u16(p0, l >> 2) | (emu_u16(p1, l >> 2) << 16);
+    }
+    warp_bar();
+}
+inline float emu_bf(unsigned v, int hi) { return __uint_as_float((hi ? v >> 16 : v & 0xffffu) << 16); }
+inline void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    const int w = threadIdx.x >> 5, l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+    for (int i = 0; i < 4; ++i) g_fa[w][l][i] = a[i];
+    g_fb[w][l][0] = b0;
+    g_fb[w][l][1] = b1;
+    warp_bar();
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+        double s = 0;
+        for (int k = 0; k < 16; ++k) {
+            const float av = emu_bf(g_fa[w][(row & 7) * 4 + ((k & 7) >> 1)][(row >> 3) + 2 * (k >> 3)], k & 1);
+            const float bv = emu_bf(g_fb[w][col * 4 + ((k & 7) >> 1)][k >> 3], k & 1);
+            s += (double)av * bv;
+        }
+        d[e] = (float)((double)d[e] + s);
+    }
+    warp_bar();
+}
+inline void cp_async16(unsigned addr, const void* src) {
+    void* dst = g_smem + addr;
+    if ((((uintptr_t)dst | (uintptr_t)src) & 15) != 0) std::abort();
+    std::memcpy(dst, src, 16);
+}
+inline void cp_async_wait_all() {}

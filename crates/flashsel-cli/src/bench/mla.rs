@@ -7,7 +7,7 @@
 //! tolerances. Only with `--only mla` (the rows take seconds to build and
 //! check); CUDA only.
 
-use flashsel::cuda::{CudaEngine, MlaPlan};
+use flashsel::cuda::{CudaEngine, MlaPath, MlaPlan};
 use flashsel::data::{normal_scores, Rng};
 use flashsel::ops::mla::{
     check_close, reference_sparse_mla_decode, reference_sparse_mla_prefill, CacheFormat, PagedKvCache, SparseMlaDecode,
@@ -31,12 +31,23 @@ pub struct MlaRow {
     pub tflops: f64,
     /// Split-KV plan taken.
     pub splits: usize,
+    /// The kernel family that ran ("tensor-core" or "f32") and its heads a
+    /// CTA.
+    pub kernel: String,
     /// What was checked against the reference.
     pub verified: String,
     /// The row's target, and the measured quantity it is judged on.
     pub target: String,
     pub ok: bool,
     pub error: Option<String>,
+}
+
+/// The table's kernel column: `tc/32`, `tc/16` or `f32/8`.
+fn kernel_of(plan: Option<&MlaPlan>) -> String {
+    plan.map_or("-".into(), |p| {
+        let k = if p.path == MlaPath::TensorCore { "tc" } else { "f32" };
+        format!("{k}/{}", p.heads_per_cta)
+    })
 }
 
 fn median(t: &mut [f64]) -> (f64, f64) {
@@ -117,7 +128,7 @@ fn time_prefill(
     flashmla_ms: Option<f64>,
     target: String,
 ) -> (MlaRow, f64) {
-    let plan = MlaPlan::new(p.spec.s_q, p.spec.h_q, p.spec.topk);
+    let plan = e.sparse_mla_prefill_plan(&p.spec);
     let flops = prefill_flops(&p.spec, attended);
     let mut row = MlaRow {
         case,
@@ -127,7 +138,8 @@ fn time_prefill(
         min_ms: f64::NAN,
         flops,
         tflops: f64::NAN,
-        splits: plan.splits,
+        splits: plan.as_ref().map_or(0, |p| p.splits),
+        kernel: kernel_of(plan.as_ref().ok()),
         verified: String::new(),
         target,
         ok: false,
@@ -189,7 +201,7 @@ fn decode_row(e: &CudaEngine, seed: u64, iters: usize, quick: bool) -> MlaRow {
         }
     }
     let flops = 2.0 * (h_q * b * s_q * topk) as f64 * (576.0 + 512.0);
-    let plan = MlaPlan::new(b * s_q, h_q, topk);
+    let plan = e.sparse_mla_decode_plan(&spec);
     let mut row = MlaRow {
         case: format!("decode b {b} s_q {s_q} h_q {h_q} topk {topk} fp8 ({tokens} tokens a request)"),
         flashmla_ms: (!quick).then_some(0.4041),
@@ -198,7 +210,8 @@ fn decode_row(e: &CudaEngine, seed: u64, iters: usize, quick: bool) -> MlaRow {
         min_ms: f64::NAN,
         flops,
         tflops: f64::NAN,
-        splits: plan.splits,
+        splits: plan.as_ref().map_or(0, |p| p.splits),
+        kernel: kernel_of(plan.as_ref().ok()),
         verified: String::new(),
         target: ">= 200 TFLOPS".into(),
         ok: false,
@@ -330,15 +343,19 @@ pub fn print(rows: &[MlaRow]) {
          against the f64 reference with FlashMLA's tolerances)"
     );
     println!(
+        "  kernel: tc/N = the tensor-core kernels (mma.sync bf16, f32 accumulation; bf16 q with a bf16 or fp8 \
+         cache), N heads a CTA; f32/8 = the f32 kernels (f32 q or cache)"
+    );
+    println!(
         "{:<92} {:>9} {:>9} {:>8} {:>6} {:>10}  target / verified",
-        "mla case", "ms", "FlashMLA", "TFLOPS", "splits", ""
+        "mla case", "ms", "FlashMLA", "TFLOPS", "splits", "kernel"
     );
     for r in rows {
         let fm = r.flashmla_ms.map_or("-".to_string(), |m| format!("{m:.3}"));
         let status = if r.ok { r.verified.clone() } else { format!("FAILED: {}", r.error.as_deref().unwrap_or("")) };
         println!(
             "mla {:<88} {:>9.3} {:>9} {:>8.1} {:>6} {:>10}  {} | {}",
-            r.case, r.median_ms, fm, r.tflops, r.splits, "", r.target, status
+            r.case, r.median_ms, fm, r.tflops, r.splits, r.kernel, r.target, status
         );
     }
 }

@@ -316,3 +316,6 @@ FSA_FWD(mla_fwd_qbf16_kvfp8, FMT_BF16, FMT_FP8)
 
 extern "C" __global__ void __launch_bounds__(BLOCK) mla_combine_f32(const MlaParams P) { mla_combine<FMT_F32>(P); }
 extern "C" __global__ void __launch_bounds__(BLOCK) mla_combine_bf16(const MlaParams P) { mla_combine<FMT_BF16>(P); }
+
+// The tensor-core kernels (bf16 q with a bf16 or fp8 cache).
+#include "attention/sparse_mla_tc.cuh"

@@ -27,7 +27,7 @@ use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, Devi
 use crate::contract::error::cuda_err;
 use crate::contract::{Error, Result};
 pub use crate::ops::indexer::{DeviceBlockKeys, DeviceQsaIndexer, DeviceQsaScores};
-pub use crate::ops::mla::device::{DeviceSparseMlaDecode, DeviceSparseMlaPrefill, MlaPlan};
+pub use crate::ops::mla::device::{DeviceSparseMlaDecode, DeviceSparseMlaPrefill, MlaPath, MlaPlan};
 pub use crate::ops::qsa::device::DeviceQsaSelect;
 use crate::ops::select::plan::DeviceProps;
 pub use crate::ops::select::{DevicePages, DeviceSelect};

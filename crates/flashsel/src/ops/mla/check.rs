@@ -12,7 +12,7 @@
 
 use half::bf16;
 
-use super::device::MlaPlan;
+use super::device::{MlaPath, MlaPlan};
 use super::{
     check_close, derive_topk_length, quantize_fp8_token, reference_sparse_mla_decode, reference_sparse_mla_prefill,
     CacheFormat, DecodeOutput, MlaElem, PagedKvCache, PrefillOutput, SparseMlaDecode, SparseMlaPrefill,
@@ -87,9 +87,20 @@ impl MlaCase {
     fn rows(&self) -> usize {
         self.s_q * self.decode.map_or(1, |d| d.batch)
     }
-    /// The plan the engine takes (split-KV or not).
+    /// The kernel family the engine must take: tensor cores for bf16 q with
+    /// a bf16 or fp8 cache (prefill: kv has q's dtype), f32 otherwise.
+    pub fn path(&self) -> MlaPath {
+        let bf16_cache = self.decode.map_or(self.dtype == DType::BF16, |d| d.format != CacheFormat::F32);
+        if self.dtype == DType::BF16 && bf16_cache {
+            MlaPath::TensorCore
+        } else {
+            MlaPath::F32
+        }
+    }
+    /// The plan the engine must take (kernel family, heads a CTA, split-KV or
+    /// not); each case asserts the engine's plan is this one.
     pub fn plan(&self) -> MlaPlan {
-        MlaPlan::new(self.rows(), self.h_q, self.topk)
+        MlaPlan::new_for(self.path(), self.rows(), self.h_q, self.topk)
     }
     pub fn describe(&self) -> String {
         let what = match self.decode {
@@ -124,6 +135,8 @@ pub struct MlaOutcome {
     pub case: String,
     /// Whether the plan split the positions (one-pass kernel + combine).
     pub split: bool,
+    /// The kernel family that ran.
+    pub path: MlaPath,
     pub ok: bool,
     pub detail: String,
 }
@@ -270,6 +283,11 @@ fn run_prefill<T: MlaElem>(e: &CudaEngine, c: &MlaCase, rng: &mut Rng) -> Result
     }
     let kv: Vec<T> = cast(&kvf);
     drop(kvf);
+    let mut fails = Vec::new();
+    let plan = e.sparse_mla_prefill_plan(&spec)?;
+    if plan != c.plan() {
+        fails.push(format!("the engine's plan {plan:?} is not the expected {:?}", c.plan()));
+    }
     let got = e.sparse_mla_prefill_host(&spec, &q, &kv, &idx, lens.as_deref(), sink.as_deref())?;
     // The reference on the checked rows.
     let rows = checked_rows(c);
@@ -279,7 +297,6 @@ fn run_prefill<T: MlaElem>(e: &CudaEngine, c: &MlaCase, rng: &mut Rng) -> Result
     let sub_len: Option<Vec<i32>> = lens.as_ref().map(|l| rows.iter().map(|&r| l[r]).collect());
     let sub_spec = SparseMlaPrefill { s_q: rows.len(), ..spec };
     let want = reference_sparse_mla_prefill(&sub_spec, &sub_q, &kv, &sub_idx, sub_len.as_deref(), sink.as_deref())?;
-    let mut fails = Vec::new();
     let checks = [
         compare("out", &got.out, &want.out, &rows, c.h_q * 512, OUT_TOLERANCE),
         compare("lse", &got.lse, &want.lse, &rows, c.h_q, LSE_TOLERANCE),
@@ -291,6 +308,11 @@ fn run_prefill<T: MlaElem>(e: &CudaEngine, c: &MlaCase, rng: &mut Rng) -> Result
         let again = e.sparse_mla_prefill_host(&spec, &q, &kv, &idx, Some(&derived), sink.as_deref())?;
         if !same_prefill(&got, &again) {
             fails.push("the derived topk_length passed explicitly gives other bits".into());
+        }
+    } else {
+        let again = e.sparse_mla_prefill_host(&spec, &q, &kv, &idx, lens.as_deref(), sink.as_deref())?;
+        if !same_prefill(&got, &again) {
+            fails.push("a second run gives other bits".into());
         }
     }
     Ok((fails.is_empty(), fails.join("; ")))
@@ -384,6 +406,11 @@ fn run_decode<Q: MlaElem>(e: &CudaEngine, c: &MlaCase, dc: DecodeCache, rng: &mu
     let sink = sinks_for(c, rng);
     let used = attended_slots(&idx, c.topk, lens.as_deref(), c.s_q, slots);
     let cache = build_cache(&spec, &used, seed)?;
+    let mut fails = Vec::new();
+    let plan = e.sparse_mla_decode_plan(&spec)?;
+    if plan != c.plan() {
+        fails.push(format!("the engine's plan {plan:?} is not the expected {:?}", c.plan()));
+    }
     let got = e.sparse_mla_decode_host(&spec, &q, cache.view(), &idx, lens.as_deref(), sink.as_deref())?;
     // The reference on whole requests (the checked rows' requests).
     let mut reqs: Vec<usize> = checked_rows(c).iter().map(|&r| r / c.s_q).collect();
@@ -404,7 +431,6 @@ fn run_decode<Q: MlaElem>(e: &CudaEngine, c: &MlaCase, dc: DecodeCache, rng: &mu
         reference_sparse_mla_decode(&sub_spec, &sub_q, cache.view(), &sub_idx, sub_len.as_deref(), sink.as_deref())?;
     // out rows are [b, s_q] rows; lse is [b, h_q, s_q]: a request's block.
     let out_rows: Vec<usize> = reqs.iter().flat_map(|&b| b * per..(b + 1) * per).collect();
-    let mut fails = Vec::new();
     let checks = [
         compare("out", &got.out, &want.out, &out_rows, c.h_q * 512, OUT_TOLERANCE),
         compare("lse", &got.lse, &want.lse, &reqs, c.h_q * per, LSE_TOLERANCE),
@@ -415,6 +441,11 @@ fn run_decode<Q: MlaElem>(e: &CudaEngine, c: &MlaCase, dc: DecodeCache, rng: &mu
         let again = e.sparse_mla_decode_host(&spec, &q, cache.view(), &idx, Some(&derived), sink.as_deref())?;
         if !same_decode(&got, &again) {
             fails.push("the derived topk_length passed explicitly gives other bits".into());
+        }
+    } else {
+        let again = e.sparse_mla_decode_host(&spec, &q, cache.view(), &idx, lens.as_deref(), sink.as_deref())?;
+        if !same_decode(&got, &again) {
+            fails.push("a second run gives other bits".into());
         }
     }
     Ok((fails.is_empty(), fails.join("; ")))
@@ -428,7 +459,7 @@ pub fn run_case(e: &CudaEngine, c: &MlaCase, rng: &mut Rng) -> Result<MlaOutcome
         (Some(d), DType::BF16) => run_decode::<bf16>(e, c, d, rng)?,
         (Some(d), _) => run_decode::<f32>(e, c, d, rng)?,
     };
-    Ok(MlaOutcome { case: c.describe(), split: c.plan().split(), ok, detail })
+    Ok(MlaOutcome { case: c.describe(), split: c.plan().split(), path: c.path(), ok, detail })
 }
 
 /// The cases (`quick`: a subset, every path and format still covered).
@@ -535,6 +566,8 @@ pub struct MlaReport {
     pub run: usize,
     pub failed: usize,
     pub split: usize,
+    /// Cases on the tensor-core kernels (the rest ran the f32 kernels).
+    pub tensor_core: usize,
     pub failures: Vec<MlaOutcome>,
 }
 
@@ -552,11 +585,13 @@ pub fn run_suite(
         let o = run_case(e, c, &mut rng).unwrap_or_else(|err| MlaOutcome {
             case: c.describe(),
             split: c.plan().split(),
+            path: c.path(),
             ok: false,
             detail: format!("error: {err}"),
         });
         rep.run += 1;
         rep.split += o.split as usize;
+        rep.tensor_core += (o.path == MlaPath::TensorCore) as usize;
         if !o.ok {
             rep.failed += 1;
             rep.failures.push(o.clone());
@@ -604,6 +639,17 @@ mod tests {
         for quick in [false, true] {
             let cs = cases(quick);
             assert!(cs.iter().any(|c| c.plan().split()) && cs.iter().any(|c| !c.plan().split()));
+            // Both kernel families, split and not, and both tensor-core
+            // head blocks.
+            for path in [MlaPath::TensorCore, MlaPath::F32] {
+                for split in [false, true] {
+                    assert!(cs.iter().any(|c| c.path() == path && c.plan().split() == split), "{path:?} {split}");
+                }
+            }
+            for heads in [16, 32] {
+                assert!(cs.iter().any(|c| c.plan().heads_per_cta == heads && c.decode.is_none()), "{heads}");
+                assert!(cs.iter().any(|c| c.plan().heads_per_cta == heads && c.decode.is_some()), "{heads}");
+            }
             for h in [1, 8, 16, 24, 64, 128] {
                 assert!(cs.iter().any(|c| c.h_q == h), "h_q {h}");
             }

@@ -1,9 +1,16 @@
 //! Sparse MLA attention on the CUDA engine (kernels/attention/sparse_mla.cu):
 //! the contract of [`super`] over device pointers, on the caller's stream.
 //!
-//! # The plan (a function of the shapes only)
-//! One CTA of 256 threads per (query row, group of [`HEADS_PER_CTA`] heads,
-//! KV split). When the rows' CTAs (`rows * ceil(h_q / 8)`) fall short of
+//! # The path (a function of the formats only)
+//! bf16 q with a bf16 or fp8 cache runs on the tensor-core kernels
+//! (`mla_tc_fwd_*`, kernels/attention/sparse_mla_tc.cuh: mma.sync bf16 with
+//! f32 accumulation, 16 heads a CTA for `h_q <= 16`, else 32); everything else
+//! (an f32 q or an f32 cache) on the f32 kernels (`mla_fwd_*`, 8 heads a
+//! CTA). [`MlaPath::of`].
+//!
+//! # The plan (a function of the shapes and formats only)
+//! One CTA of 256 threads per (query row, group of [`MlaPlan::heads_per_cta`]
+//! heads, KV split). When the rows' CTAs (`rows * groups`) fall short of
 //! [`TARGET_CTAS`], each row's `topk` positions are cut into up to
 //! [`MAX_SPLITS`] chunks of whole tiles, every chunk a CTA of its own that
 //! writes its unnormalised softmax state to the workspace, and
@@ -27,7 +34,7 @@ use crate::cuda::{timing, CudaEngine, KernelId};
 
 /// Every kernel of the module: the one-pass kernels by (q format, cache
 /// format), then the combines by output format.
-pub(crate) const MLA_ENTRIES: [&str; 8] = [
+pub(crate) const MLA_ENTRIES: [&str; 12] = [
     "mla_fwd_qf32_kvf32",
     "mla_fwd_qf32_kvbf16",
     "mla_fwd_qf32_kvfp8",
@@ -36,10 +43,16 @@ pub(crate) const MLA_ENTRIES: [&str; 8] = [
     "mla_fwd_qbf16_kvfp8",
     "mla_combine_f32",
     "mla_combine_bf16",
+    "mla_tc_fwd_m16_qbf16_kvbf16",
+    "mla_tc_fwd_m16_qbf16_kvfp8",
+    "mla_tc_fwd_m32_qbf16_kvbf16",
+    "mla_tc_fwd_m32_qbf16_kvfp8",
 ];
 
-/// Query heads one CTA computes (the kernel's `HG`).
+/// Query heads one CTA of the f32 kernel computes (the kernel's `HG`).
 pub const HEADS_PER_CTA: usize = 8;
+/// bf16 elements per shared-memory q / k row of the tensor-core kernel (576 + 8).
+const TC_LD: usize = 584;
 /// Index positions per tile (the kernel's `KT`); splits are whole tiles.
 pub const TILE: usize = 32;
 /// Threads per CTA.
@@ -50,10 +63,40 @@ pub const TARGET_CTAS: usize = 264;
 /// The most chunks a row's positions are split into.
 pub const MAX_SPLITS: usize = 32;
 
-/// How a request runs: head groups per row and the KV split.
+/// Which forward kernel family a request runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MlaPath {
+    /// `mla_fwd_*`: f32 arithmetic on CUDA cores, 8 heads a CTA.
+    F32,
+    /// `mla_tc_fwd_*`: mma.sync bf16 (f32 accumulation), 16 or 32 heads a CTA.
+    TensorCore,
+}
+
+impl MlaPath {
+    /// The path of a request with q of `q` and a cache of `cache`: bf16 q
+    /// with a bf16 or fp8 cache on tensor cores, the rest in f32.
+    pub fn of(q: DType, cache: CacheFormat) -> Self {
+        match (q, cache) {
+            (DType::BF16, CacheFormat::BF16 | CacheFormat::Fp8V32) => MlaPath::TensorCore,
+            _ => MlaPath::F32,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            MlaPath::F32 => "f32",
+            MlaPath::TensorCore => "tensor-core",
+        }
+    }
+}
+
+/// How a request runs: the kernel family, head groups per row and the KV
+/// split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MlaPlan {
-    /// CTAs per row across the heads: `ceil(h_q / 8)`.
+    pub path: MlaPath,
+    /// Heads one CTA computes: 8 (f32), 16 (tensor cores, `h_q <= 16`) or 32.
+    pub heads_per_cta: usize,
+    /// CTAs per row across the heads: `ceil(h_q / heads_per_cta)`.
     pub groups: usize,
     /// Chunks of each row's positions (1: no split, no combine).
     pub splits: usize,
@@ -63,16 +106,54 @@ pub struct MlaPlan {
 }
 
 impl MlaPlan {
-    /// The plan of `rows` query rows of `h_q` heads and `topk` positions.
+    /// The f32 kernel's plan of `rows` query rows of `h_q` heads and `topk`
+    /// positions.
     pub fn new(rows: usize, h_q: usize, topk: usize) -> Self {
-        let groups = h_q.div_ceil(HEADS_PER_CTA).max(1);
+        Self::new_for(MlaPath::F32, rows, h_q, topk)
+    }
+    /// The plan of `path` for `rows` query rows of `h_q` heads and `topk`
+    /// positions.
+    pub fn new_for(path: MlaPath, rows: usize, h_q: usize, topk: usize) -> Self {
+        let heads_per_cta = match path {
+            MlaPath::F32 => HEADS_PER_CTA,
+            MlaPath::TensorCore if h_q <= 16 => 16,
+            MlaPath::TensorCore => 32,
+        };
+        let groups = h_q.div_ceil(heads_per_cta).max(1);
         let tiles = topk.div_ceil(TILE).max(1);
         let base = rows.saturating_mul(groups);
         let want = if base == 0 || base >= TARGET_CTAS { 1 } else { TARGET_CTAS.div_ceil(base) };
         let want = want.min(tiles).clamp(1, MAX_SPLITS);
         let chunk_tiles = tiles.div_ceil(want);
         let splits = tiles.div_ceil(chunk_tiles);
-        Self { groups, splits, chunk: chunk_tiles * TILE }
+        Self { path, heads_per_cta, groups, splits, chunk: chunk_tiles * TILE }
+    }
+    /// The one-pass kernel of this plan for q of `q` and a cache of `cache`.
+    pub fn entry(&self, q: DType, cache: CacheFormat) -> Result<&'static str> {
+        match self.path {
+            MlaPath::F32 => forward_entry(q, cache),
+            MlaPath::TensorCore => {
+                if MlaPath::of(q, cache) != MlaPath::TensorCore {
+                    return Err(Error::UnknownDType(format!(
+                        "the tensor-core sparse MLA takes bf16 q with a bf16 or fp8 cache, not {q} with {}",
+                        cache.name()
+                    )));
+                }
+                Ok(match (self.heads_per_cta, cache) {
+                    (16, CacheFormat::BF16) => "mla_tc_fwd_m16_qbf16_kvbf16",
+                    (16, _) => "mla_tc_fwd_m16_qbf16_kvfp8",
+                    (_, CacheFormat::BF16) => "mla_tc_fwd_m32_qbf16_kvbf16",
+                    _ => "mla_tc_fwd_m32_qbf16_kvfp8",
+                })
+            }
+        }
+    }
+    /// Dynamic shared memory of the one-pass kernel at `d_qk`, bytes.
+    pub fn smem_bytes(&self, d_qk: usize) -> usize {
+        match self.path {
+            MlaPath::F32 => smem_bytes(d_qk),
+            MlaPath::TensorCore => tc_smem_bytes(self.heads_per_cta),
+        }
     }
     /// Whether the positions are split (and combined).
     pub fn split(&self) -> bool {
@@ -97,6 +178,16 @@ impl MlaPlan {
 /// tile's offsets.
 pub fn smem_bytes(d_qk: usize) -> usize {
     ((HEADS_PER_CTA + TILE) * d_qk + 2 * HEADS_PER_CTA * TILE + 32) * 4 + TILE * 8
+}
+
+/// Dynamic shared memory of the tensor-core kernel with `heads` heads a CTA
+/// (16 or 32; any d_qk), bytes: q and one tile of keys as bf16 rows of 584,
+/// the partial logits (f32, `8 / (heads / 16)` slices of `heads x 40`), P
+/// as two bf16 planes of `heads x 40`, the head states, the tile's offsets
+/// (the kernel's `TcShape::SMEM`).
+pub fn tc_smem_bytes(heads: usize) -> usize {
+    let slices = 8 / (heads / 16);
+    heads * TC_LD * 2 + TILE * TC_LD * 2 + slices * heads * 40 * 4 + 2 * heads * 40 * 2 + 3 * heads * 4 + TILE * 8
 }
 
 /// `MlaParams` in kernels/attention/sparse_mla.cu.
@@ -235,14 +326,23 @@ impl CudaEngine {
     /// Workspace a [`DeviceSparseMlaPrefill`] of this spec needs, bytes (0
     /// when the plan does not split).
     pub fn sparse_mla_prefill_workspace_bytes(&self, spec: &SparseMlaPrefill) -> Result<usize> {
-        spec.validate()?;
-        Ok(MlaPlan::new(spec.s_q, spec.h_q, spec.topk).workspace_bytes(spec.s_q, spec.h_q))
+        Ok(self.sparse_mla_prefill_plan(spec)?.workspace_bytes(spec.s_q, spec.h_q))
     }
     /// Workspace a [`DeviceSparseMlaDecode`] of this spec needs, bytes.
     pub fn sparse_mla_decode_workspace_bytes(&self, spec: &SparseMlaDecode) -> Result<usize> {
+        Ok(self.sparse_mla_decode_plan(spec)?.workspace_bytes(spec.rows(), spec.h_q))
+    }
+    /// The plan a prefill of this spec runs (kernel family, head groups,
+    /// split): a function of the spec only.
+    pub fn sparse_mla_prefill_plan(&self, spec: &SparseMlaPrefill) -> Result<MlaPlan> {
         spec.validate()?;
-        let rows = spec.rows();
-        Ok(MlaPlan::new(rows, spec.h_q, spec.topk).workspace_bytes(rows, spec.h_q))
+        let path = MlaPath::of(spec.dtype, cache_of(spec.dtype)?);
+        Ok(MlaPlan::new_for(path, spec.s_q, spec.h_q, spec.topk))
+    }
+    /// The plan a decode of this spec runs.
+    pub fn sparse_mla_decode_plan(&self, spec: &SparseMlaDecode) -> Result<MlaPlan> {
+        spec.validate()?;
+        Ok(MlaPlan::new_for(MlaPath::of(spec.q_dtype, spec.cache), spec.rows(), spec.h_q, spec.topk))
     }
 
     /// Launches the sparse prefill on `args.stream`; returns without waiting
@@ -285,7 +385,7 @@ impl CudaEngine {
         if s.s_q > 0 && s.s_kv > 0 && a.kv == 0 {
             return Err(null("kv"));
         }
-        self.run_mla(p, s.dtype, forward_entry(s.dtype, cache_of(s.dtype)?)?, a.workspace_bytes, a.stream)
+        self.run_mla(p, s.dtype, cache_of(s.dtype)?, a.workspace_bytes, a.stream)
     }
 
     /// Launches the sparse decode on `args.stream` (as
@@ -329,7 +429,7 @@ impl CudaEngine {
         if rows > 0 && s.num_pages > 0 && a.k_cache == 0 {
             return Err(null("k_cache"));
         }
-        self.run_mla(p, s.q_dtype, forward_entry(s.q_dtype, s.cache)?, a.workspace_bytes, a.stream)
+        self.run_mla(p, s.q_dtype, s.cache, a.workspace_bytes, a.stream)
     }
 
     /// The plan's launches: the one-pass kernel, then the combine when the
@@ -338,7 +438,7 @@ impl CudaEngine {
         &self,
         mut p: MlaParams,
         q_dtype: DType,
-        entry: &'static str,
+        cache: CacheFormat,
         workspace_bytes: usize,
         stream: u64,
     ) -> Result<()> {
@@ -346,7 +446,8 @@ impl CudaEngine {
         if rows == 0 {
             return Ok(());
         }
-        let plan = MlaPlan::new(rows, h_q, p.topk as usize);
+        let plan = MlaPlan::new_for(MlaPath::of(q_dtype, cache), rows, h_q, p.topk as usize);
+        let entry = plan.entry(q_dtype, cache)?;
         let need = plan.workspace_bytes(rows, h_q);
         if plan.split() && (p.ws == 0 || workspace_bytes < need) {
             return Err(Error::BufferSize { what: "sparse MLA workspace", got: workspace_bytes, need });
@@ -362,7 +463,7 @@ impl CudaEngine {
         let ctas = u32::try_from(ctas).ok().filter(|&c| c <= i32::MAX as u32).ok_or_else(|| {
             Error::Shape(format!("sparse MLA: {ctas} CTAs ({rows} rows x {} head groups) is too many", plan.groups))
         })?;
-        let smem = smem_bytes(p.d_qk as usize) as u32;
+        let smem = plan.smem_bytes(p.d_qk as usize) as u32;
         if smem > self.props().max_smem_per_block {
             return Err(Error::Shape(format!(
                 "sparse MLA needs {smem} bytes of shared memory per CTA; the device allows {}",
@@ -757,5 +858,34 @@ mod tests {
         }
         assert_eq!(smem_bytes(576), 94_592);
         assert!(smem_bytes(576) <= 99 * 1024, "fits sm_86 / sm_89");
+    }
+
+    #[test]
+    fn the_tensor_core_plan() {
+        assert_eq!(MlaPath::of(DType::BF16, CacheFormat::BF16), MlaPath::TensorCore);
+        assert_eq!(MlaPath::of(DType::BF16, CacheFormat::Fp8V32), MlaPath::TensorCore);
+        assert_eq!(MlaPath::of(DType::BF16, CacheFormat::F32), MlaPath::F32);
+        assert_eq!(MlaPath::of(DType::F32, CacheFormat::BF16), MlaPath::F32);
+        let tc = MlaPath::TensorCore;
+        // Prefill h_q 128: 4 blocks of 32 heads, no split.
+        let p = MlaPlan::new_for(tc, 4096, 128, 2048);
+        assert_eq!((p.heads_per_cta, p.groups, p.splits), (32, 4, 1));
+        assert_eq!(p.entry(DType::BF16, CacheFormat::BF16).unwrap(), "mla_tc_fwd_m32_qbf16_kvbf16");
+        assert!(p.entry(DType::F32, CacheFormat::BF16).is_err());
+        // h_q <= 16: one block of 16 (masked rows inside the kernel).
+        for h in [1, 9, 16] {
+            let p = MlaPlan::new_for(tc, 4096, h, 2048);
+            assert_eq!((p.heads_per_cta, p.groups), (16, 1), "{h}");
+            assert_eq!(p.entry(DType::BF16, CacheFormat::Fp8V32).unwrap(), "mla_tc_fwd_m16_qbf16_kvfp8");
+        }
+        assert_eq!(MlaPlan::new_for(tc, 1, 17, 64).groups, 1);
+        assert_eq!(MlaPlan::new_for(tc, 1, 33, 64).groups, 2);
+        // Decode b 128 s_q 2 h_q 128: 1024 CTAs, no split; one row splits.
+        assert!(!MlaPlan::new_for(tc, 256, 128, 2048).split());
+        assert!(MlaPlan::new_for(tc, 1, 128, 2048).split());
+        assert_eq!(tc_smem_bytes(32), 100_992);
+        assert_eq!(tc_smem_bytes(16), 79_552);
+        assert!(tc_smem_bytes(32) <= 99 * 1024, "fits sm_86 / sm_89");
+        assert_eq!(MlaPlan::new_for(tc, 1, 128, 2048).smem_bytes(512), 100_992);
     }
 }

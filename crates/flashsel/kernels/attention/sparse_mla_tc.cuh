@@ -1,0 +1,377 @@
+// Sparse MLA on tensor cores (module SparseMla, entries mla_tc_*): the bf16
+// forward of sparse_mla.cu (same contract, same parameter block, same
+// combine) with both GEMMs on mma.sync m16n8k16 (bf16 in, f32 accumulate).
+// Portable: sm_80 and later. Included by sparse_mla.cu after its helpers
+// (row_length, lse_at, MlaParams).
+//
+// ALGORITHM (mla_tc_fwd_m{16,32}_qbf16_kv{bf16,fp8})
+//   One CTA of 256 threads (8 warps) per (query row r, block of MR = 16 MT
+//   heads of that row, KV split s); MT = 1 for h_q <= 16, else 2. The M
+//   dimension of both GEMMs is the block's heads (one index list per row);
+//   heads past h_q are zero rows of q whose results are never written, so
+//   any h_q in 1..128 runs unpadded by the caller. Prologue: q's block into
+//   shared memory (bf16), the row's length L as in sparse_mla.cu. Then per
+//   tile of KT = 32 positions of the split:
+//     1. tile_offsets (gather.cuh): attended entries and their offsets; a
+//        tile without one is skipped.
+//     2. gather: the attended rows into k_s as bf16, cp.async for a bf16
+//        cache with 16-byte aligned rows (else plain loads); an fp8 token is
+//        decoded to bf16 (e4m3 x its 128-column f32 scale, rounded to
+//        nearest even: exact for the power-of-two scales of the V3.2
+//        quantizer; the rope values are bf16 already). Unattended rows are
+//        zeros.
+//     3. S = Q K^T: warp w takes m-tile w % MT and the w / MT-th of the
+//        d_qk / 16 k-steps (NDQ = 8 / MT slices), all 32 keys (4 n8 tiles,
+//        ldmatrix x4 for A and B); its partial S goes to sp_s[slice].
+//     4. softmax (softmax.cuh: softmax_step): warp w owns rows w + 8i; lane
+//        j sums key j's NDQ partials in slice order, times sm_scale (-inf
+//        when not attended), updates the row's f32 (m, sum) and writes p =
+//        exp(l - m) to p_s as two bf16 terms, hi = bf16(p) and lo = bf16(p -
+//        hi), and alpha. (FlashMLA rounds P to bf16 once; with unit-normal
+//        data that misses FlashMLA's own out tolerance on rows with few keys,
+//        see docs/design.md. hi + lo carries p to ~2^-17; sum takes the f32
+//        p.)
+//     5. O = alpha O + P V: warp w takes m-tile w % MT and the w / MT-th
+//        of the 512 output columns (64 MT of them, 8 MT n8 tiles), A = P hi
+//        and P lo from p_s (ldmatrix; two mma on the same B), B = V =
+//        k_s[.][0..512) (ldmatrix .trans).
+//   End: one split writes out (bf16), lse and max_logits (softmax.cuh:
+//   head_out); several write (O, m, sum) to the workspace for
+//   mla_combine_bf16, exactly as the f32 kernel does.
+//
+// INVARIANTS
+//   - Determinism: the plan (MT, groups, splits) is a function of the shapes
+//     and formats only (host: ops/mla/device.rs, MlaPlan::new_for); the
+//     partial logits are summed in a fixed slice order; mma.sync is a
+//     deterministic instruction; no atomics touch values.
+//   - The derived length only shortens the loop (tiles past L hold no
+//     attended entry and would be skipped): derived and explicit lengths
+//     give the same bits.
+//   - A cache row is read only for an attended entry; rows of q past h_q are
+//     zeros and nothing is written for them.
+//   - Every barrier is reached by all threads (uniform loop bounds and skip
+//     test). Per tile: tile_offsets' barrier orders the previous tile's
+//     reads of k_s / p_s / alpha before this tile's writes; B0 (after the
+//     gather's cp.async wait), B1 (after the partial logits) and B2 (after
+//     the probabilities) order each stage's writes before the next stage's
+//     reads.
+//   - Shared-memory rows are padded to an odd number of 16-byte chunks
+//     (q / k rows 584 bf16, p rows 40 bf16), so the 8 row addresses of an
+//     ldmatrix hit 8 distinct bank groups.
+//
+// COST
+//   Per attended entry and head 2 (d_qk + 512) FLOPs on tensor cores
+//   (heads padded up to 16 MT). Per tile and warp: QK^T 9 k-steps (d_qk
+//   576, MT 2) of 3 ldmatrix.x4 + 4 mma, PV 2 k-steps of 2 + 8 ldmatrix.x4
+//   and 32 mma (hi and lo); the logits take one f32 round trip through
+//   shared memory (MR x 32 x NDQ floats). Each KV row is gathered (an fp8
+//   token decoded) once per head block: ceil(h_q / 32) CTAs per row for h_q
+//   > 16. Shared memory 100,992 B at MT 2, 79,552 B at MT 1 (fits sm_86/89's
+//   99 KB; two CTAs per SM on sm_80 and sm_90); one KV buffer, the second
+//   CTA hides the gather. Registers: O is 32 MT f32 per thread; 128 at MT 2,
+//   86-88 at MT 1 (__launch_bounds__(256, 2) caps at 128), no spills.
+#include "attention/common/mma.cuh"
+
+namespace {
+
+constexpr int TC_KT = 32;    // positions per tile
+constexpr int TC_LD = 584;   // bf16 per q / k row in shared memory (576 + 8)
+constexpr int TC_PLD = 40;   // bf16 per p row (32 + 8)
+constexpr int TC_SLD = 40;   // f32 per partial-logit row (32 + 8)
+
+template <int MT>
+struct TcShape {
+    static constexpr int MR = 16 * MT;       // heads per CTA
+    static constexpr int NDQ = WARPS / MT;   // d_qk slices of S = Q K^T (warps per m-tile)
+    static constexpr int CW = DV / NDQ;      // output columns per warp
+    static constexpr int NB = CW / 8;        // n8 tiles of O per warp
+    static constexpr int ROWS = MR / WARPS;  // softmax rows per warp
+    static constexpr int Q_BYTES = MR * TC_LD * 2;
+    static constexpr int K_BYTES = TC_KT * TC_LD * 2;
+    static constexpr int S_BYTES = NDQ * MR * TC_SLD * 4;
+    static constexpr int P_BYTES = 2 * MR * TC_PLD * 2;  // hi and lo planes
+    static constexpr int ST_BYTES = 3 * MR * 4;
+    static constexpr int SMEM = Q_BYTES + K_BYTES + S_BYTES + P_BYTES + ST_BYTES + TC_KT * 8;
+};
+static_assert(TcShape<2>::SMEM == 100992 && TcShape<1>::SMEM == 79552, "host: ops/mla/device.rs, tc_smem_bytes");
+static_assert(TcShape<2>::SMEM <= 99 * 1024, "fits sm_86 / sm_89");
+static_assert(TcShape<1>::ROWS * WARPS == 16 && TcShape<2>::NB == 16, "the warp mappings below");
+
+// Two e4m3 codes (low byte first) times `s`, as a packed bf16 pair (round
+// to nearest even; exact for power-of-two scales). sm_89+ decodes with the
+// hardware conversion (e4m3 -> f16 is exact), older parts bit by bit.
+__device__ __forceinline__ u32 e4m3x2_to_bf16x2(u32 x, float s) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    u32 h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)x));
+    float lo, hi;
+    asm("{ .reg .f16 a, b; mov.b32 {a, b}, %2; cvt.f32.f16 %0, a; cvt.f32.f16 %1, b; }" : "=f"(lo), "=f"(hi) : "r"(h));
+    return pack_bf16x2(lo * s, hi * s);
+#else
+    return pack_bf16x2(e4m3_to_f32(x & 0xffu) * s, e4m3_to_f32((x >> 8) & 0xffu) * s);
+#endif
+}
+
+// The tile's attended rows into k_s ([TC_KT][TC_LD] bf16); zeros for the
+// others. cp.async copies are waited for before return.
+template <int KF>
+__device__ __forceinline__ void tc_gather(u16* k_s, const i64* off_s, const CacheGeom& g, int d_qk) {
+    if (KF == FMT_BF16) {
+        const int chunks = d_qk / 8;
+#pragma unroll 1
+        for (int i = threadIdx.x; i < TC_KT * chunks; i += BLOCK) {
+            const int j = i / chunks, c = i - j * chunks;
+            const i64 off = off_s[j];
+            u16* dst = k_s + j * TC_LD + 8 * c;
+            if (off < 0) {
+                *(uint4*)dst = make_uint4(0u, 0u, 0u, 0u);
+            } else if (g.aligned) {
+                cp_async16(smem_addr(dst), g.base + off + 16 * c);
+            } else {
+                *(uint4*)dst = ld16(g.base + off + 16 * c, false);
+            }
+        }
+        cp_async_wait_all();
+    } else {
+        // 72 items per token: c < 64 -> e4m3 values 8c .. 8c + 7 (one 16-byte
+        // bf16 store; small items keep the live registers few), else rope
+        // chunk c - 64 (8 bf16).
+#pragma unroll 1
+        for (int i = threadIdx.x; i < TC_KT * 72; i += BLOCK) {
+            const int j = i / 72, c = i - j * 72;
+            const i64 off = off_s[j];
+            const bool rope = c >= 64;
+            u16* dst = k_s + j * TC_LD + (rope ? 512 + 8 * (c - 64) : 8 * c);
+            uint4 w = make_uint4(0u, 0u, 0u, 0u);
+            if (off >= 0) {
+                const u8* tok = g.base + off;
+                if (rope) {
+                    w = ld16(tok + 528 + 16 * (c - 64), g.aligned);
+                } else {
+                    const float s = __uint_as_float(ld4(tok + 512 + 4 * (c >> 4), g.aligned));
+                    const u32 x0 = ld4(tok + 8 * c, g.aligned), x1 = ld4(tok + 8 * c + 4, g.aligned);
+                    w.x = e4m3x2_to_bf16x2(x0 & 0xffffu, s);
+                    w.y = e4m3x2_to_bf16x2(x0 >> 16, s);
+                    w.z = e4m3x2_to_bf16x2(x1 & 0xffffu, s);
+                    w.w = e4m3x2_to_bf16x2(x1 >> 16, s);
+                }
+            }
+            *(uint4*)dst = w;
+        }
+    }
+}
+
+// The cache geometry, rebuilt from the parameter block at each use (the
+// compiler reads it from constant memory instead of holding 11 registers
+// across the tile loop).
+__device__ __forceinline__ CacheGeom geom_of(const MlaParams& P) {
+    CacheGeom g;
+    g.base = P.kv;
+    g.bound = P.bound;
+    g.page_size = P.page_size;
+    g.page_stride = P.page_stride;
+    g.token_stride = P.token_stride;
+    g.aligned = (((u64)P.kv | (u64)P.page_stride | (u64)P.token_stride) & 15u) == 0;
+    return g;
+}
+
+template <int MT, int KF>
+__device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
+    using S = TcShape<MT>;
+    constexpr int MR = S::MR, NDQ = S::NDQ, CW = S::CW, NB = S::NB, ROWS = S::ROWS;
+    extern __shared__ __align__(16) float smem[];
+    __shared__ int len_s;
+    u8* sb = (u8*)smem;
+    u16* q_s = (u16*)sb;                                        // [MR][TC_LD]
+    u16* k_s = (u16*)(sb + S::Q_BYTES);                         // [TC_KT][TC_LD]
+    float* sp_s = (float*)(sb + S::Q_BYTES + S::K_BYTES);       // [NDQ][MR][TC_SLD]
+    u16* p_s = (u16*)((u8*)sp_s + S::S_BYTES);                  // hi [MR][TC_PLD], then lo
+    float* st_s = (float*)((u8*)p_s + S::P_BYTES);              // alpha [MR], m [MR], sum [MR]
+    i64* off_s = (i64*)((u8*)st_s + S::ST_BYTES);               // [TC_KT]
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gid = lane >> 2, tig = lane & 3;
+    const int d_qk = P.d_qk, h_q = P.h_q;
+    const i64 bid = blockIdx.x;
+    const int split = (int)(bid % P.splits);
+    const i64 rg = bid / P.splits;
+    const int grp = (int)(rg % P.groups);
+    const int r = (int)(rg / P.groups);
+    const int h0 = grp * MR;
+    const int* idx_row = P.indices + (i64)r * P.topk;
+
+
+    // q's block (zeros past h_q), 8 bf16 at a time.
+    {
+        const u8* qb = (const u8*)P.q;
+        const bool qa = ((u64)qb & 15u) == 0;
+        const int chunks = d_qk / 8;
+        for (int i = tid; i < MR * chunks; i += BLOCK) {
+            const int h = i / chunks, c = i - h * chunks, hq = h0 + h;
+            uint4 w = make_uint4(0u, 0u, 0u, 0u);
+            if (hq < h_q) w = ld16(qb + (((i64)r * h_q + hq) * d_qk + 8 * c) * 2, qa);
+            *(uint4*)(q_s + h * TC_LD + 8 * c) = w;
+        }
+    }
+    const int L = row_length(P, idx_row, r, &len_s);
+    const i64 start = (i64)split * P.chunk;
+    const int lim = (int)min(min(start + P.chunk, (i64)P.topk), (i64)L);
+
+    // Softmax state (m, sum) of row x at st_s[MR + x], st_s[2 MR + x]: only
+    // warp x % 8 updates it (every lane computes the same bits, lane 0
+    // writes; the tile's barriers order the write before the next tile's
+    // reads); the epilogue reads it. Initialised before the first tile's barrier.
+    if (tid < MR) {
+        st_s[MR + tid] = -fsa_inf();
+        st_s[2 * MR + tid] = 0.f;
+    }
+    // O fragments: m-tile mt, columns cb * CW + 8n + 2 tig (+1), rows gid (+8).
+    const int mt = warp % MT, slice = warp / MT;
+    float o[NB][4];
+#pragma unroll
+    for (int n = 0; n < NB; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    const int ksteps = d_qk / 16;
+    const int k_lo = slice * ksteps / NDQ, k_hi = (slice + 1) * ksteps / NDQ;
+    const float scale = P.sm_scale;
+    // ldmatrix row addresses: A (16 rows x 16 cols at (row0, col0)): lane
+    // gives row row0 + (lane & 15), col col0 + 8 (lane >> 4). B from a
+    // [key][d] matrix (two n8 tiles of keys, one k16 step): key
+    // (lane & 7) + 8 (lane >> 4), d + 8 ((lane >> 3) & 1). B.trans from
+    // [key][col] (one k16 step of keys, two n8 tiles of columns): key
+    // (lane & 15), col + 8 (lane >> 4).
+    const int a_row = lane & 15, a_col = 8 * (lane >> 4);
+    const int b_key = (lane & 7) + 8 * (lane >> 4), b_col = 8 * ((lane >> 3) & 1);
+    // This lane's ldmatrix addresses (32-bit shared addresses: half the
+    // registers of pointers), steps in bytes.
+    const u32 qa = smem_addr(q_s + (16 * mt + a_row) * TC_LD + a_col);
+    const u32 kb = smem_addr(k_s + b_key * TC_LD + b_col);
+    const u32 pa = smem_addr(p_s + (16 * mt + a_row) * TC_PLD + a_col);
+    const u32 vb = smem_addr(k_s + a_row * TC_LD + slice * CW + a_col);
+
+    for (int t0 = (int)start; t0 < lim; t0 += TC_KT) {
+        if (!tile_offsets<TC_KT>(off_s, idx_row, t0, lim, geom_of(P))) continue;
+        tc_gather<KF>(k_s, off_s, geom_of(P), d_qk);
+        __syncthreads();  // B0
+        {
+            float acc[4][4];
+#pragma unroll
+            for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+#pragma unroll 1
+            for (int ks = k_lo; ks < k_hi; ++ks) {
+                const u32 d = 32 * ks;  // bytes
+                u32 a[4], b0[4], b1[4];
+                ldsm_x4(a, qa + d);
+                ldsm_x4(b0, kb + d);
+                ldsm_x4(b1, kb + 32 * TC_LD + d);
+                mma_bf16_16816(acc[0], a, b0[0], b0[1]);
+                mma_bf16_16816(acc[1], a, b0[2], b0[3]);
+                mma_bf16_16816(acc[2], a, b1[0], b1[1]);
+                mma_bf16_16816(acc[3], a, b1[2], b1[3]);
+            }
+            float* sp = sp_s + (slice * MR + 16 * mt + gid) * TC_SLD + 2 * tig;
+#pragma unroll
+            for (int n = 0; n < 4; ++n) {
+                *(float2*)(sp + 8 * n) = make_float2(acc[n][0], acc[n][1]);
+                *(float2*)(sp + 8 * TC_SLD + 8 * n) = make_float2(acc[n][2], acc[n][3]);
+            }
+        }
+        __syncthreads();  // B1
+        {
+            const bool att = off_s[lane] >= 0;
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i) {
+                const int row = warp + WARPS * i;
+                float dot = 0.f;
+#pragma unroll
+                for (int sl = 0; sl < NDQ; ++sl) dot += sp_s[(sl * MR + row) * TC_SLD + lane];
+                float alpha, m = st_s[MR + row], sum = st_s[2 * MR + row];
+                const float p = softmax_step(att ? dot * scale : -fsa_inf(), m, sum, &alpha);
+                const u16 hi = f32_to_bf16_bits(p);
+                p_s[row * TC_PLD + lane] = hi;
+                p_s[(MR + row) * TC_PLD + lane] = f32_to_bf16_bits(p - bf16_bits_to_f32(hi));
+                if (lane == 0) {
+                    st_s[row] = alpha;
+                    st_s[MR + row] = m;
+                    st_s[2 * MR + row] = sum;
+                }
+            }
+        }
+        __syncthreads();  // B2
+        {
+            const float a0 = st_s[16 * mt + gid], a1 = st_s[16 * mt + gid + 8];
+#pragma unroll
+            for (int n = 0; n < NB; ++n) {
+                o[n][0] *= a0;
+                o[n][1] *= a0;
+                o[n][2] *= a1;
+                o[n][3] *= a1;
+            }
+#pragma unroll 1
+            for (int kk = 0; kk < TC_KT / 16; ++kk) {
+                u32 a[4], al[4];
+                ldsm_x4(a, pa + 32 * kk);
+                ldsm_x4(al, pa + 2 * MR * TC_PLD + 32 * kk);
+#pragma unroll
+                for (int np = 0; np < NB / 2; ++np) {
+                    u32 b[4];
+                    ldsm_x4_trans(b, vb + 32 * kk * TC_LD + 32 * np);
+                    mma_bf16_16816(o[2 * np], a, b[0], b[1]);
+                    mma_bf16_16816(o[2 * np], al, b[0], b[1]);
+                    mma_bf16_16816(o[2 * np + 1], a, b[2], b[3]);
+                    mma_bf16_16816(o[2 * np + 1], al, b[2], b[3]);
+                }
+            }
+        }
+    }
+    // The last tile's state writes are ordered before the epilogue's reads
+    // (with no tile at all: the initial values, before this barrier).
+    __syncthreads();
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = 16 * mt + gid + 8 * half, hq = h0 + row;
+        if (hq >= h_q) continue;
+        const float m = st_s[MR + row], sum = st_s[2 * MR + row];
+        const int c0 = slice * CW + 2 * tig;
+        if (P.splits == 1) {
+            const HeadOut ho = head_out(m, sum, P.sink, hq);
+            u16* out = (u16*)P.out + ((i64)r * h_q + hq) * DV + c0;
+            const bool pairs = ((u64)P.out & 3u) == 0;  // else two 2-byte stores
+#pragma unroll
+            for (int n = 0; n < NB; ++n) {
+                const float x = ho.empty ? 0.f : o[n][2 * half] * ho.scale;
+                const float y = ho.empty ? 0.f : o[n][2 * half + 1] * ho.scale;
+                const u32 xy = pack_bf16x2(x, y);
+                if (pairs) {
+                    *(u32*)(out + 8 * n) = xy;
+                } else {
+                    out[8 * n] = (u16)xy;
+                    out[8 * n + 1] = (u16)(xy >> 16);
+                }
+            }
+            if (slice == 0 && tig == 0) {
+                P.lse[lse_at(r, hq, h_q, P.s_q)] = ho.lse;
+                if (P.max_logits) P.max_logits[(i64)r * h_q + hq] = m;
+            }
+        } else {
+            const i64 part = ((i64)r * h_q + hq) * P.splits + split;
+            float* w = P.ws + part * DV + c0;
+#pragma unroll
+            for (int n = 0; n < NB; ++n) *(float2*)(w + 8 * n) = make_float2(o[n][2 * half], o[n][2 * half + 1]);
+            if (slice == 0 && tig == 0) {
+                float* ml = P.ws + (i64)P.rows * h_q * P.splits * DV;
+                ml[2 * part] = m;
+                ml[2 * part + 1] = sum;
+            }
+        }
+    }
+}
+
+}  // namespace
+
+#define FSA_TC_FWD(NAME, MT, KF)                                                                    \
+    extern "C" __global__ void __launch_bounds__(BLOCK, 2) NAME(const MlaParams P) { mla_tc_forward<MT, KF>(P); }
+
+FSA_TC_FWD(mla_tc_fwd_m16_qbf16_kvbf16, 1, FMT_BF16)
+FSA_TC_FWD(mla_tc_fwd_m16_qbf16_kvfp8, 1, FMT_FP8)
+FSA_TC_FWD(mla_tc_fwd_m32_qbf16_kvbf16, 2, FMT_BF16)
+FSA_TC_FWD(mla_tc_fwd_m32_qbf16_kvfp8, 2, FMT_FP8)
