@@ -123,13 +123,15 @@ def test_cuda_merge_of_simulated_shards_equals_one_device():
         for world in (1, 2, 3, 8):
             shards = _cuts(20000, world, 11 * world)
             k = 2048
-            ids, vals = [], []
-            for off, n in shards:
-                i, v = flashsel.topk(x[:, off : off + n], k, order="index", return_values=True)
-                ids.append(torch.where(i >= 0, i + off, i).to(torch.int32))
-                vals.append(v)
             for order in ("score", "index"):
                 for nan in ("lowest", "largest"):
+                    # Each rank's candidates under the merge's NaN policy (a
+                    # NaN a rank ranked lowest could not come back).
+                    ids, vals = [], []
+                    for off, n in shards:
+                        i, v = flashsel.topk(x[:, off : off + n], k, order="index", nan=nan, return_values=True)
+                        ids.append(torch.where(i >= 0, i + off, i).to(torch.int32))
+                        vals.append(v)
                     got_i, got_v = fd.merge(torch.stack(ids), torch.stack(vals), k=k,
                                             shard_lens=[n for _, n in shards], order=order, nan=nan)
                     want_i, want_v = flashsel.topk(x, k, order=order, nan=nan, return_values=True)
