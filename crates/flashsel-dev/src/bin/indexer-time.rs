@@ -1,0 +1,82 @@
+//! Times qsa_scores / qsa_indexer on issue 22's shapes (a developer run; the
+//! bench rows are `flashsel bench --only indexer`).
+use flashsel::cuda::CudaEngine;
+use flashsel::data::Rng;
+use flashsel::ops::indexer::{BlockKeys, KeyElem, PageMap, QsaIndexerSpec, QsaScoresSpec, F8E4M3};
+use half::bf16;
+
+fn med(mut t: Vec<f64>) -> f64 {
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2] * 1e6
+}
+
+struct Shape<'a> {
+    name: &'a str,
+    rows: usize,
+    tokens: usize,
+    paged: bool,
+    prefill: bool,
+    verify: bool,
+}
+
+fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64) {
+    let mut rng = Rng::new(5);
+    let (rows, nb) = (s.rows, s.tokens / 4);
+    let (h, d) = (4, 128);
+    let q: Vec<bf16> = (0..rows * h * d).map(|_| bf16::from_f32(rng.normal())).collect();
+    let positions: Vec<i64> = if s.prefill {
+        (0..rows).map(|i| (s.tokens - rows + i) as i64).collect()
+    } else {
+        vec![s.tokens as i64 - 1; rows]
+    };
+    let (ps, per_page) = (64, 16);
+    let seqs = if s.paged { rows } else { 1 };
+    let max_pages = nb.div_ceil(per_page);
+    let table: Vec<i32> = (0..(seqs * max_pages) as i32).collect();
+    let seq_ids: Vec<i32> = (0..rows as i32).map(|r| if s.paged { r } else { 0 }).collect();
+    let key_rows = if s.paged { seqs * max_pages * per_page } else { nb };
+    let kbar: Vec<K> = (0..key_rows * d).map(|_| mk(rng.normal())).collect();
+    let map = PageMap::new(&table, max_pages, ps, &seq_ids).unwrap();
+    let keys = if s.paged { BlockKeys::Paged { kbar: &kbar, pages: map } } else { BlockKeys::Contiguous(&kbar) };
+    let sspec = QsaScoresSpec::new(rows, nb);
+    let ispec = QsaIndexerSpec::new(rows, nb);
+    let (s_gpu, ts) = e.time_qsa_scores(&q, &keys, &positions, &sspec, 30).unwrap();
+    let (i_gpu, ti) = e.time_qsa_indexer(&q, &keys, &positions, &ispec, None, 30).unwrap();
+    let mut ok = "unverified".to_string();
+    if s.verify {
+        let s_cpu = flashsel::cpu::qsa_scores(&q, &keys, &positions, &sspec).unwrap();
+        let same = s_cpu.iter().zip(&s_gpu).all(|(a, b)| a.to_bits() == b.to_bits());
+        let i_cpu = flashsel::cpu::qsa_indexer(&q, &keys, &positions, &ispec, None).unwrap();
+        ok = format!(
+            "scores {} indexer {}",
+            if same { "ok" } else { "MISMATCH" },
+            if i_cpu == i_gpu { "ok" } else { "MISMATCH" }
+        );
+    }
+    let per_row = (nb * d * std::mem::size_of::<K>()) as f64;
+    let key_bytes = if s.paged { per_row * rows as f64 } else { per_row };
+    println!(
+        "INDEXER {:<34} scores {:>9.2} us  indexer {:>9.2} us  floor {:>8.2} us  {ok}",
+        s.name,
+        med(ts),
+        med(ti),
+        key_bytes / bw * 1e6
+    );
+}
+
+fn main() {
+    let e = CudaEngine::new(0).unwrap();
+    e.warm_up().unwrap();
+    let bw = e.copy_bandwidth(1 << 30).unwrap();
+    println!("copy bandwidth {:.2} TB/s", bw / 1e12);
+    let b = |x: f32| bf16::from_f32(x);
+    let f8 = |x: f32| F8E4M3(flashsel::ops::mla::f32_to_e4m3(x));
+    let sh = |name, rows, tokens, paged, prefill, verify| Shape { name, rows, tokens, paged, prefill, verify };
+    run(&e, &sh("decode 1 x 4096 bf16", 1, 4096, false, false, true), b, bw);
+    run(&e, &sh("decode 1 x 131072 bf16", 1, 131_072, false, false, true), b, bw);
+    run(&e, &sh("decode 1 x 1048576 bf16", 1, 1 << 20, false, false, true), b, bw);
+    run(&e, &sh("decode 1 x 1048576 fp8", 1, 1 << 20, false, false, true), f8, bw);
+    run(&e, &sh("decode 16 x 1048576 bf16 paged", 16, 1 << 20, true, false, false), b, bw);
+    run(&e, &sh("decode 32 x 131072 bf16 paged", 32, 131_072, true, false, true), b, bw);
+    run(&e, &sh("prefill 8192 at 254K..262K bf16", 8192, 262_144, false, true, false), b, bw);
+}
