@@ -23,8 +23,16 @@
 namespace fsattn {
 
 // Two f32 -> packed bf16 pair (round to nearest even), lo in the low half.
+// On the device one cvt.rn.bf16x2.f32 (sm_80+; its first source goes to the
+// upper half); the same values as f32_to_bf16_bits but for a NaN's payload.
 __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+#else
     return (u32)f32_to_bf16_bits(lo) | ((u32)f32_to_bf16_bits(hi) << 16);
+#endif
 }
 
 #ifndef FSA_HOST_EMU
