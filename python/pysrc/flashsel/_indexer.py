@@ -130,7 +130,8 @@ def qsa_indexer(
 ) -> Any:
     """The QSA indexer fused with block selection: exactly
     ``qsa_select(qsa_scores(q, kbar, positions, ...), positions, ...)`` (the
-    same ids, counts and errors), without the ``[T, NB]`` float32 scores.
+    same ids, counts and errors), with a bounded score scratch instead of the
+    ``[T, NB]`` float32 scores (below).
 
     ``q``, ``kbar``, ``positions``, ``ratio``, ``page_table``, ``page_size``
     and ``seq_ids`` are those of :func:`qsa_scores`; ``k_blocks``, ``order``
