@@ -550,7 +550,6 @@ fn cuda_qsa_select(
     .map_err(to_py)
 }
 
-
 // ---------------------------------------------------------------------------
 // Context-parallel merge (flashsel.distributed)
 // ---------------------------------------------------------------------------
@@ -696,6 +695,145 @@ fn cuda_shard_merge(
     py.detach(|| unsafe { engine(device)?.shard_merge_device(&args) }).map_err(to_py)
 }
 
+/// The typed CPU QSA merge (`flashsel::cpu::qsa_merge`).
+#[allow(clippy::too_many_arguments)]
+fn qsa_merge_host<T: ScoreElem, B: Element + Copy>(
+    py: Python<'_>,
+    ids: &[i32],
+    values: &Bound<'_, PyAny>,
+    positions: &[i64],
+    spec: QsaSpec,
+    layout: &flashsel::ops::shard::ShardLayout,
+    pages: Option<HostPages<'_>>,
+) -> PyResult<flashsel::ops::qsa::QsaSelection> {
+    let v: PyReadonlyArray1<'_, B> = values.extract().map_err(|e| PyTypeError::new_err(format!("values: {e}")))?;
+    let v = v.as_slice().map_err(|e| value_err(format!("values: {e}")))?;
+    // SAFETY: B and T have one size and plain bits (f32 / u16 for bf16, f16).
+    let vals: &[T] = unsafe { std::slice::from_raw_parts(v.as_ptr() as *const T, v.len()) };
+    let map = match pages {
+        None => None,
+        Some((table, max_pages, page_size, seq_ids)) => {
+            Some(flashsel::ops::qsa::PageMap::new(table, max_pages, page_size, seq_ids).map_err(to_py)?)
+        }
+    };
+    py.detach(|| flashsel::cpu::qsa_merge(ids, vals, positions, &spec, layout, map.as_ref())).map_err(to_py)
+}
+
+/// QSA block selection from every rank's gathered block candidates on the
+/// CPU engine (`flashsel::cpu::qsa_merge`): `ids` int32 and `values`
+/// (float32, or uint16 bits for f16 / bf16), flat `[ranks * rows *
+/// k_blocks]` each in rank order (each rank's ids ascending); `shard_lens`
+/// the ranks' block counts. Returns (ids int32 [rows, width], counts int32
+/// [rows]), the bytes of `qsa_select` on the whole rows.
+#[pyfunction]
+#[pyo3(signature = (ids, values, dtype, shard_lens, positions, ratio, k_blocks, order, nan, page_table, page_size, seq_ids))]
+#[allow(clippy::too_many_arguments)]
+fn qsa_merge_cpu<'py>(
+    py: Python<'py>,
+    ids: PyReadonlyArray1<'py, i32>,
+    values: &Bound<'py, PyAny>,
+    dtype: &str,
+    shard_lens: Vec<usize>,
+    positions: PyReadonlyArray1<'py, i64>,
+    ratio: usize,
+    k_blocks: usize,
+    order: &str,
+    nan: &str,
+    page_table: Option<PyReadonlyArray2<'py, i32>>,
+    page_size: usize,
+    seq_ids: Option<PyReadonlyArray1<'py, i32>>,
+) -> PyResult<QsaArrays<'py>> {
+    let (dt, order, nan) = parse_opts(dtype, order, nan)?;
+    let layout = flashsel::ops::shard::ShardLayout::from_lens(&shard_lens).map_err(to_py)?;
+    let positions = positions.as_slice().map_err(|e| value_err(format!("positions: {e}")))?;
+    let spec = qsa_spec(positions.len(), layout.cols(), layout.cols(), ratio, k_blocks, order, nan)?;
+    let ids = ids.as_slice().map_err(|e| value_err(format!("ids: {e}")))?;
+    let pages = host_pages(&page_table, page_size, &seq_ids)?;
+    let sel = match dt {
+        DType::F32 => qsa_merge_host::<f32, f32>(py, ids, values, positions, spec, &layout, pages)?,
+        DType::F16 => qsa_merge_host::<f16, u16>(py, ids, values, positions, spec, &layout, pages)?,
+        DType::BF16 => qsa_merge_host::<bf16, u16>(py, ids, values, positions, spec, &layout, pages)?,
+        other => return Err(value_err(format!("the merge takes f32, bf16 or f16 values, not {other}"))),
+    };
+    let out = numpy::PyArray1::from_vec(py, sel.ids).reshape([sel.rows, sel.width])?;
+    Ok((out, numpy::PyArray1::from_vec(py, sel.counts)))
+}
+
+/// Bytes of device workspace a `cuda_qsa_shard_merge` call needs.
+#[pyfunction]
+#[pyo3(signature = (device, dtype, rows, blocks, ratio, k_blocks, ranks, order, nan))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_qsa_shard_merge_workspace_bytes(
+    py: Python<'_>,
+    device: usize,
+    dtype: &str,
+    rows: usize,
+    blocks: usize,
+    ratio: usize,
+    k_blocks: usize,
+    ranks: usize,
+    order: &str,
+    nan: &str,
+) -> PyResult<usize> {
+    let (dt, order, nan) = parse_opts(dtype, order, nan)?;
+    let spec = qsa_spec(rows, blocks, blocks, ratio, k_blocks, order, nan)?;
+    py.detach(|| engine(device)?.qsa_shard_merge_workspace_bytes(&spec, dt, ranks)).map_err(to_py)
+}
+
+/// Launches the GPU QSA merge on `stream` over caller-owned device buffers
+/// (ids int32 / values [ranks, rows, k_blocks], each rank's ids ascending;
+/// positions int32 [rows]; out_ids int32 [rows, width], counts int32
+/// [rows]) and returns without waiting.
+#[pyfunction]
+#[pyo3(signature = (device, dtype, rows, blocks, ratio, k_blocks, ranks, order, nan,
+                    ids, values, positions, out_ids, counts, pages, workspace, workspace_bytes, stream))]
+#[allow(clippy::too_many_arguments)]
+fn cuda_qsa_shard_merge(
+    py: Python<'_>,
+    device: usize,
+    dtype: &str,
+    rows: usize,
+    blocks: usize,
+    ratio: usize,
+    k_blocks: usize,
+    ranks: usize,
+    order: &str,
+    nan: &str,
+    ids: u64,
+    values: u64,
+    positions: u64,
+    out_ids: u64,
+    counts: u64,
+    pages: Option<DevicePagesArgs>,
+    workspace: u64,
+    workspace_bytes: usize,
+    stream: u64,
+) -> PyResult<()> {
+    let (dt, order, nan) = parse_opts(dtype, order, nan)?;
+    let spec = qsa_spec(rows, blocks, blocks, ratio, k_blocks, order, nan)?;
+    let pages = pages.map(device_pages).transpose()?;
+    if rows > 0 && (ids == 0 || values == 0 || positions == 0 || out_ids == 0 || counts == 0) {
+        return Err(value_err("ids / values / positions / out_ids / counts: null device pointer"));
+    }
+    let args = flashsel::ops::shard::device::DeviceQsaShardMerge {
+        spec,
+        dtype: dt,
+        ranks,
+        ids,
+        values,
+        positions,
+        out_ids,
+        counts: Some(counts),
+        pages,
+        workspace,
+        workspace_bytes,
+        stream,
+    };
+    // SAFETY: the Python caller passes live device allocations of the sizes
+    // the arguments imply, on `device`; the launch is stream-ordered.
+    py.detach(|| unsafe { engine(device)?.qsa_shard_merge_device(&args) }).map_err(to_py)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -704,6 +842,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(shard_merge_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_shard_merge_workspace_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_shard_merge, m)?)?;
+    m.add_function(wrap_pyfunction!(qsa_merge_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_qsa_shard_merge_workspace_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(cuda_qsa_shard_merge, m)?)?;
     m.add_function(wrap_pyfunction!(qsa_select_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_engine_error, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_workspace_bytes, m)?)?;

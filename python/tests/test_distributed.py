@@ -162,3 +162,88 @@ def test_nccl_world_size_one():
     with tempfile.TemporaryDirectory() as d:
         os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
         mp.spawn(_nccl_worker, args=(1, "file://" + os.path.join(d, "rdv")), nprocs=1, join=True)
+
+
+# ---------------------------------------------------------------------------
+# qsa_select over block shards
+# ---------------------------------------------------------------------------
+
+
+def _qsa_case(rows, nb, ratio, k, seed):
+    """Block scores with ties and NaN, positions from copy rows (V <= k) to
+    V = nb, and a page table covering every token a row can name."""
+    x = _scores(rows, nb, torch.float32, seed)
+    g = np.random.default_rng(seed)
+    v = g.integers(0, nb + 1, size=rows)
+    v[: min(rows, 3)] = [0, min(k, nb), nb][: min(rows, 3)]
+    tail = g.integers(0, ratio, size=rows)
+    pos = torch.from_numpy(np.maximum(v * ratio + tail, 1) - 1).to(torch.int64)
+    page_size = 16
+    max_pages = (nb * ratio + ratio) // page_size + 1
+    seqs = 2
+    table = torch.from_numpy(g.permutation(seqs * max_pages).astype(np.int32).reshape(seqs, max_pages))
+    seq_ids = torch.from_numpy((np.arange(rows) % seqs).astype(np.int32))
+    return x, pos, table, page_size, seq_ids
+
+
+def _qsa_worker(rank, world, init, result_dir):
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        checked = 0
+        for case, (rows, nb, ratio, k) in enumerate([(9, 120, 4, 16), (5, 40, 1, 50), (7, 333, 3, 8)]):
+            for dtype in DTYPES:
+                for order in ("index", "score"):
+                    for nan in ("lowest", "largest"):
+                        seed = 100 * case + 10 * DTYPES.index(dtype) + 2 * (order == "score") + (nan == "largest")
+                        x, pos, table, ps, seq = _qsa_case(rows, nb, ratio, k, seed)
+                        x = x.to(dtype)
+                        off, n = _cuts(nb, world, seed)[rank]
+                        for paged in (False, True):
+                            kw = dict(page_table=table, page_size=ps, seq_ids=seq) if paged else {}
+                            got = fd.qsa_select(x[:, off : off + n], pos, offset=off, total_blocks=nb, ratio=ratio,
+                                                k_blocks=k, order=order, nan=nan, **kw)  # fmt: skip
+                            want = flashsel.qsa_select(x, pos, ratio=ratio, k_blocks=k, order=order, nan=nan, **kw)
+                            tag = f"rank {rank}/{world} case {case} {dtype} {order} {nan} paged={paged}"
+                            assert torch.equal(got[0], torch.as_tensor(want[0])), tag
+                            assert torch.equal(got[1], torch.as_tensor(want[1])), tag
+                            checked += 1
+        with open(os.path.join(result_dir, f"rank{rank}"), "w") as f:
+            f.write(str(checked))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_gloo_qsa_select_equals_the_single_process_result(world):
+    mp = pytest.importorskip("torch.multiprocessing")
+    with tempfile.TemporaryDirectory() as d:
+        init = "file://" + os.path.join(d, "rendezvous")
+        mp.spawn(_qsa_worker, args=(world, init, d), nprocs=world, join=True)
+        counts = [int(open(os.path.join(d, f"rank{r}")).read()) for r in range(world)]
+    assert counts == [counts[0]] * world and counts[0] > 0
+
+
+def _nccl_qsa_worker(rank, world, init):
+    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world)
+    try:
+        torch.cuda.set_device(rank)
+        x, pos, table, ps, seq = _qsa_case(12, 3000, 4, 256, 21)
+        x = x.to(torch.bfloat16)
+        for order in ("index", "score"):
+            kw = dict(page_table=table.cuda(), page_size=ps, seq_ids=seq.cuda())
+            got = fd.qsa_select(x.cuda(), pos.cuda(), offset=0, total_blocks=3000, k_blocks=256, order=order, **kw)
+            want = flashsel.qsa_select(x, pos, k_blocks=256, order=order, page_table=table, page_size=ps, seq_ids=seq)
+            assert torch.equal(got[0].cpu(), torch.as_tensor(want[0])), order
+            assert torch.equal(got[1].cpu(), torch.as_tensor(want[1])), order
+    finally:
+        dist.destroy_process_group()
+
+
+@cuda
+def test_nccl_qsa_select_world_size_one():
+    if not dist.is_nccl_available():
+        pytest.skip("no NCCL in this torch")
+    mp = pytest.importorskip("torch.multiprocessing")
+    with tempfile.TemporaryDirectory() as d:
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+        mp.spawn(_nccl_qsa_worker, args=(1, "file://" + os.path.join(d, "rdv")), nprocs=1, join=True)

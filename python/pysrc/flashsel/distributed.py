@@ -18,7 +18,9 @@ rank the same bytes one device returns on the whole rows:
    with ``-1`` / ``-inf``.
 
 Every rank must call with the same ``k``, ``order``, ``nan``, ``lengths``
-and ``total_cols``. See docs/semantics.md, "Context-parallel selection".
+and ``total_cols``. ``qsa_select`` does the same for QSA block scores
+sharded by block, ending in the QSA merge (token ids or slots). See
+docs/semantics.md, "Context-parallel selection".
 """
 
 from __future__ import annotations
@@ -184,10 +186,106 @@ def merge(
     return out_idx, out_val
 
 
-def qsa_select(*args: Any, **kwargs: Any) -> Any:
-    """Not yet: the Rust layer has the QSA merge (``flashsel::cpu::qsa_merge``,
-    ``CudaEngine::qsa_shard_merge_device``); its Python form is to come."""
-    raise NotImplementedError(
-        "flashsel.distributed.qsa_select is not wired yet: merge the block candidates with "
-        "flashsel.distributed.merge and expand them (see docs/python.md)"
+def qsa_select(
+    scores_shard: Any,
+    positions: Any,
+    *,
+    group: Any = None,
+    offset: int,
+    total_blocks: int,
+    ratio: int = 4,
+    k_blocks: int = 512,
+    order: Literal["score", "index"] = "index",
+    nan: Literal["lowest", "largest"] = "lowest",
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> tuple[Any, Any]:
+    """QSA block selection over block scores sharded by block: this rank
+    holds ``[T, nb_r]``, the global blocks ``offset .. offset + nb_r`` of
+    every row (the ranks' slices in rank order tile ``0 .. total_blocks``).
+    Returns ``(ids, counts)`` with the bytes of :func:`flashsel.qsa_select`
+    on the whole rows, on every rank (``positions``, ``ratio``,
+    ``k_blocks``, ``order``, ``nan`` and the page table as there).
+
+    How: each rank selects its exact local top ``k_blocks`` of its part of
+    ``0 .. V`` for the rows with ``V > k_blocks`` (the others read no score,
+    as in ``qsa_select``), in index order with global block ids; the
+    candidates and each rank's layout are all-gathered over ``group``; the
+    QSA merge (``flashsel::cpu::qsa_merge`` for CPU tensors with every host
+    check, ``CudaEngine::qsa_shard_merge_device`` for CUDA tensors, device
+    rows out of range as padding) selects the blocks and expands them to
+    token ids or slots. Every rank must pass the same ``positions``,
+    options and page table."""
+    import torch
+    import torch.distributed as dist
+
+    from ._api import _device_int32, _device_pages, _host_table, _int_vector
+
+    if scores_shard.dim() != 2:
+        raise ValueError(f"scores_shard must be [queries, blocks_r], got shape {tuple(scores_shard.shape)}")
+    rows, cols = scores_shard.shape
+    name = _torch_dtype_name(torch, scores_shard.dtype)
+    if ratio < 1 or k_blocks < 1:
+        raise ValueError(f"ratio and k_blocks must be >= 1, got {ratio} and {k_blocks}")
+    world = dist.get_world_size(group)
+    dev = scores_shard.device
+    pos = positions if isinstance(positions, torch.Tensor) else torch.as_tensor(np.asarray(positions))
+    if pos.dim() != 1 or pos.shape[0] != rows or pos.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"positions must be int32 / int64 [{rows}], got {pos.dtype} {tuple(pos.shape)}")
+    # The blocks each row ranks: 0 .. V when V > k_blocks, none otherwise.
+    v = torch.div(pos.to(torch.int64) + 1, ratio, rounding_mode="floor")
+    ends = torch.where(v > k_blocks, v, torch.zeros_like(v))
+    local_len = (ends - int(offset)).clamp(0, cols).to(torch.int32).to(dev)
+    idx, val = _topk(scores_shard, k_blocks, lengths=local_len, order="index", nan=nan, return_values=True)
+    ids = torch.where(idx >= 0, idx + int(offset), idx).to(torch.int32)
+    bits = val.contiguous().view(torch.uint8)
+    shape = torch.tensor([int(offset), int(cols)], dtype=torch.int64, device=dev)
+    layout = _all_gather(torch, dist, shape, world, group).cpu().tolist()
+    at = 0
+    for r, (o, c) in enumerate(layout):
+        if o != at:
+            raise ValueError(f"rank {r}'s shard starts at block {o}, but ranks 0..{r - 1} end at {at}")
+        at += c
+    if at != total_blocks:
+        raise ValueError(f"the shards cover {at} blocks, total_blocks says {total_blocks}")
+    g_ids = _all_gather(torch, dist, ids, world, group).contiguous()
+    g_vals = _all_gather(torch, dist, bits, world, group).view(scores_shard.dtype).reshape(world, rows, k_blocks)
+    width = k_blocks * ratio + ratio - 1
+    shard_lens = [c for _, c in layout]
+    if dev.type == "cuda":
+        device = dev.index if dev.index is not None else torch.cuda.current_device()
+        _ensure_engine(device)
+        dpos = _device_int32(torch, "positions", pos, rows, dev)
+        pages, keep = _device_pages(torch, page_table, page_size, seq_ids, rows, dev)
+        out = torch.empty((rows, width), dtype=torch.int32, device=dev)
+        counts = torch.empty((rows,), dtype=torch.int32, device=dev)
+        nbytes = _native.cuda_qsa_shard_merge_workspace_bytes(
+            device, name, rows, total_blocks, ratio, k_blocks, world, order, nan
+        )
+        ws = torch.empty(max(nbytes, 256), dtype=torch.uint8, device=dev)
+        g_vals = g_vals.contiguous()
+        _native.cuda_qsa_shard_merge(
+            device, name, rows, total_blocks, ratio, k_blocks, world, order, nan,
+            g_ids.data_ptr(), g_vals.data_ptr(), dpos.data_ptr(), out.data_ptr(), counts.data_ptr(),
+            pages, ws.data_ptr(), nbytes, _raw_stream(torch, device),
+        )  # fmt: skip
+        del keep
+        return out, counts
+    np_ids = np.ascontiguousarray(g_ids.numpy().reshape(-1), dtype=np.int32)
+    vbits = g_vals.contiguous().view(_bits_dtype(torch, g_vals.dtype)).numpy().reshape(-1)
+    np_vals = vbits.view(np.float32) if g_vals.dtype == torch.float32 else vbits.view(np.uint16)
+    np_pos = _int_vector("positions", pos.cpu().numpy(), rows, np.int64)
+    if (page_table is None) != (seq_ids is None):
+        raise ValueError("page_table and seq_ids come together: pass both or neither")
+    table = None
+    seqs = None
+    if page_table is not None:
+        pt = page_table.cpu().numpy() if isinstance(page_table, torch.Tensor) else page_table
+        table = _host_table(pt)
+        sq = seq_ids.cpu().numpy() if isinstance(seq_ids, torch.Tensor) else seq_ids
+        seqs = _int_vector("seq_ids", sq, rows, np.int32)
+    out_np, counts_np = _native.qsa_merge_cpu(
+        np_ids, np_vals, name, shard_lens, np_pos, ratio, k_blocks, order, nan, table, page_size, seqs
     )
+    return torch.from_numpy(np.ascontiguousarray(out_np)), torch.from_numpy(counts_np)
