@@ -247,3 +247,50 @@ def test_nccl_qsa_select_world_size_one():
     with tempfile.TemporaryDirectory() as d:
         os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
         mp.spawn(_nccl_qsa_worker, args=(1, "file://" + os.path.join(d, "rdv")), nprocs=1, join=True)
+
+
+# ---------------------------------------------------------------------------
+# qsa_indexer over key shards
+# ---------------------------------------------------------------------------
+
+
+def _indexer_worker(rank, world, init, result_dir):
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        checked = 0
+        for case, (rows, nb, ratio, k, heads, d) in enumerate([(8, 300, 4, 32, 2, 64), (5, 90, 1, 40, 4, 128)]):
+            for qd, kd in ((torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32)):
+                for order in ("index", "score"):
+                    seed = 50 * case + 2 * (qd == torch.bfloat16) + (order == "score")
+                    g = np.random.default_rng(seed)
+                    q = torch.from_numpy(g.integers(-2, 3, size=(rows, heads, d)).astype(np.float32)).to(qd)
+                    kbar = torch.from_numpy(g.integers(-2, 3, size=(nb, d)).astype(np.float32)).to(kd)  # near-ties
+                    _, pos, table, ps, seq = _qsa_case(rows, nb, ratio, k, seed)
+                    off, n = _cuts(nb, world, seed)[rank]
+                    for paged in (False, True):
+                        kw = dict(page_table=table, page_size=ps, seq_ids=seq) if paged else {}
+                        got = fd.qsa_indexer(q, kbar[off : off + n], pos, offset=off, total_blocks=nb, ratio=ratio,
+                                             k_blocks=k, order=order, **kw)  # fmt: skip
+                        scores = flashsel.qsa_scores(q, kbar, pos, ratio=ratio)
+                        want = flashsel.qsa_select(scores, pos, ratio=ratio, k_blocks=k, order=order, **kw)
+                        tag = f"rank {rank}/{world} case {case} {qd} {kd} {order} paged={paged}"
+                        assert torch.equal(got[0], torch.as_tensor(want[0])), tag
+                        assert torch.equal(got[1], torch.as_tensor(want[1])), tag
+                        if not paged:
+                            fused = flashsel.qsa_indexer(q, kbar, pos, ratio=ratio, k_blocks=k, order=order)
+                            assert torch.equal(got[0], torch.as_tensor(fused[0])), tag
+                        checked += 1
+        with open(os.path.join(result_dir, f"rank{rank}"), "w") as f:
+            f.write(str(checked))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_gloo_qsa_indexer_equals_the_single_process_result(world):
+    mp = pytest.importorskip("torch.multiprocessing")
+    with tempfile.TemporaryDirectory() as d:
+        init = "file://" + os.path.join(d, "rendezvous")
+        mp.spawn(_indexer_worker, args=(world, init, d), nprocs=world, join=True)
+        counts = [int(open(os.path.join(d, f"rank{r}")).read()) for r in range(world)]
+    assert counts == [counts[0]] * world and counts[0] > 0

@@ -19,7 +19,9 @@ rank the same bytes one device returns on the whole rows:
 
 Every rank must call with the same ``k``, ``order``, ``nan``, ``lengths``
 and ``total_cols``. ``qsa_select`` does the same for QSA block scores
-sharded by block, ending in the QSA merge (token ids or slots). See
+sharded by block, ending in the QSA merge (token ids or slots), and
+``qsa_indexer`` for block keys sharded by block (each rank scores its own
+blocks, then ``qsa_select``). See
 docs/semantics.md, "Context-parallel selection".
 """
 
@@ -33,7 +35,7 @@ from . import _native
 from ._api import _ensure_engine, _raw_stream, _torch_dtype_name
 from ._api import topk as _topk
 
-__all__ = ["topk", "merge", "qsa_select"]
+__all__ = ["topk", "merge", "qsa_select", "qsa_indexer"]
 
 
 def _bits_dtype(torch: Any, dtype: Any) -> Any:
@@ -289,3 +291,68 @@ def qsa_select(
         np_ids, np_vals, name, shard_lens, np_pos, ratio, k_blocks, order, nan, table, page_size, seqs
     )
     return torch.from_numpy(np.ascontiguousarray(out_np)), torch.from_numpy(counts_np)
+
+
+def qsa_indexer(
+    q: Any,
+    kbar_shard: Any,
+    positions: Any,
+    *,
+    group: Any = None,
+    offset: int,
+    total_blocks: int,
+    ratio: int = 4,
+    k_blocks: int = 512,
+    order: Literal["score", "index"] = "index",
+    nan: Literal["lowest", "largest"] = "lowest",
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> tuple[Any, Any]:
+    """The QSA indexer with the block keys sharded by block: this rank holds
+    ``kbar_shard [nb_r, d]``, the global blocks ``offset .. offset + nb_r``
+    of one sequence's keys (contiguous on each rank; the ranks' slices in
+    rank order tile ``0 .. total_blocks``), and every rank the same ``q``
+    ``[T, H, d]`` and ``positions``. Returns ``(ids, counts)``: the bytes of
+    ``flashsel.qsa_select(flashsel.qsa_scores(q, kbar, positions), positions)``
+    on the whole keys (``flashsel.qsa_indexer``'s), on every rank.
+    ``page_table`` / ``seq_ids`` map the output ids to KV slots (as in
+    :func:`qsa_select`); they do not address the keys.
+
+    How: the rank scores its blocks with :func:`flashsel.qsa_scores` (each
+    block's score is its own arithmetic, so the bytes of the whole row's),
+    row ``t`` seeing its blocks below ``V(t) = (positions[t] + 1) //
+    ratio``; then :func:`qsa_select` over those scores. The rank's scores
+    ``[T, nb_r]`` f32 are written (not fused)."""
+    import torch
+
+    from ._indexer import qsa_scores as _qsa_scores
+
+    if kbar_shard.dim() != 2:
+        raise ValueError(f"kbar_shard must be [blocks_r, d] (one sequence's keys), got shape {tuple(kbar_shard.shape)}")
+    pos = positions if isinstance(positions, torch.Tensor) else torch.as_tensor(np.asarray(positions))
+    if pos.dim() != 1 or pos.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"positions must be int32 / int64 [T], got {pos.dtype} {tuple(pos.shape)}")
+    if ratio < 1:
+        raise ValueError(f"ratio must be >= 1, got {ratio}")
+    nb_r = kbar_shard.shape[0]
+    v = torch.div(pos.to(torch.int64) + 1, ratio, rounding_mode="floor")
+    v_local = (v - int(offset)).clamp(0, nb_r)
+    # Positions that see exactly v_local of this rank's blocks at ratio 2
+    # ((2 v + 1) // 2 = v, and >= 0 even where v is 0); a block's score does
+    # not depend on the ratio.
+    local = _qsa_scores(q, kbar_shard, 2 * v_local, ratio=2)
+    return qsa_select(
+        local,
+        pos,
+        group=group,
+        offset=offset,
+        total_blocks=total_blocks,
+        ratio=ratio,
+        k_blocks=k_blocks,
+        order=order,
+        nan=nan,
+        page_table=page_table,
+        page_size=page_size,
+        seq_ids=seq_ids,
+    )
