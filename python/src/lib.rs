@@ -429,18 +429,11 @@ fn cuda_select(
         starts,
         pages,
     };
-    py.detach(|| {
-        let e = engine(device)?;
-        let need = e.workspace_bytes(&spec, lengths.is_some())?;
-        if workspace_bytes < need || (need > 0 && workspace == 0) {
-            return Err(Error::BufferSize { what: "workspace (bytes)", got: workspace_bytes, need });
-        }
-        // SAFETY: the Python caller passes pointers of live device allocations
-        // of the sizes the spec implies, on `device`, and keeps them alive for
-        // the duration of the call; the launch is stream-ordered after that.
-        unsafe { e.select_device(&args) }
-    })
-    .map_err(to_py)
+    // SAFETY: the Python caller passes pointers of live device allocations
+    // of the sizes the spec implies, on `device`, and keeps them alive for
+    // the duration of the call; the launch is stream-ordered after that (the
+    // engine checks the workspace's size and pointer).
+    py.detach(|| unsafe { engine(device)?.select_device(&args) }).map_err(to_py)
 }
 
 /// A device page table from Python: (table pointer, sequences, max_pages,
@@ -541,13 +534,9 @@ fn cuda_qsa_select(
         workspace_bytes,
         stream,
     };
-    py.detach(|| {
-        let e = engine(device)?;
-        // SAFETY: as cuda_select: live device allocations of the sizes the
-        // spec implies, on `device`, kept alive by the caller.
-        unsafe { e.qsa_select_device(&args) }
-    })
-    .map_err(to_py)
+    // SAFETY: as cuda_select: live device allocations of the sizes the
+    // spec implies, on `device`, kept alive by the caller.
+    py.detach(|| unsafe { engine(device)?.qsa_select_device(&args) }).map_err(to_py)
 }
 
 // ---------------------------------------------------------------------------
@@ -567,9 +556,7 @@ fn merge_host<T: ScoreElem, B: Element + Copy>(
     lengths: Option<&[i32]>,
 ) -> PyResult<(Vec<i32>, Vec<B>)> {
     let v: PyReadonlyArray1<'_, B> = values.extract().map_err(|e| PyTypeError::new_err(format!("values: {e}")))?;
-    let v = v.as_slice().map_err(|e| value_err(format!("values: {e}")))?;
-    // SAFETY: B and T have one size and plain bits (f32 / u16 for bf16, f16).
-    let vals: &[T] = unsafe { std::slice::from_raw_parts(v.as_ptr() as *const T, v.len()) };
+    let vals: &[T] = bits_slice("values", &v)?;
     let n = spec.rows * spec.k;
     let mut out_i = vec![-1i32; n];
     let mut out_v = vec![T::neg_inf(); n];
@@ -707,9 +694,7 @@ fn qsa_merge_host<T: ScoreElem, B: Element + Copy>(
     pages: Option<HostPages<'_>>,
 ) -> PyResult<flashsel::ops::qsa::QsaSelection> {
     let v: PyReadonlyArray1<'_, B> = values.extract().map_err(|e| PyTypeError::new_err(format!("values: {e}")))?;
-    let v = v.as_slice().map_err(|e| value_err(format!("values: {e}")))?;
-    // SAFETY: B and T have one size and plain bits (f32 / u16 for bf16, f16).
-    let vals: &[T] = unsafe { std::slice::from_raw_parts(v.as_ptr() as *const T, v.len()) };
+    let vals: &[T] = bits_slice("values", &v)?;
     let map = match pages {
         None => None,
         Some((table, max_pages, page_size, seq_ids)) => {
@@ -866,24 +851,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 // QSA indexer scores (CPU engine)
 // ---------------------------------------------------------------------------
 
-/// A C-contiguous, aligned NumPy array of `B` as a slice of `T` (the same
-/// layout), and its shape.
+/// [`bits_slice`] of an array of any rank, and its shape.
 fn typed_slice<'a, T, B: Element>(
     what: &str,
     a: &'a numpy::PyReadonlyArrayDyn<'_, B>,
 ) -> PyResult<(&'a [T], Vec<usize>)> {
-    assert!(size_of::<B>() == size_of::<T>() && align_of::<B>() == align_of::<T>());
-    if !a.is_c_contiguous() {
-        return Err(value_err(format!(
-            "{what}: the array is not C-contiguous; pass np.ascontiguousarray(x) / x.contiguous()"
-        )));
-    }
-    let s = a.as_slice().map_err(|e| value_err(format!("{what}: {e} (pass an aligned, C-contiguous array)")))?;
-    // SAFETY: `B` and `T` have the same size and alignment (asserted; `bf16`
-    // is `repr(transparent)` over `u16`, `F8E4M3` over `u8`) and every bit
-    // pattern is a valid `T`; the slice borrows the array's buffer.
-    let t = unsafe { std::slice::from_raw_parts(s.as_ptr() as *const T, s.len()) };
-    Ok((t, a.shape().to_vec()))
+    Ok((bits_slice(what, a)?, a.shape().to_vec()))
 }
 
 /// The typed host path of `qsa_scores_cpu`: `Q`/`K` the element types, `QB`/`KB`
@@ -1024,14 +997,23 @@ fn qsa_scores_cpu<'py>(
 // Sparse MLA attention (the CPU reference)
 // ---------------------------------------------------------------------------
 
-/// A C-contiguous, aligned 1-D NumPy array of `B` as a slice of `T` (the same
-/// layout).
-fn mla_slice<'a, T, B: Element>(what: &str, a: &'a PyReadonlyArray1<'_, B>) -> PyResult<&'a [T]> {
+/// A C-contiguous, aligned NumPy array of `B` as a slice of `T` (the same
+/// layout): f32 / u16 / u8 bits as f32, bf16, f16 or e4m3 values.
+fn bits_slice<'a, T, B: Element, D: numpy::ndarray::Dimension>(
+    what: &str,
+    a: &'a numpy::PyReadonlyArray<'_, B, D>,
+) -> PyResult<&'a [T]> {
     assert!(size_of::<B>() == size_of::<T>() && align_of::<B>() == align_of::<T>());
-    let s = a.as_slice().map_err(|e| value_err(format!("{what}: {e} (pass an aligned, contiguous array)")))?;
+    if !a.is_c_contiguous() {
+        return Err(value_err(format!(
+            "{what}: the array is not C-contiguous; pass np.ascontiguousarray(x) / x.contiguous()"
+        )));
+    }
+    let s = a.as_slice().map_err(|e| value_err(format!("{what}: {e} (pass an aligned, C-contiguous array)")))?;
     // SAFETY: `B` and `T` have the same size and alignment (asserted; `bf16`
-    // is `repr(transparent)` over `u16`) and every bit pattern is a valid
-    // `T`; the slice borrows the array's buffer, which the guard keeps alive.
+    // is `repr(transparent)` over `u16`, `F8E4M3` over `u8`) and every bit
+    // pattern is a valid `T`; the slice borrows the array's buffer, which the
+    // guard keeps alive.
     Ok(unsafe { std::slice::from_raw_parts(s.as_ptr() as *const T, s.len()) })
 }
 
@@ -1117,11 +1099,11 @@ fn sparse_mla_prefill_cpu<'py>(
     let lens = opt_slice("topk_length", &topk_length)?;
     let r = match (&qd, &kvd) {
         (MlaData::F32(q), MlaData::F32(kv)) => {
-            let (q, kv) = (mla_slice::<f32, f32>("q", q)?, mla_slice::<f32, f32>("kv", kv)?);
+            let (q, kv) = (bits_slice::<f32, f32, _>("q", q)?, bits_slice::<f32, f32, _>("kv", kv)?);
             py.detach(|| reference_sparse_mla_prefill(&spec, q, kv, idx, lens, sink))
         }
         (MlaData::BF16(q), MlaData::BF16(kv)) => {
-            let (q, kv) = (mla_slice::<bf16, u16>("q", q)?, mla_slice::<bf16, u16>("kv", kv)?);
+            let (q, kv) = (bits_slice::<bf16, u16, _>("q", q)?, bits_slice::<bf16, u16, _>("kv", kv)?);
             py.detach(|| reference_sparse_mla_prefill(&spec, q, kv, idx, lens, sink))
         }
         _ => unreachable!("q and kv share the dtype"),
@@ -1188,20 +1170,20 @@ fn sparse_mla_decode_cpu<'py>(
     let qd = MlaData::extract("q", q, q_dtype)?;
     let cd = MlaData::extract("k_cache", cache, cache_format)?;
     let kv = match &cd {
-        MlaData::F32(c) => PagedKvCache::F32(mla_slice::<f32, f32>("k_cache", c)?),
-        MlaData::BF16(c) => PagedKvCache::BF16(mla_slice::<bf16, u16>("k_cache", c)?),
-        MlaData::U8(c) => PagedKvCache::Fp8(mla_slice::<u8, u8>("k_cache", c)?),
+        MlaData::F32(c) => PagedKvCache::F32(bits_slice::<f32, f32, _>("k_cache", c)?),
+        MlaData::BF16(c) => PagedKvCache::BF16(bits_slice::<bf16, u16, _>("k_cache", c)?),
+        MlaData::U8(c) => PagedKvCache::Fp8(bits_slice::<u8, u8, _>("k_cache", c)?),
     };
     let idx = indices.as_slice().map_err(|e| value_err(format!("indices: {e}")))?;
     let sink = opt_slice("attn_sink", &attn_sink)?;
     let lens = opt_slice("topk_length", &topk_length)?;
     let r = match &qd {
         MlaData::F32(q) => {
-            let q = mla_slice::<f32, f32>("q", q)?;
+            let q = bits_slice::<f32, f32, _>("q", q)?;
             py.detach(|| reference_sparse_mla_decode(&spec, q, kv, idx, lens, sink))
         }
         MlaData::BF16(q) => {
-            let q = mla_slice::<bf16, u16>("q", q)?;
+            let q = bits_slice::<bf16, u16, _>("q", q)?;
             py.detach(|| reference_sparse_mla_decode(&spec, q, kv, idx, lens, sink))
         }
         MlaData::U8(_) => unreachable!("q is f32 or bf16"),
@@ -1385,13 +1367,9 @@ fn cuda_qsa_scores(
         out,
         stream,
     };
-    py.detach(|| {
-        let e = engine(device)?;
-        // SAFETY: as cuda_select: live device allocations of the sizes the
-        // spec implies, on `device`, kept alive by the caller.
-        unsafe { e.qsa_scores_device(&args) }
-    })
-    .map_err(to_py)
+    // SAFETY: as cuda_select: live device allocations of the sizes the
+    // spec implies, on `device`, kept alive by the caller.
+    py.detach(|| unsafe { engine(device)?.qsa_scores_device(&args) }).map_err(to_py)
 }
 
 /// Bytes of device workspace a `cuda_qsa_indexer` call needs.
@@ -1462,11 +1440,7 @@ fn cuda_qsa_indexer(
         workspace_bytes,
         stream,
     };
-    py.detach(|| {
-        let e = engine(device)?;
-        // SAFETY: as cuda_select: live device allocations of the sizes the
-        // spec implies, on `device`, kept alive by the caller.
-        unsafe { e.qsa_indexer_device(&args) }
-    })
-    .map_err(to_py)
+    // SAFETY: as cuda_select: live device allocations of the sizes the
+    // spec implies, on `device`, kept alive by the caller.
+    py.detach(|| unsafe { engine(device)?.qsa_indexer_device(&args) }).map_err(to_py)
 }

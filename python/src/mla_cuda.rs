@@ -96,13 +96,9 @@ fn cuda_sparse_mla_prefill(
         workspace_bytes,
         stream,
     };
-    py.detach(|| {
-        let e = engine(device)?;
-        // SAFETY: the caller passes live device allocations of the sizes the
-        // spec implies, on `device`, kept alive until the launch is ordered.
-        unsafe { e.sparse_mla_prefill_device(&args) }
-    })
-    .map_err(to_py)
+    // SAFETY: the caller passes live device allocations of the sizes the
+    // spec implies, on `device`, kept alive until the launch is ordered.
+    py.detach(|| unsafe { engine(device)?.sparse_mla_prefill_device(&args) }).map_err(to_py)
 }
 
 /// The sparse `flash_mla_with_kvcache` on device pointers: `q [b, s_q, h_q,
@@ -164,12 +160,8 @@ fn cuda_sparse_mla_decode(
         workspace_bytes,
         stream,
     };
-    py.detach(|| {
-        let e = engine(device)?;
-        // SAFETY: as cuda_sparse_mla_prefill.
-        unsafe { e.sparse_mla_decode_device(&args) }
-    })
-    .map_err(to_py)
+    // SAFETY: as cuda_sparse_mla_prefill.
+    py.detach(|| unsafe { engine(device)?.sparse_mla_decode_device(&args) }).map_err(to_py)
 }
 
 /// Adds this file's functions to the module.

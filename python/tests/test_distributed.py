@@ -76,14 +76,20 @@ def _worker(rank, world, init, result_dir):
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("world", [2, 3, 4])
-def test_gloo_ranks_equal_the_single_process_result(world):
+def _run_ranks(worker, world):
+    """Spawns `world` gloo ranks of `worker` (file:// rendezvous); each writes
+    how many cases it checked: every rank the same number, at least one."""
     mp = pytest.importorskip("torch.multiprocessing")
     with tempfile.TemporaryDirectory() as d:
         init = "file://" + os.path.join(d, "rendezvous")
-        mp.spawn(_worker, args=(world, init, d), nprocs=world, join=True)
+        mp.spawn(worker, args=(world, init, d), nprocs=world, join=True)
         counts = [int(open(os.path.join(d, f"rank{r}")).read()) for r in range(world)]
     assert counts == [counts[0]] * world and counts[0] > 0
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_gloo_ranks_equal_the_single_process_result(world):
+    _run_ranks(_worker, world)
 
 
 def test_cpu_merge_of_simulated_shards():
@@ -154,14 +160,19 @@ def _nccl_worker(rank, world, init):
         dist.destroy_process_group()
 
 
-@cuda
-def test_nccl_world_size_one():
+def _run_nccl_alone(worker):
+    """`worker` as the one rank of an NCCL group (NVLink multicast off)."""
     if not dist.is_nccl_available():
         pytest.skip("no NCCL in this torch")
     mp = pytest.importorskip("torch.multiprocessing")
     with tempfile.TemporaryDirectory() as d:
         os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-        mp.spawn(_nccl_worker, args=(1, "file://" + os.path.join(d, "rdv")), nprocs=1, join=True)
+        mp.spawn(worker, args=(1, "file://" + os.path.join(d, "rdv")), nprocs=1, join=True)
+
+
+@cuda
+def test_nccl_world_size_one():
+    _run_nccl_alone(_nccl_worker)
 
 
 # ---------------------------------------------------------------------------
@@ -215,12 +226,7 @@ def _qsa_worker(rank, world, init, result_dir):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_gloo_qsa_select_equals_the_single_process_result(world):
-    mp = pytest.importorskip("torch.multiprocessing")
-    with tempfile.TemporaryDirectory() as d:
-        init = "file://" + os.path.join(d, "rendezvous")
-        mp.spawn(_qsa_worker, args=(world, init, d), nprocs=world, join=True)
-        counts = [int(open(os.path.join(d, f"rank{r}")).read()) for r in range(world)]
-    assert counts == [counts[0]] * world and counts[0] > 0
+    _run_ranks(_qsa_worker, world)
 
 
 def _nccl_qsa_worker(rank, world, init):
@@ -241,12 +247,7 @@ def _nccl_qsa_worker(rank, world, init):
 
 @cuda
 def test_nccl_qsa_select_world_size_one():
-    if not dist.is_nccl_available():
-        pytest.skip("no NCCL in this torch")
-    mp = pytest.importorskip("torch.multiprocessing")
-    with tempfile.TemporaryDirectory() as d:
-        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-        mp.spawn(_nccl_qsa_worker, args=(1, "file://" + os.path.join(d, "rdv")), nprocs=1, join=True)
+    _run_nccl_alone(_nccl_qsa_worker)
 
 
 # ---------------------------------------------------------------------------
@@ -288,9 +289,4 @@ def _indexer_worker(rank, world, init, result_dir):
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_gloo_qsa_indexer_equals_the_single_process_result(world):
-    mp = pytest.importorskip("torch.multiprocessing")
-    with tempfile.TemporaryDirectory() as d:
-        init = "file://" + os.path.join(d, "rendezvous")
-        mp.spawn(_indexer_worker, args=(world, init, d), nprocs=world, join=True)
-        counts = [int(open(os.path.join(d, f"rank{r}")).read()) for r in range(world)]
-    assert counts == [counts[0]] * world and counts[0] > 0
+    _run_ranks(_indexer_worker, world)

@@ -62,6 +62,38 @@ def _global_lengths(torch: Any, lengths: Any, rows: int, total_cols: int) -> Any
     return torch.as_tensor(lengths).to(device="cpu", dtype=torch.int64).reshape(rows)
 
 
+def _gather_candidates(
+    torch: Any, dist: Any, shard: Any, k: int, local_len: Any, nan: str, offset: int, total: int, group: Any, unit: str
+) -> tuple[Any, Any, list[int]]:
+    """Step 1 and 2 of every distributed selection: this rank's exact local
+    top ``k`` of its ``[rows, cols_r]`` shard in index order (``local_len``:
+    each row's candidates in the shard, or None), ids made global; then the
+    all-gather of every rank's (offset, cols), checked to tile ``0 ..
+    total`` (``unit`` names the columns in the messages), and of the ids and
+    values. Returns (ids int32 ``[R, rows, k]``, values ``[R, rows, k]`` in
+    the shard's dtype, the ranks' column counts)."""
+    rows, cols = shard.shape
+    world = dist.get_world_size(group)
+    idx, val = _topk(shard, k, lengths=local_len, order="index", nan=nan, return_values=True)
+    ids = torch.where(idx >= 0, idx + int(offset), idx).to(torch.int32)
+    # The values travel as their bytes (uint8: every backend moves them, and
+    # NCCL and gloo have no int16).
+    bits = val.contiguous().view(torch.uint8)
+    # The layout: every rank's (offset, columns), checked to tile the rows.
+    shape = torch.tensor([int(offset), int(cols)], dtype=torch.int64, device=shard.device)
+    layout = _all_gather(torch, dist, shape, world, group).cpu().tolist()
+    at = 0
+    for r, (o, c) in enumerate(layout):
+        if o != at:
+            raise ValueError(f"rank {r}'s shard starts at {unit} {o}, but ranks 0..{r - 1} end at {at}")
+        at += c
+    if at != total:
+        raise ValueError(f"the shards cover {at} {unit}s, the total says {total}")
+    g_ids = _all_gather(torch, dist, ids, world, group).contiguous()
+    g_vals = _all_gather(torch, dist, bits, world, group).view(shard.dtype).reshape(world, rows, k)
+    return g_ids, g_vals, [c for _, c in layout]
+
+
 def topk(
     scores_shard: Any,
     k: int,
@@ -89,36 +121,16 @@ def topk(
         raise ValueError(f"scores_shard must be [rows, cols_r], got shape {tuple(scores_shard.shape)}")
     rows, cols = scores_shard.shape
     _torch_dtype_name(torch, scores_shard.dtype)
-    world = dist.get_world_size(group)
-    dev = scores_shard.device
     glen = _global_lengths(torch, lengths, rows, total_cols)
-    if glen is not None:
-        local_len = (glen - offset).clamp(0, cols).to(torch.int32)
-        local_len = local_len.to(dev)
-    else:
-        local_len = None
-    idx, val = _topk(scores_shard, k, lengths=local_len, order="index", nan=nan, return_values=True)
-    ids = torch.where(idx >= 0, idx + int(offset), idx).to(torch.int32)
-    # The values travel as their bytes (uint8: every backend moves them, and
-    # NCCL and gloo have no int16).
-    bits = val.contiguous().view(torch.uint8)
-    # The layout: every rank's (offset, columns), checked to tile the rows.
-    shape = torch.tensor([int(offset), int(cols)], dtype=torch.int64, device=dev)
-    layout = _all_gather(torch, dist, shape, world, group).cpu().tolist()
-    at = 0
-    for r, (o, c) in enumerate(layout):
-        if o != at:
-            raise ValueError(f"rank {r}'s shard starts at column {o}, but ranks 0..{r - 1} end at {at}")
-        at += c
-    if at != total_cols:
-        raise ValueError(f"the shards cover {at} columns, total_cols says {total_cols}")
-    g_ids = _all_gather(torch, dist, ids, world, group)
-    g_bits = _all_gather(torch, dist, bits, world, group)
+    local_len = None if glen is None else (glen - offset).clamp(0, cols).to(torch.int32).to(scores_shard.device)
+    g_ids, g_vals, shard_lens = _gather_candidates(
+        torch, dist, scores_shard, k, local_len, nan, offset, total_cols, group, "column"
+    )
     out_idx, out_val = merge(
         g_ids,
-        g_bits.view(scores_shard.dtype).reshape(world, rows, k),
+        g_vals,
         k=k,
-        shard_lens=[c for _, c in layout],
+        shard_lens=shard_lens,
         order=order,
         nan=nan,
         lengths=glen,
@@ -230,7 +242,6 @@ def qsa_select(
     name = _torch_dtype_name(torch, scores_shard.dtype)
     if ratio < 1 or k_blocks < 1:
         raise ValueError(f"ratio and k_blocks must be >= 1, got {ratio} and {k_blocks}")
-    world = dist.get_world_size(group)
     dev = scores_shard.device
     pos = positions if isinstance(positions, torch.Tensor) else torch.as_tensor(np.asarray(positions))
     if pos.dim() != 1 or pos.shape[0] != rows or pos.dtype not in (torch.int32, torch.int64):
@@ -239,22 +250,11 @@ def qsa_select(
     v = torch.div(pos.to(torch.int64) + 1, ratio, rounding_mode="floor")
     ends = torch.where(v > k_blocks, v, torch.zeros_like(v))
     local_len = (ends - int(offset)).clamp(0, cols).to(torch.int32).to(dev)
-    idx, val = _topk(scores_shard, k_blocks, lengths=local_len, order="index", nan=nan, return_values=True)
-    ids = torch.where(idx >= 0, idx + int(offset), idx).to(torch.int32)
-    bits = val.contiguous().view(torch.uint8)
-    shape = torch.tensor([int(offset), int(cols)], dtype=torch.int64, device=dev)
-    layout = _all_gather(torch, dist, shape, world, group).cpu().tolist()
-    at = 0
-    for r, (o, c) in enumerate(layout):
-        if o != at:
-            raise ValueError(f"rank {r}'s shard starts at block {o}, but ranks 0..{r - 1} end at {at}")
-        at += c
-    if at != total_blocks:
-        raise ValueError(f"the shards cover {at} blocks, total_blocks says {total_blocks}")
-    g_ids = _all_gather(torch, dist, ids, world, group).contiguous()
-    g_vals = _all_gather(torch, dist, bits, world, group).view(scores_shard.dtype).reshape(world, rows, k_blocks)
+    g_ids, g_vals, shard_lens = _gather_candidates(
+        torch, dist, scores_shard, k_blocks, local_len, nan, offset, total_blocks, group, "block"
+    )
     width = k_blocks * ratio + ratio - 1
-    shard_lens = [c for _, c in layout]
+    world = len(shard_lens)
     if dev.type == "cuda":
         device = dev.index if dev.index is not None else torch.cuda.current_device()
         _ensure_engine(device)

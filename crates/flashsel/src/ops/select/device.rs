@@ -338,11 +338,13 @@ impl CudaEngine {
                 need: plan.workspace_bytes() as usize,
             });
         }
-        if plan.workspace_bytes() > 0 && !job.workspace.is_multiple_of(crate::cuda::workspace::ALIGN) {
+        if plan.workspace_bytes() > 0
+            && (job.workspace == 0 || !job.workspace.is_multiple_of(crate::cuda::workspace::ALIGN))
+        {
             return Err(Error::InvalidOption {
                 what: "workspace pointer",
                 value: format!("{:#x}", job.workspace),
-                expected: "256-byte aligned",
+                expected: "a 256-byte aligned device pointer",
             });
         }
         if job.spec.rows == 0 {
