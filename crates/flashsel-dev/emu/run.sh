@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
-# Builds and runs the host emulation of the sparse MLA kernels (needs g++ >= 12,
-# no GPU): the kernel source with its CUDA-only declarations rewritten for
-# shim.h, compiled as C++20, every case against the float64 reference.
+# Builds and runs the host emulations (needs g++ >= 12, no GPU): each kernel
+# source with its CUDA-only declarations rewritten for shim.h, compiled as
+# C++20, every case against a reference written from the contract.
+#   bash run.sh        both: the sparse MLA kernels, then the QSA scorer
+#   bash run.sh mla    the sparse MLA kernels (kernels/attention) only
+#   bash run.sh qsa    the QSA scorer (kernels/indexer/qsa) only
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 kernels="$here/../../flashsel/kernels"
+which=${1:-all}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rewrite() {
-    sed -e 's/extern __shared__ __align__(16) float smem\[\];/extern float smem[];/' -e 's/__shared__ /static /' \
+    sed -e 's/extern __shared__ __align__(16) float smem\[\];/extern float smem[];/' \
+        -e 's/extern __shared__ __align__(16) u64 dyn_smem\[\];/extern u64 dyn_smem[];/' -e 's/__shared__ /static /' \
         -e 's/extern "C" __global__ void/void/' "$1"
 }
-mkdir -p "$tmp/inc/attention"
-rewrite "$kernels/attention/sparse_mla.cu" >"$tmp/kern.cpp"
-rewrite "$kernels/attention/sparse_mla_tc.cuh" >"$tmp/inc/attention/sparse_mla_tc.cuh"
-cp "$here/shim.h" "$here/mla_emu.cpp" "$tmp/"
-g++ -std=c++20 -O2 -w -I "$tmp/inc" -I "$kernels" -o "$tmp/mla_emu" "$tmp/mla_emu.cpp" -lpthread
-"$tmp/mla_emu"
+cp "$here/shim.h" "$tmp/"
+if [ "$which" = all ] || [ "$which" = mla ]; then
+    mkdir -p "$tmp/inc/attention"
+    rewrite "$kernels/attention/sparse_mla.cu" >"$tmp/kern.cpp"
+    rewrite "$kernels/attention/sparse_mla_tc.cuh" >"$tmp/inc/attention/sparse_mla_tc.cuh"
+    cp "$here/mla_emu.cpp" "$tmp/"
+    g++ -std=c++20 -O2 -w -I "$tmp/inc" -I "$kernels" -o "$tmp/mla_emu" "$tmp/mla_emu.cpp" -lpthread
+    "$tmp/mla_emu"
+fi
+if [ "$which" = all ] || [ "$which" = qsa ]; then
+    mkdir -p "$tmp/inc/common" "$tmp/inc/indexer/qsa"
+    rewrite "$kernels/common/types.cuh" >"$tmp/inc/common/types.cuh"
+    rewrite "$kernels/indexer/qsa/score.cuh" >"$tmp/inc/indexer/qsa/score.cuh"
+    rewrite "$kernels/indexer/qsa_scores.cu" >"$tmp/kern_qsa.cpp"
+    cp "$here/qsa_emu.cpp" "$tmp/"
+    # -ffp-contract=off: the kernel's __fmul_rn / __fadd_rn are single roundings.
+    g++ -std=c++20 -O2 -w -ffp-contract=off -DFSA_HOST_EMU=1 -DFS_BLOCK=256 -I "$tmp/inc" -I "$kernels" \
+        -o "$tmp/qsa_emu" "$tmp/qsa_emu.cpp" -lpthread
+    "$tmp/qsa_emu"
+fi

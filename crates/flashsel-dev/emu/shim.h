@@ -1,5 +1,6 @@
-// Host emulation of the CUDA features the sparse MLA kernels use: one CTA at a
-// time, 256 std::threads, barriers for __syncthreads / warp shuffles.
+// Host emulation of the CUDA features the sparse MLA kernels and the QSA
+// scorer use: one CTA at a time, 256 std::threads, barriers for
+// __syncthreads / __syncwarp / warp shuffles, cp.async groups.
 #pragma once
 #include <atomic>
 #include <barrier>
@@ -11,6 +12,7 @@
 #include <vector>
 #define __device__
 #define __global__
+#define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
@@ -132,3 +134,73 @@ inline void cp_async16(unsigned addr, const void* src) {
     std::memcpy(dst, src, 16);
 }
 inline void cp_async_wait_all() {}
+
+// --- For the QSA scorer (kernels/indexer/qsa/score.cuh, qsa_emu.cpp) -------
+inline dim3 gridDim;
+inline void __syncwarp() { g_warp[threadIdx.x >> 5]->arrive_and_wait(); }
+inline unsigned long long g_xch64[256];
+// A warp shuffle of a 64-bit value from lane `src`.
+inline unsigned long long __shfl_sync(unsigned, unsigned long long v, int src) {
+    int t = threadIdx.x;
+    g_xch64[t] = v;
+    g_warp[t >> 5]->arrive_and_wait();
+    unsigned long long r = g_xch64[(t & ~31) + src];
+    g_warp[t >> 5]->arrive_and_wait();
+    return r;
+}
+inline int __clz(unsigned x) { return x == 0 ? 32 : __builtin_clz(x); }
+// Round-to-nearest f32 arithmetic: plain float operations (built with
+// -ffp-contract=off, so never contracted into an FMA).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+// cp.async with groups, as the hardware may order it: a thread's copies are
+// queued by commit group; cp_async_wait<N> lands every group but the newest
+// N. A group may also land at its commit (g_land_early: a pseudo-random
+// half), as a copy that arrives fast would: code that reads a buffer before
+// waiting for it, or refills one that other lanes still read, sees the
+// wrong bytes either way.
+struct EmuCopy { void* dst; const void* src; };
+inline thread_local std::vector<EmuCopy> g_open;
+inline thread_local std::vector<std::vector<EmuCopy>> g_groups;
+inline thread_local unsigned g_land_state = 1;
+inline bool g_land_early = true;
+inline void emu_land(const std::vector<EmuCopy>& g) { for (const auto& c : g) std::memcpy(c.dst, c.src, 16); }
+inline void cp_async16(void* dst, const void* src) {
+    if ((((uintptr_t)dst | (uintptr_t)src) & 15) != 0) std::abort();
+    g_open.push_back({dst, src});
+}
+inline void cp_async_commit() {
+    g_land_state = g_land_state * 1103515245u + 12345u + threadIdx.x;
+    // An early group lands now and stays in the queue empty: the waits
+    // count committed groups, landed or not.
+    if (g_land_early && ((g_land_state >> 16) & 1)) { emu_land(g_open); g_open.clear(); }
+    g_groups.push_back(g_open);
+    g_open.clear();
+}
+template <int N>
+inline void cp_async_wait() {
+    while ((int)g_groups.size() > N) { emu_land(g_groups.front()); g_groups.erase(g_groups.begin()); }
+}
+// Runs a kernel over a gx x gy grid, one CTA at a time, 256 threads.
+template <class P>
+inline void launch2(void (*k)(const P), unsigned gx, unsigned gy, const P& p) {
+    std::barrier<> bar(256);
+    for (int i = 0; i < 8; ++i) g_warp[i] = new std::barrier<>(32);
+    g_bar = &bar;
+    gridDim.x = gx;
+    gridDim.y = gy;
+    for (unsigned y = 0; y < gy; ++y)
+        for (unsigned x = 0; x < gx; ++x) {
+            blockIdx.x = x;
+            blockIdx.y = y;
+            std::vector<std::thread> th;
+            for (unsigned t = 0; t < 256; ++t)
+                th.emplace_back([&, t] {
+                    threadIdx.x = t;
+                    k(p);
+                    if (!g_open.empty() || !g_groups.empty()) std::abort();  // copies never waited for
+                });
+            for (auto& x : th) x.join();
+        }
+    for (int i = 0; i < 8; ++i) delete g_warp[i];
+}

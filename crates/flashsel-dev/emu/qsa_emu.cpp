@@ -1,0 +1,266 @@
+// The QSA scorer (kernels/indexer/qsa/score.cuh, the 18 entries of
+// indexer/qsa_scores.cu) run on the host under shim.h, one CTA at a time with
+// 256 threads, real warp barriers and shuffles, and cp.async groups landed
+// early or late at random, against a reference written here from the
+// documented contract (ops/indexer: lane l sums the products of j = l, l + 8,
+// ... in increasing j, the lane tree, relu, heads left to right from +0.0,
+// one scale; NaN canonical; -inf past V; a bad row NaN, a bad page NaN).
+// Every case compares bits: the plain form (every block written) and the
+// fused form (rows with V <= skip_upto and blocks past V untouched, the
+// positions the selection reads). Tiles of several groups a warp, rows
+// looped over a short grid, paged keys with bad entries, specials in the
+// keys and queries. No GPU needed: bash crates/flashsel-dev/emu/run.sh
+#include "shim.h"
+#include "kern_qsa.cpp"  // kernels/indexer/qsa_scores.cu, rewritten by run.sh
+alignas(16) u64 dyn_smem[16384];
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <string>
+
+namespace {
+
+using Kernel = void (*)(const qsa::ScoreParams);
+
+// The entries by (q bf16, key dtype 0 f32 / 1 bf16 / 2 e4m3, d).
+Kernel entry(bool qb, int kd, int d) {
+    static const Kernel t[2][3][3] = {
+        {{qsa_scores_qf32_kf32_d64, qsa_scores_qf32_kf32_d128, qsa_scores_qf32_kf32_d256},
+         {qsa_scores_qf32_kbf16_d64, qsa_scores_qf32_kbf16_d128, qsa_scores_qf32_kbf16_d256},
+         {qsa_scores_qf32_ke4m3_d64, qsa_scores_qf32_ke4m3_d128, qsa_scores_qf32_ke4m3_d256}},
+        {{qsa_scores_qbf16_kf32_d64, qsa_scores_qbf16_kf32_d128, qsa_scores_qbf16_kf32_d256},
+         {qsa_scores_qbf16_kbf16_d64, qsa_scores_qbf16_kbf16_d128, qsa_scores_qbf16_kbf16_d256},
+         {qsa_scores_qbf16_ke4m3_d64, qsa_scores_qbf16_ke4m3_d128, qsa_scores_qbf16_ke4m3_d256}}};
+    return t[qb][kd][d == 64 ? 0 : d == 128 ? 1 : 2];
+}
+
+const unsigned NAN_BITS = 0x7fc00000u, NEG_INF = 0xff800000u, POISON = 0x5a5a5a5au;
+
+float e4m3_exact(unsigned b) {
+    if ((b & 0x7f) == 0x7f) return NAN;
+    const int e = (b >> 3) & 15, m = b & 7;
+    const double v = e == 0 ? m * std::ldexp(1.0, -9) : (1.0 + m / 8.0) * std::ldexp(1.0, e - 7);
+    return (float)((b & 0x80) ? -v : v);
+}
+
+struct Case {
+    std::string name;
+    bool qb;
+    int kd, d, heads, rows, blocks, ratio, bpc, grid_y;
+    bool paged, fused, specials;
+    int skip_upto = -1;
+};
+
+struct Data {
+    std::vector<unsigned char> q, kbar;
+    std::vector<int> positions, table, seq_ids;
+    int max_pages = 0, per_page = 1, cache_pages = 0, sequences = 0;
+};
+
+float qval(const Case& c, const Data& x, long long i) {
+    if (c.qb) { unsigned short b; std::memcpy(&b, &x.q[2 * i], 2); return __uint_as_float((unsigned)b << 16); }
+    float f; std::memcpy(&f, &x.q[4 * i], 4); return f;
+}
+float kval(const Case& c, const Data& x, long long i) {
+    if (c.kd == 0) { float f; std::memcpy(&f, &x.kbar[4 * i], 4); return f; }
+    if (c.kd == 1) { unsigned short b; std::memcpy(&b, &x.kbar[2 * i], 2); return __uint_as_float((unsigned)b << 16); }
+    return e4m3_exact(x.kbar[i]);
+}
+
+// The contract's score of every block of every row (plain form), as bits.
+std::vector<unsigned> reference(const Case& c, const Data& x, float scale) {
+    std::vector<unsigned> out((size_t)c.rows * c.blocks);
+    for (int r = 0; r < c.rows; ++r) {
+        const long long t = x.positions[r];
+        long long v = t < 0 ? -1 : (t + 1) / c.ratio;
+        int seq = 0;
+        if (v > c.blocks) v = -1;
+        if (v >= 0 && c.paged) {
+            seq = x.seq_ids[r];
+            const long long pages = (v + x.per_page - 1) / x.per_page;
+            if (seq < 0 || seq >= x.sequences || pages > x.max_pages) v = -1;
+        }
+        for (int b = 0; b < c.blocks; ++b) {
+            unsigned& o = out[(size_t)r * c.blocks + b];
+            if (v < 0) { o = NAN_BITS; continue; }
+            if (b >= v) { o = NEG_INF; continue; }
+            long long at = b;
+            if (c.paged) {
+                const int page = x.table[(size_t)seq * x.max_pages + b / x.per_page];
+                if (page < 0 || page >= x.cache_pages) { o = NAN_BITS; continue; }
+                at = (long long)page * x.per_page + b % x.per_page;
+            }
+            float s = 0.f;
+            for (int h = 0; h < c.heads; ++h) {
+                float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                for (int j = 0; j < c.d; ++j)
+                    a[j % 8] = a[j % 8] + qval(c, x, ((long long)r * c.heads + h) * c.d + j) * kval(c, x, at * c.d + j);
+                const float comb = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+                s = s + ((comb > 0.f || std::isnan(comb)) ? comb : 0.f);
+            }
+            const float score = s * scale;
+            o = std::isnan(score) ? NAN_BITS : __float_as_uint(score);
+        }
+    }
+    return out;
+}
+
+Data make(const Case& c, std::mt19937& g) {
+    Data x;
+    std::normal_distribution<float> n(0.f, 1.f);
+    std::uniform_int_distribution<int> u(0, 1 << 30);
+    const int kb = c.kd == 0 ? 4 : c.kd == 1 ? 2 : 1, qb = c.qb ? 2 : 4;
+    auto put = [](std::vector<unsigned char>& v, long long i, int bytes, float f) {
+        if (bytes == 4) std::memcpy(&v[4 * i], &f, 4);
+        else { unsigned short b = (unsigned short)(__float_as_uint(f) >> 16); std::memcpy(&v[2 * i], &b, 2); }
+    };
+    const long long nq = (long long)c.rows * c.heads * c.d;
+    x.q.resize(nq * qb);
+    for (long long i = 0; i < nq; ++i) put(x.q, i, qb, n(g));
+    int key_rows = c.blocks;
+    if (c.paged) {
+        x.per_page = 16;
+        x.sequences = 2;
+        x.max_pages = (c.blocks + x.per_page - 1) / x.per_page;
+        x.cache_pages = x.sequences * x.max_pages + 3;
+        key_rows = x.cache_pages * x.per_page;
+        std::vector<int> perm(x.cache_pages);
+        for (int i = 0; i < x.cache_pages; ++i) perm[i] = i;
+        std::shuffle(perm.begin(), perm.end(), g);
+        x.table.resize((size_t)x.sequences * x.max_pages);
+        for (size_t i = 0; i < x.table.size(); ++i) x.table[i] = perm[i];
+        // Bad entries: past the cache, negative.
+        x.table[3] = x.cache_pages;
+        x.table[x.max_pages + 1] = -7;
+        for (int r = 0; r < c.rows; ++r) x.seq_ids.push_back(r % 3 == 2 && c.rows > 3 ? 5 : r % 2);
+    }
+    const long long nk = (long long)key_rows * c.d;
+    x.kbar.resize(nk * kb);
+    for (long long i = 0; i < nk; ++i) {
+        if (kb == 1) x.kbar[i] = (unsigned char)(u(g) & 0xff);
+        else put(x.kbar, i, kb, n(g));
+    }
+    if (c.specials) {
+        // A NaN, an inf, a -0 and repeated rows (ties) in the keys; a NaN in a query.
+        if (kb != 1) {
+            put(x.kbar, 5 * c.d + 3, kb, NAN);
+            put(x.kbar, 9 * c.d + 1, kb, INFINITY);
+            put(x.kbar, 11 * c.d, kb, -0.f);
+            for (int b = 40; b < 48; ++b) std::memcpy(&x.kbar[(size_t)b * c.d * kb], &x.kbar[(size_t)39 * c.d * kb], (size_t)c.d * kb);
+        } else {
+            x.kbar[7 * c.d + 2] = 0x7f;
+            x.kbar[8 * c.d] = 0x80;
+        }
+        put(x.q, c.d + 5, qb, NAN);
+    }
+    // Positions: V from 0 to all blocks, one past the keys, one negative.
+    for (int r = 0; r < c.rows; ++r) {
+        int t;
+        if (r == 0) t = c.blocks * c.ratio - 1;               // V = blocks
+        else if (r == 1) t = (c.blocks / 2) * c.ratio + 1;    // a partial tile
+        else if (r == 2) t = 3;                                // V small
+        else if (r == 3) t = -1;                               // bad
+        else if (r == 4) t = (c.blocks + 1) * c.ratio;         // past the keys
+        else t = u(g) % (c.blocks * c.ratio);
+        x.positions.push_back(t);
+    }
+    return x;
+}
+
+bool run(const Case& c, unsigned seed) {
+    std::mt19937 g(seed);
+    const Data x = make(c, g);
+    const float scale = (float)(1.0 / std::sqrt((double)c.d));
+    const std::vector<unsigned> want = reference(c, x, scale);
+    const long long stride = c.blocks + 5;
+    std::vector<unsigned> out((size_t)c.rows * stride, POISON);
+    std::vector<int> pos_out(c.rows, 0x5a5a5a5a);
+    qsa::ScoreParams p{};
+    p.q = (u64)x.q.data();
+    p.kbar = (u64)x.kbar.data();
+    p.positions = (u64)x.positions.data();
+    p.out = (u64)out.data();
+    p.page_table = c.paged ? (u64)x.table.data() : 0;
+    p.seq_ids = c.paged ? (u64)x.seq_ids.data() : 0;
+    p.positions_out = (u64)pos_out.data();
+    p.out_stride = stride;
+    p.rows = c.rows;
+    p.heads = c.heads;
+    p.blocks = c.blocks;
+    p.ratio = c.ratio;
+    p.max_pages = x.max_pages;
+    p.per_page = x.per_page;
+    p.cache_pages = x.cache_pages;
+    p.sequences = x.sequences;
+    p.skip_upto = c.fused ? c.skip_upto : -1;
+    p.scale = scale;
+    p.blocks_per_cta = c.bpc;
+    launch2(entry(c.qb, c.kd, c.d), (unsigned)((c.blocks + c.bpc - 1) / c.bpc), (unsigned)c.grid_y, p);
+    long long bad = 0, checked = 0;
+    for (int r = 0; r < c.rows; ++r) {
+        const long long t = x.positions[r];
+        long long v = t < 0 ? -1 : (t + 1) / c.ratio;
+        if (v > c.blocks) v = -1;
+        if (c.paged && v >= 0) {
+            const int seq = x.seq_ids[r];
+            if (seq < 0 || seq >= x.sequences || (v + x.per_page - 1) / x.per_page > x.max_pages) v = -1;
+        }
+        for (int b = 0; b < c.blocks; ++b) {
+            unsigned w = want[(size_t)r * c.blocks + b];
+            if (c.fused && (v < 0 || v <= c.skip_upto || b >= v)) w = POISON;
+            const unsigned got = out[(size_t)r * stride + b];
+            ++checked;
+            if (got != w && bad++ < 5)
+                std::printf("  %s row %d block %d: got %08x want %08x\n", c.name.c_str(), r, b, got, w);
+        }
+        for (long long b = c.blocks; b < stride; ++b)
+            if (out[(size_t)r * stride + b] != POISON && bad++ < 5) std::printf("  %s row %d: stride padding written\n", c.name.c_str(), r);
+        const int pw = c.fused ? (v < 0 ? -1 : (int)t) : 0x5a5a5a5a;
+        if (pos_out[r] != pw && bad++ < 5) std::printf("  %s row %d: positions_out %d want %d\n", c.name.c_str(), r, pos_out[r], pw);
+    }
+    std::printf("%-44s %s (%lld blocks checked)\n", c.name.c_str(), bad ? "MISMATCH" : "ok", checked);
+    return bad == 0;
+}
+
+}  // namespace
+
+int main() {
+    std::vector<Case> cases;
+    const char* kn[3] = {"f32", "bf16", "e4m3"};
+    // Every entry: plain form, 3 groups a warp (768-block tiles), rows looped
+    // over a grid of 2.
+    for (int qb = 0; qb < 2; ++qb)
+        for (int kd = 0; kd < 3; ++kd)
+            for (int d : {64, 128, 256}) {
+                Case c{std::string("q") + (qb ? "bf16" : "f32") + " k" + kn[kd] + " d" + std::to_string(d) + " h4",
+                       qb == 1, kd, d, 4, 3, 1700, 4, 768, 2, false, false, kd != 2 || d == 128};
+                cases.push_back(c);
+            }
+    // Heads: 1, 5 (a partial group of four), 16 (four passes over a key).
+    for (int h : {1, 5, 16}) {
+        Case c{"qbf16 kbf16 d128 h" + std::to_string(h), true, 1, 128, h, 3, 1100, 4, 512, 3, false, false, true};
+        cases.push_back(c);
+    }
+    cases.push_back({"qf32 kf32 d256 h16 (8 stages x 4 passes)", false, 0, 256, 16, 2, 600, 4, 256, 2, false, false, true});
+    // Paged keys (bad page entries, a bad sequence), plain and fused.
+    cases.push_back({"paged qbf16 kbf16 d128 h4", true, 1, 128, 4, 6, 1300, 4, 768, 4, true, false, true});
+    cases.push_back({"paged qbf16 ke4m3 d128 h4", true, 2, 128, 4, 6, 1300, 4, 768, 4, true, false, true});
+    Case f{"fused qbf16 kbf16 d128 h4 skip 300", true, 1, 128, 4, 6, 1700, 4, 768, 6, false, true, true};
+    f.skip_upto = 300;
+    cases.push_back(f);
+    Case fp{"fused paged qbf16 kf32 d64 h4 skip 40", true, 0, 64, 4, 6, 1300, 4, 1024, 3, true, true, true};
+    fp.skip_upto = 40;
+    cases.push_back(fp);
+    Case r1{"fused qf32 kbf16 d128 h4 ratio 1", false, 1, 128, 4, 5, 900, 1, 256, 5, false, true, false};
+    r1.skip_upto = 0;
+    cases.push_back(r1);
+    int fails = 0;
+    unsigned seed = 1;
+    for (const Case& c : cases) fails += !run(c, seed++);
+    // Copies that land only at their waits (none early).
+    g_land_early = false;
+    fails += !run(cases[7], 99);
+    fails += !run(cases[cases.size() - 3], 98);
+    std::printf("%d of %zu cases failed\n", fails, cases.size() + 2);
+    return fails != 0;
+}
