@@ -290,3 +290,141 @@ def _indexer_worker(rank, world, init, result_dir):
 @pytest.mark.parametrize("world", [2, 3])
 def test_gloo_qsa_indexer_equals_the_single_process_result(world):
     _run_ranks(_indexer_worker, world)
+
+
+# ---------------------------------------------------------------------------
+# shard_sizes: the layout given, not all-gathered (no host read-back)
+# ---------------------------------------------------------------------------
+
+
+def _counting_gathers():
+    """Wraps fd._all_gather to record the shape of every all-gather."""
+    shapes = []
+    inner = fd._all_gather
+
+    def counted(torch_, dist_, t, world, group):
+        shapes.append(tuple(t.shape))
+        return inner(torch_, dist_, t, world, group)
+
+    fd._all_gather = counted
+    return shapes
+
+
+def _sizes_worker(rank, world, init, result_dir):
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        shapes = _counting_gathers()
+        checked = 0
+        for case, (rows, cols, k) in enumerate([(3, 50, 8), (4, 300, 16)]):
+            for dtype in DTYPES:
+                seed = 77 + 10 * case + DTYPES.index(dtype)
+                x = _scores(rows, cols, dtype, seed)
+                shards = _cuts(cols, world, seed)
+                sizes = [n for _, n in shards]
+                off, n = shards[rank]
+                lengths = torch.from_numpy(np.random.default_rng(seed).integers(0, cols + 1, size=rows))
+                for order in ("score", "index"):
+                    shapes.clear()
+                    got = fd.topk(x[:, off : off + n], k, offset=off, total_cols=cols, lengths=lengths,
+                                  order=order, return_values=True, shard_sizes=sizes)  # fmt: skip
+                    # Only the candidates travel: ids and values, no layout.
+                    assert shapes == [(rows, k), (rows, k * x.element_size())], shapes
+                    want = fd.topk(x[:, off : off + n], k, offset=off, total_cols=cols, lengths=lengths,
+                                   order=order, return_values=True)  # fmt: skip
+                    assert shapes[2] == (2,), shapes  # without: the layout first
+                    one = flashsel.topk(x, k, lengths=lengths.to(torch.int32), order=order, return_values=True)
+                    for g, w in ((got, want), (got, one)):
+                        assert torch.equal(g[0], w[0].to(torch.int32)) and torch.equal(_bits(g[1]), _bits(w[1]))
+                    checked += 1
+        # qsa_select and qsa_indexer take it too.
+        x, pos, table, ps, seq = _qsa_case(9, 120, 4, 16, 5)
+        cuts = _cuts(120, world, 5)
+        off, n = cuts[rank]
+        sizes = [c for _, c in cuts]
+        shapes.clear()
+        got = fd.qsa_select(x[:, off : off + n], pos, offset=off, total_blocks=120, k_blocks=16, shard_sizes=sizes)
+        assert len(shapes) == 2, shapes
+        want = flashsel.qsa_select(x, pos, k_blocks=16)
+        assert torch.equal(got[0], torch.as_tensor(want[0])) and torch.equal(got[1], torch.as_tensor(want[1]))
+        g = np.random.default_rng(6)
+        q = torch.from_numpy(g.standard_normal((9, 2, 64)).astype(np.float32))
+        kbar = torch.from_numpy(g.standard_normal((120, 64)).astype(np.float32))
+        shapes.clear()
+        got = fd.qsa_indexer(q, kbar[off : off + n], pos, offset=off, total_blocks=120, k_blocks=16,
+                             shard_sizes=sizes)  # fmt: skip
+        assert len(shapes) == 2, shapes
+        want = flashsel.qsa_indexer(q, kbar, pos, k_blocks=16)
+        assert torch.equal(got[0], torch.as_tensor(want[0])) and torch.equal(got[1], torch.as_tensor(want[1]))
+        checked += 2
+        with open(os.path.join(result_dir, f"rank{rank}"), "w") as f:
+            f.write(str(checked))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_gloo_shard_sizes_skip_the_layout_gather(world):
+    _run_ranks(_sizes_worker, world)
+
+
+def test_bad_shard_sizes_are_errors():
+    """A one-rank gloo group in this process: every check is local, so each
+    raises before any collective."""
+    with tempfile.TemporaryDirectory() as d:
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "rdv"), rank=0, world_size=1)
+        try:
+            x = _scores(2, 30, torch.float32, 1)
+            for sizes, match in (
+                ([30, 0], "2 entries for a group of 1"),
+                ([29], r"shard_sizes\[0\] is 29"),
+                ([-1], ">= 0"),
+            ):
+                with pytest.raises(ValueError, match=match):
+                    fd.topk(x, 4, offset=0, total_cols=30, shard_sizes=sizes)
+            with pytest.raises(ValueError, match="its offset is 3"):
+                fd.topk(x, 4, offset=3, total_cols=33, shard_sizes=[30])
+            with pytest.raises(ValueError, match="the total says 31"):
+                fd.topk(x, 4, offset=0, total_cols=31, shard_sizes=[30])
+            with pytest.raises(ValueError, match=r"shard_sizes\[0\] is 10"):
+                fd.qsa_select(x, torch.tensor([100, 119]), offset=0, total_blocks=30, k_blocks=4, shard_sizes=[10])
+            got = fd.topk(x, 4, offset=0, total_cols=30, shard_sizes=[30])
+            assert torch.equal(got, flashsel.topk(x, 4).to(torch.int32))
+        finally:
+            dist.destroy_process_group()
+
+
+def _nccl_graph_worker(rank, world, init):
+    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=world)
+    try:
+        torch.cuda.set_device(rank)
+        x = _scores(16, 8192, torch.bfloat16, 9).cuda()
+        lengths = torch.randint(0, 8193, (16,), device="cuda")
+        x_pos = torch.full((4,), 4 * 2048 + 1, dtype=torch.int64, device="cuda")
+        xs = _scores(4, 2048, torch.float32, 10).cuda()
+        kw = dict(offset=0, shard_sizes=[8192])
+        fd.topk(x, 512, total_cols=8192, lengths=lengths, **kw)  # warm-up (compiles, allocates)
+        fd.qsa_select(xs, x_pos, offset=0, total_blocks=2048, k_blocks=256, shard_sizes=[2048])
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            got = fd.topk(x, 512, total_cols=8192, lengths=lengths, **kw)
+            got_q = fd.qsa_select(xs, x_pos, offset=0, total_blocks=2048, k_blocks=256, shard_sizes=[2048])
+        for trial in range(2):
+            x.copy_(_scores(16, 8192, torch.bfloat16, 100 + trial).cuda())
+            xs.copy_(_scores(4, 2048, torch.float32, 200 + trial).cuda())
+            graph.replay()
+            torch.cuda.synchronize()
+            want = flashsel.topk(x, 512, lengths=lengths.to(torch.int32))
+            assert torch.equal(got, want.to(torch.int32)), trial
+            want_q = flashsel.qsa_select(xs, x_pos, k_blocks=256)
+            assert torch.equal(got_q[0], torch.as_tensor(want_q[0])) and torch.equal(got_q[1], torch.as_tensor(want_q[1]))
+    finally:
+        dist.destroy_process_group()
+
+
+@cuda
+def test_nccl_shard_sizes_capture_in_a_cuda_graph():
+    """With shard_sizes nothing reads back to the host: topk and qsa_select
+    over an NCCL group capture into one CUDA graph and replay on new
+    scores."""
+    _run_nccl_alone(_nccl_graph_worker)

@@ -18,7 +18,12 @@ rank the same bytes one device returns on the whole rows:
    with ``-1`` / ``-inf``.
 
 Every rank must call with the same ``k``, ``order``, ``nan``, ``lengths``
-and ``total_cols``. ``qsa_select`` does the same for QSA block scores
+and ``total_cols``. The layout (every rank's offset and size) is
+all-gathered and checked on each call, which reads it back to the host;
+pass ``shard_sizes`` (every rank's size in rank order, the same list on
+every rank: an engine's static sharding) and nothing is read back: the
+call then makes no host synchronisation for CUDA tensors (lengths and
+positions as CUDA tensors), as CUDA graph capture needs. ``qsa_select`` does the same for QSA block scores
 sharded by block, ending in the QSA merge (token ids or slots), and
 ``qsa_indexer`` for block keys sharded by block (each rank scores its own
 blocks, then ``qsa_select``). See
@@ -54,21 +59,54 @@ def _all_gather(torch: Any, dist: Any, t: Any, world: int, group: Any) -> Any:
     return out
 
 
-def _global_lengths(torch: Any, lengths: Any, rows: int, total_cols: int) -> Any:
+def _global_lengths(torch: Any, lengths: Any, rows: int, device: Any) -> Any:
+    """The global lengths as int64 ``[rows]`` on ``device`` (a CUDA tensor
+    stays on its device: no host synchronisation)."""
     if lengths is None:
         return None
     if isinstance(lengths, int):
-        return torch.full((rows,), lengths, dtype=torch.int64)
-    return torch.as_tensor(lengths).to(device="cpu", dtype=torch.int64).reshape(rows)
+        return torch.full((rows,), lengths, dtype=torch.int64, device=device)
+    return torch.as_tensor(lengths).to(device=device, dtype=torch.int64).reshape(rows)
+
+
+def _layout(dist: Any, gathered: Any, sizes: Any, world: int, group: Any, offset: int, cols: int) -> list[list[int]]:
+    """Every rank's (offset, size): from ``sizes`` (each rank's size in rank
+    order; this rank checks its own entry), else ``gathered()`` (the
+    all-gather, read back to the host)."""
+    if sizes is None:
+        return gathered()
+    sizes = [int(c) for c in sizes]
+    if len(sizes) != world:
+        raise ValueError(f"shard_sizes has {len(sizes)} entries for a group of {world} ranks")
+    if any(c < 0 for c in sizes):
+        raise ValueError(f"shard_sizes must be >= 0, got {sizes}")
+    rank = dist.get_rank(group)
+    if sizes[rank] != int(cols):
+        raise ValueError(f"shard_sizes[{rank}] is {sizes[rank]}, but this rank's shard has {cols}")
+    starts = [sum(sizes[:r]) for r in range(world)]
+    if starts[rank] != int(offset):
+        raise ValueError(f"shard_sizes put rank {rank} at {starts[rank]}, but its offset is {offset}")
+    return [[o, c] for o, c in zip(starts, sizes)]
 
 
 def _gather_candidates(
-    torch: Any, dist: Any, shard: Any, k: int, local_len: Any, nan: str, offset: int, total: int, group: Any, unit: str
+    torch: Any,
+    dist: Any,
+    shard: Any,
+    k: int,
+    local_len: Any,
+    nan: str,
+    offset: int,
+    total: int,
+    group: Any,
+    unit: str,
+    sizes: Any = None,
 ) -> tuple[Any, Any, list[int]]:
     """Step 1 and 2 of every distributed selection: this rank's exact local
     top ``k`` of its ``[rows, cols_r]`` shard in index order (``local_len``:
     each row's candidates in the shard, or None), ids made global; then the
-    all-gather of every rank's (offset, cols), checked to tile ``0 ..
+    all-gather of every rank's (offset, cols) (or ``sizes``, every rank's
+    cols, taken as given: no gather, no read-back), checked to tile ``0 ..
     total`` (``unit`` names the columns in the messages), and of the ids and
     values. Returns (ids int32 ``[R, rows, k]``, values ``[R, rows, k]`` in
     the shard's dtype, the ranks' column counts)."""
@@ -80,8 +118,11 @@ def _gather_candidates(
     # NCCL and gloo have no int16).
     bits = val.contiguous().view(torch.uint8)
     # The layout: every rank's (offset, columns), checked to tile the rows.
-    shape = torch.tensor([int(offset), int(cols)], dtype=torch.int64, device=shard.device)
-    layout = _all_gather(torch, dist, shape, world, group).cpu().tolist()
+    def gathered() -> Any:
+        shape = torch.tensor([int(offset), int(cols)], dtype=torch.int64, device=shard.device)
+        return _all_gather(torch, dist, shape, world, group).cpu().tolist()
+
+    layout = _layout(dist, gathered, sizes, world, group, offset, cols)
     at = 0
     for r, (o, c) in enumerate(layout):
         if o != at:
@@ -105,15 +146,19 @@ def topk(
     order: Literal["score", "index"] = "score",
     nan: Literal["lowest", "largest"] = "lowest",
     return_values: bool = False,
+    shard_sizes: Any = None,
 ) -> Any:
     """The whole rows' exact top ``k`` from this rank's ``[rows, cols_r]``
     shard of the scores (global columns ``offset .. offset + cols_r``).
 
     ``lengths`` (optional, global): row ``i``'s candidates are its global
     columns ``0 .. lengths[i]`` (a host int or a sequence / tensor of
-    ``rows`` ints). Returns the global indices ``[rows, k]`` int32 on the
-    scores' device (and the values, with ``return_values``): the same bytes
-    on every rank, equal to ``flashsel.topk`` on the whole rows."""
+    ``rows`` ints). ``shard_sizes`` (optional): every rank's column count
+    in rank order, the same on every rank; given, the layout is not
+    all-gathered (no host synchronisation; see the module's docstring).
+    Returns the global indices ``[rows, k]`` int32 on the scores' device
+    (and the values, with ``return_values``): the same bytes on every rank,
+    equal to ``flashsel.topk`` on the whole rows."""
     import torch
     import torch.distributed as dist
 
@@ -121,10 +166,10 @@ def topk(
         raise ValueError(f"scores_shard must be [rows, cols_r], got shape {tuple(scores_shard.shape)}")
     rows, cols = scores_shard.shape
     _torch_dtype_name(torch, scores_shard.dtype)
-    glen = _global_lengths(torch, lengths, rows, total_cols)
-    local_len = None if glen is None else (glen - offset).clamp(0, cols).to(torch.int32).to(scores_shard.device)
+    glen = _global_lengths(torch, lengths, rows, scores_shard.device)
+    local_len = None if glen is None else (glen - offset).clamp(0, cols).to(torch.int32)
     g_ids, g_vals, shard_lens = _gather_candidates(
-        torch, dist, scores_shard, k, local_len, nan, offset, total_cols, group, "column"
+        torch, dist, scores_shard, k, local_len, nan, offset, total_cols, group, "column", shard_sizes
     )
     out_idx, out_val = merge(
         g_ids,
@@ -133,7 +178,7 @@ def topk(
         shard_lens=shard_lens,
         order=order,
         nan=nan,
-        lengths=glen,
+        lengths=None if glen is None or glen.is_cuda else glen,
     )
     return (out_idx, out_val) if return_values else out_idx
 
@@ -214,6 +259,7 @@ def qsa_select(
     page_table: Any = None,
     page_size: int = 64,
     seq_ids: Any = None,
+    shard_sizes: Any = None,
 ) -> tuple[Any, Any]:
     """QSA block selection over block scores sharded by block: this rank
     holds ``[T, nb_r]``, the global blocks ``offset .. offset + nb_r`` of
@@ -230,7 +276,9 @@ def qsa_select(
     check, ``CudaEngine::qsa_shard_merge_device`` for CUDA tensors, device
     rows out of range as padding) selects the blocks and expands them to
     token ids or slots. Every rank must pass the same ``positions``,
-    options and page table."""
+    options and page table. ``shard_sizes`` (every rank's block count in
+    rank order, the same on every rank) skips the layout's all-gather: no
+    host synchronisation for CUDA tensors."""
     import torch
     import torch.distributed as dist
 
@@ -251,7 +299,7 @@ def qsa_select(
     ends = torch.where(v > k_blocks, v, torch.zeros_like(v))
     local_len = (ends - int(offset)).clamp(0, cols).to(torch.int32).to(dev)
     g_ids, g_vals, shard_lens = _gather_candidates(
-        torch, dist, scores_shard, k_blocks, local_len, nan, offset, total_blocks, group, "block"
+        torch, dist, scores_shard, k_blocks, local_len, nan, offset, total_blocks, group, "block", shard_sizes
     )
     width = k_blocks * ratio + ratio - 1
     world = len(shard_lens)
@@ -308,6 +356,7 @@ def qsa_indexer(
     page_table: Any = None,
     page_size: int = 64,
     seq_ids: Any = None,
+    shard_sizes: Any = None,
 ) -> tuple[Any, Any]:
     """The QSA indexer with the block keys sharded by block: this rank holds
     ``kbar_shard [nb_r, d]``, the global blocks ``offset .. offset + nb_r``
@@ -317,7 +366,8 @@ def qsa_indexer(
     ``flashsel.qsa_select(flashsel.qsa_scores(q, kbar, positions), positions)``
     on the whole keys (``flashsel.qsa_indexer``'s), on every rank.
     ``page_table`` / ``seq_ids`` map the output ids to KV slots (as in
-    :func:`qsa_select`); they do not address the keys.
+    :func:`qsa_select`); they do not address the keys, and
+    ``shard_sizes`` is :func:`qsa_select`'s.
 
     How: the rank scores its blocks with :func:`flashsel.qsa_scores` (each
     block's score is its own arithmetic, so the bytes of the whole row's),
@@ -355,4 +405,5 @@ def qsa_indexer(
         page_table=page_table,
         page_size=page_size,
         seq_ids=seq_ids,
+        shard_sizes=shard_sizes,
     )
