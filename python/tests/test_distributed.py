@@ -428,3 +428,102 @@ def test_nccl_shard_sizes_capture_in_a_cuda_graph():
     over an NCCL group capture into one CUDA graph and replay on new
     scores."""
     _run_nccl_alone(_nccl_graph_worker)
+
+
+# ---------------------------------------------------------------------------
+# qsa_indexer over paged key shards
+# ---------------------------------------------------------------------------
+
+
+def _paged_keys(g, bpp, d, dtype, table):
+    """A global paged cache: sequence s's block b at
+    kbar[table[s, b // bpp], b % bpp] (small integers: near-ties)."""
+    pages = int(table.max()) + 1
+    kbar = torch.from_numpy(g.integers(-2, 3, size=(pages, bpp, d)).astype(np.float32)).to(dtype)
+    return kbar
+
+
+def _rank_cache(kbar, table, off, n, bpp, seqs, g):
+    """Rank's own cache of global blocks off .. off + n (page-aligned) of
+    every sequence: its pages in a random order of its own, its table."""
+    local_pages = n // bpp
+    perm = g.permutation(seqs * local_pages + 2).astype(np.int32)  # two unused pages
+    t_r = perm[: seqs * local_pages].reshape(seqs, local_pages)
+    cache = torch.full((seqs * local_pages + 2, *kbar.shape[1:]), float("nan"), dtype=kbar.dtype)
+    for s in range(seqs):
+        for j in range(local_pages):
+            cache[t_r[s, j]] = kbar[int(table[s, off // bpp + j])]
+    return cache, torch.from_numpy(t_r)
+
+
+def _paged_indexer_worker(rank, world, init, result_dir):
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        checked = 0
+        for case, (rows, nb, ratio, k, heads, d) in enumerate([(8, 320, 4, 32, 2, 64), (6, 96, 2, 40, 4, 128)]):
+            for qd, kd in ((torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32)):
+                seed = 70 * case + 3 * (qd == torch.bfloat16)
+                g = np.random.default_rng(seed)
+                _, pos, table, ps, seq = _qsa_case(rows, nb, ratio, k, seed)
+                bpp = ps // ratio
+                q = torch.from_numpy(g.integers(-2, 3, size=(rows, heads, d)).astype(np.float32)).to(qd)
+                kbar = _paged_keys(g, bpp, d, kd, table)
+                cuts = _cuts(nb // bpp, world, seed)  # page-aligned shards, some empty
+                off, n = cuts[rank][0] * bpp, cuts[rank][1] * bpp
+                cache, t_r = _rank_cache(kbar, table, off, n, bpp, 2, np.random.default_rng(seed + rank))
+                for order in ("index", "score"):
+                    for slots in (False, True):
+                        kw = dict(page_table=table) if slots else {}
+                        got = fd.qsa_indexer(q, cache, pos, offset=off, total_blocks=nb, ratio=ratio, k_blocks=k,
+                                             order=order, page_size=ps, seq_ids=seq, key_page_table=t_r,
+                                             **kw)  # fmt: skip
+                        scores = flashsel.qsa_scores(q, kbar, pos, ratio=ratio, page_table=table, page_size=ps,
+                                                     seq_ids=seq)[:, :nb]  # fmt: skip
+                        want = flashsel.qsa_select(scores, pos, ratio=ratio, k_blocks=k, order=order, page_size=ps,
+                                                   **(dict(page_table=table, seq_ids=seq) if slots else {}))  # fmt: skip
+                        tag = f"rank {rank}/{world} case {case} {qd} {kd} {order} slots={slots}"
+                        assert torch.equal(got[0], torch.as_tensor(want[0])), tag
+                        assert torch.equal(got[1], torch.as_tensor(want[1])), tag
+                        if slots:
+                            fused = flashsel.qsa_indexer(q, kbar, pos, ratio=ratio, k_blocks=k, order=order,
+                                                         page_table=table, page_size=ps, seq_ids=seq)  # fmt: skip
+                            assert torch.equal(got[0], torch.as_tensor(fused[0])), tag
+                        checked += 1
+        with open(os.path.join(result_dir, f"rank{rank}"), "w") as f:
+            f.write(str(checked))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_gloo_qsa_indexer_paged_key_shards(world):
+    """Each rank holds its page-aligned block range of every sequence in a
+    paged cache of its own (its own page order, unused pages of NaN): every
+    rank's ids are the single process's, as token ids and as slots."""
+    _run_ranks(_paged_indexer_worker, world)
+
+
+def test_paged_key_shard_errors():
+    with tempfile.TemporaryDirectory() as d:
+        dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "rdv"), rank=0, world_size=1)
+        try:
+            q = torch.zeros((2, 1, 64))
+            cache = torch.zeros((4, 16, 64))
+            table = torch.zeros((1, 4), dtype=torch.int32)
+            pos = torch.tensor([10, 20])
+            seq = torch.zeros(2, dtype=torch.int32)
+            kw = dict(offset=0, total_blocks=64, k_blocks=8)
+            with pytest.raises(ValueError, match="needs seq_ids"):
+                fd.qsa_indexer(q, cache, pos, key_page_table=table, **kw)
+            with pytest.raises(ValueError, match="page_size // ratio = 16"):
+                fd.qsa_indexer(q, torch.zeros((4, 8, 64)), pos, key_page_table=table, seq_ids=seq, **kw)
+            with pytest.raises(ValueError, match="multiple of ratio"):
+                fd.qsa_indexer(q, cache, pos, key_page_table=table, seq_ids=seq, page_size=62, **kw)
+            with pytest.raises(ValueError, match="takes key_page_table"):
+                fd.qsa_indexer(q, cache, pos, **kw)
+            got = fd.qsa_indexer(q, cache, pos, key_page_table=table, seq_ids=seq, **kw)
+            want = flashsel.qsa_indexer(q, cache, pos, k_blocks=8, page_table=table, seq_ids=seq)
+            # Token ids against slots through an identity table: page 0 only.
+            assert torch.equal(got[1], torch.as_tensor(want[1]))
+        finally:
+            dist.destroy_process_group()

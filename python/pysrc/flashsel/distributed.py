@@ -356,18 +356,27 @@ def qsa_indexer(
     page_table: Any = None,
     page_size: int = 64,
     seq_ids: Any = None,
+    key_page_table: Any = None,
     shard_sizes: Any = None,
 ) -> tuple[Any, Any]:
     """The QSA indexer with the block keys sharded by block: this rank holds
-    ``kbar_shard [nb_r, d]``, the global blocks ``offset .. offset + nb_r``
-    of one sequence's keys (contiguous on each rank; the ranks' slices in
-    rank order tile ``0 .. total_blocks``), and every rank the same ``q``
-    ``[T, H, d]`` and ``positions``. Returns ``(ids, counts)``: the bytes of
-    ``flashsel.qsa_select(flashsel.qsa_scores(q, kbar, positions), positions)``
-    on the whole keys (``flashsel.qsa_indexer``'s), on every rank.
-    ``page_table`` / ``seq_ids`` map the output ids to KV slots (as in
-    :func:`qsa_select`); they do not address the keys, and
-    ``shard_sizes`` is :func:`qsa_select`'s.
+    the global blocks ``offset .. offset + nb_r`` of the keys (the ranks'
+    slices in rank order tile ``0 .. total_blocks``), and every rank the
+    same ``q`` ``[T, H, d]`` and ``positions``. Returns ``(ids, counts)``:
+    the bytes of ``flashsel.qsa_indexer`` (``flashsel.qsa_select`` of
+    ``flashsel.qsa_scores``) on the whole keys, on every rank.
+
+    The rank's keys are either one sequence's, contiguous: ``kbar_shard``
+    ``[nb_r, d]``; or a paged cache of its own, ``kbar_shard`` ``[pages_r,
+    page_size // ratio, d]`` with ``key_page_table`` int32 ``[B,
+    max_pages_r]`` (the rank's table: sequence ``s``'s local block ``j``,
+    global block ``offset + j``, is ``kbar_shard[key_page_table[s, j //
+    bpp], j % bpp]``, ``bpp = page_size // ratio``) and ``seq_ids`` (each
+    query's sequence): then ``nb_r = max_pages_r * bpp``, the same block
+    range of every sequence on this rank. ``page_table`` (with ``seq_ids``)
+    maps the output ids to KV slots (as in :func:`qsa_select`: the global
+    token table, not the rank's key table); ``shard_sizes`` is
+    :func:`qsa_select`'s.
 
     How: the rank scores its blocks with :func:`flashsel.qsa_scores` (each
     block's score is its own arithmetic, so the bytes of the whole row's),
@@ -378,20 +387,46 @@ def qsa_indexer(
 
     from ._indexer import qsa_scores as _qsa_scores
 
-    if kbar_shard.dim() != 2:
-        raise ValueError(f"kbar_shard must be [blocks_r, d] (one sequence's keys), got shape {tuple(kbar_shard.shape)}")
+    if ratio < 1:
+        raise ValueError(f"ratio must be >= 1, got {ratio}")
     pos = positions if isinstance(positions, torch.Tensor) else torch.as_tensor(np.asarray(positions))
     if pos.dim() != 1 or pos.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"positions must be int32 / int64 [T], got {pos.dtype} {tuple(pos.shape)}")
-    if ratio < 1:
-        raise ValueError(f"ratio must be >= 1, got {ratio}")
-    nb_r = kbar_shard.shape[0]
+    if key_page_table is None:
+        if kbar_shard.dim() != 2:
+            raise ValueError(
+                f"kbar_shard must be [blocks_r, d] (one sequence's keys; a paged cache takes key_page_table), "
+                f"got shape {tuple(kbar_shard.shape)}"
+            )
+        nb_r = kbar_shard.shape[0]
+        paged: dict[str, Any] = {}
+    else:
+        if seq_ids is None:
+            raise ValueError("key_page_table needs seq_ids (the sequence of each query)")
+        if page_size < 1 or page_size % ratio:
+            raise ValueError(f"page_size must be a positive multiple of ratio ({ratio}), got {page_size}")
+        bpp = page_size // ratio
+        if kbar_shard.dim() != 3 or kbar_shard.shape[1] != bpp:
+            raise ValueError(
+                f"with key_page_table, kbar_shard must be [pages_r, page_size // ratio = {bpp}, d], "
+                f"got shape {tuple(kbar_shard.shape)}"
+            )
+        if not isinstance(key_page_table, torch.Tensor):
+            key_page_table = torch.from_numpy(np.ascontiguousarray(np.asarray(key_page_table)))
+        if key_page_table.dim() != 2:
+            raise ValueError(f"key_page_table must be [sequences, max_pages_r], got {tuple(key_page_table.shape)}")
+        nb_r = key_page_table.shape[1] * bpp
+        # qsa_scores at ratio 2 reads bpp blocks a page from pages of 2 bpp.
+        paged = dict(page_table=key_page_table, page_size=2 * bpp, seq_ids=seq_ids)
     v = torch.div(pos.to(torch.int64) + 1, ratio, rounding_mode="floor")
     v_local = (v - int(offset)).clamp(0, nb_r)
     # Positions that see exactly v_local of this rank's blocks at ratio 2
     # ((2 v + 1) // 2 = v, and >= 0 even where v is 0); a block's score does
     # not depend on the ratio.
-    local = _qsa_scores(q, kbar_shard, 2 * v_local, ratio=2)
+    if nb_r == 0:
+        local = torch.empty((pos.shape[0], 0), dtype=torch.float32, device=q.device)
+    else:
+        local = _qsa_scores(q, kbar_shard, 2 * v_local, ratio=2, **paged)
     return qsa_select(
         local,
         pos,
@@ -404,6 +439,7 @@ def qsa_indexer(
         nan=nan,
         page_table=page_table,
         page_size=page_size,
-        seq_ids=seq_ids,
+        # seq_ids also name the key pages; without page_table they map no slots.
+        seq_ids=None if page_table is None and key_page_table is not None else seq_ids,
         shard_sizes=shard_sizes,
     )
