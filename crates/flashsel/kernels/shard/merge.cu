@@ -50,6 +50,10 @@
 //   Write: k positions a row and one id load each (ratio ids and a page
 //   load per id with a page table).
 //
+// A rank's local step (sh_local_len, sh_globalize, at the end of the file):
+// its candidates clipped to its shard before its select, and its ids made
+// global after it, for the NCCL-driven form.
+//
 // Compile-time values: FS_BLOCK (threads per CTA, for the shared headers).
 
 #include "common/types.cuh"
@@ -232,4 +236,56 @@ extern "C" __global__ void __launch_bounds__(FS_BLOCK) sh_write(const MergeParam
     for (int j = threadIdx.x; j < m; j += FS_BLOCK) tok_put(T, tr, out, (u32)j, (u32)cid[pos[j]]);
     for (u32 u = sel + threadIdx.x; u < (u32)T.width; u += FS_BLOCK) out[u] = tok_rest(T, tr, u - sel);
     if (T.counts && threadIdx.x == 0) T.counts[row] = tok_count(T, tr, (u32)m);
+}
+
+// ---------------------------------------------------------------------------
+// A rank's local step of the distributed selection (src/ops/shard/nccl.rs):
+// sh_local_len before the rank's select, sh_globalize after it. Each thread
+// one row (lengths) or one entry (ids); nothing else is read or written.
+
+struct LocalParams {
+    const int* lengths;    // nullable: i32 [rows] global candidate counts (topk)
+    const int* positions;  // nullable: i32 [rows] query positions (QSA)
+    int* local_len;        // i32 [rows] out: the row's candidates in the shard
+    int* ids;              // i32 [rows, k]: local ids in, global ids out
+    int rows;
+    int k;
+    int offset;            // the shard's first global column
+    int shard_cols;        // its columns (0: nothing was selected)
+    int cols;              // the global columns
+    int ratio;             // QSA
+    int k_blocks;          // QSA: rows with V <= k_blocks rank nothing
+    int pad_;
+};
+static_assert(sizeof(LocalParams) == 64, "LocalParams layout changed: update src/ops/shard/nccl.rs");
+
+// Row i's candidates in the shard: its global candidates 0 .. n clipped to
+// offset .. offset + shard_cols, where n is lengths[i] (topk; 0 outside
+// 0 ..= cols, so a bad row ranks nothing here and the merge pads it) or, for
+// QSA, V = (t + 1) / ratio when V > k_blocks and 0 .. V is inside the row
+// (else 0: a copy row reads no score; a bad row is padded by the merge).
+extern "C" __global__ void __launch_bounds__(FS_BLOCK) sh_local_len(const LocalParams P) {
+    const int i = blockIdx.x * FS_BLOCK + threadIdx.x;
+    if (i >= P.rows) return;
+    long long n;
+    if (P.positions) {
+        const long long t = P.positions[i];
+        const long long v = t < 0 ? 0 : (t + 1) / P.ratio;
+        n = (v > P.k_blocks && v <= P.cols) ? v : 0;
+    } else {
+        const long long l = P.lengths[i];
+        n = (l < 0 || l > P.cols) ? 0 : l;
+    }
+    long long m = n - P.offset;
+    m = m < 0 ? 0 : (m > P.shard_cols ? P.shard_cols : m);
+    P.local_len[i] = (int)m;
+}
+
+// The rank's ids made global in place (-1 stays -1); an empty shard
+// selected nothing, so its whole block is padding.
+extern "C" __global__ void __launch_bounds__(FS_BLOCK) sh_globalize(const LocalParams P) {
+    const long long j = (long long)blockIdx.x * FS_BLOCK + threadIdx.x;
+    if (j >= (long long)P.rows * P.k) return;
+    const int id = P.ids[j];
+    P.ids[j] = (P.shard_cols == 0 || id < 0) ? -1 : id + P.offset;
 }

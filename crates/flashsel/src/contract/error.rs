@@ -66,6 +66,9 @@ pub enum CudaError {
     /// An NVRTC call other than the compile failed.
     #[error("NVRTC {call}: {name}")]
     Nvrtc { call: String, name: String },
+    /// An NCCL call failed (`ncclResult_t`'s name).
+    #[error("NCCL {call}: {name}")]
+    Nccl { call: String, name: String },
     /// Anything else (a missing kernel in a module, an empty graph capture ...).
     #[error("{0}")]
     Other(String),

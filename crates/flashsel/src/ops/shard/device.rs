@@ -28,7 +28,7 @@ use crate::ops::select::device::{DevicePages, PagesCopy, Tokens};
 use crate::ops::select::{plan, DeviceSelect, SelectSpec, Selection};
 
 /// The kernels of [`Module::ShardMerge`].
-pub(crate) const MERGE_ENTRIES: [&str; 3] = ["sh_pack_b32", "sh_pack_b16", "sh_write"];
+pub(crate) const MERGE_ENTRIES: [&str; 5] = ["sh_pack_b32", "sh_pack_b16", "sh_write", "sh_local_len", "sh_globalize"];
 
 /// `MergeParams` in kernels/shard/merge.cu. Field order and types must match.
 #[repr(C)]

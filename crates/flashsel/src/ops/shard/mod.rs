@@ -589,6 +589,7 @@ pub(crate) fn check_ascending(ids: &[i32], rows: usize, k: usize, ranks: usize) 
 
 pub mod check;
 pub mod device;
+pub mod nccl;
 
 #[cfg(test)]
 mod tests;
