@@ -181,12 +181,7 @@ fn select_host<T: ScoreElem, B: Element>(
             Some(unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr() as *mut T, s.len()) })
         }
     };
-    let map = match pages {
-        None => None,
-        Some((table, max_pages, page_size, seq_ids)) => {
-            Some(flashsel::PageMap::new(table, max_pages, page_size, seq_ids).map_err(to_py)?)
-        }
-    };
+    let map = page_map(pages)?;
     py.detach(|| match (starts, &map) {
         (_, Some(m)) => flashsel::cpu::select_ranges_paged_into(&view, &spec, starts, lengths, m, out_indices, values),
         (None, None) => flashsel::cpu::select_into(&view, &spec, lengths, out_indices, values),
@@ -197,6 +192,15 @@ fn select_host<T: ScoreElem, B: Element>(
 
 /// A host page table: (table, max_pages, page_size, seq_ids).
 type HostPages<'a> = (&'a [i32], usize, usize, &'a [i32]);
+
+/// The page map of checked host page arguments, if any.
+fn page_map<'a>(pages: Option<HostPages<'a>>) -> PyResult<Option<flashsel::PageMap<'a>>> {
+    pages
+        .map(|(table, max_pages, page_size, seq_ids)| {
+            flashsel::PageMap::new(table, max_pages, page_size, seq_ids).map_err(to_py)
+        })
+        .transpose()
+}
 
 /// The page table arguments of the host paths, checked to come together.
 fn host_pages<'a>(
@@ -241,14 +245,8 @@ fn select_cpu(
 ) -> PyResult<()> {
     let (dt, order, nan) = parse_opts(dtype, order, nan)?;
     let pages = host_pages(&page_table, page_size, &seq_ids)?;
-    let lengths: Option<&[i32]> = match &lengths {
-        None => None,
-        Some(l) => Some(l.as_slice().map_err(|e| value_err(format!("lengths: {e}")))?),
-    };
-    let starts: Option<&[i32]> = match &starts {
-        None => None,
-        Some(s) => Some(s.as_slice().map_err(|e| value_err(format!("starts: {e}")))?),
-    };
+    let lengths = opt_slice("lengths", &lengths)?;
+    let starts = opt_slice("starts", &starts)?;
     let idx = out_indices.as_slice_mut().map_err(|e| value_err(format!("out_indices: {e}")))?;
     match dt {
         DType::F32 => select_host::<f32, f32>(py, scores, k, order, nan, lengths, starts, pages, idx, out_values),
@@ -271,12 +269,7 @@ fn qsa_host<T: ScoreElem, B: Element>(
     let (rows, blocks, row_stride) = host_geometry(&scores)?;
     let spec = flashsel::ops::qsa::QsaSpec { rows, blocks, row_stride, ..spec };
     let view = host_view::<T, B>(&scores, rows, blocks, row_stride)?;
-    let map = match pages {
-        None => None,
-        Some((table, max_pages, page_size, seq_ids)) => {
-            Some(flashsel::ops::qsa::PageMap::new(table, max_pages, page_size, seq_ids).map_err(to_py)?)
-        }
-    };
+    let map = page_map(pages)?;
     py.detach(|| flashsel::cpu::qsa_select(&view, positions, &spec, map.as_ref())).map_err(to_py)
 }
 
@@ -594,14 +587,8 @@ fn shard_merge_cpu<'py>(
     let layout = flashsel::ops::shard::ShardLayout::from_lens(&shard_lens).map_err(to_py)?;
     let spec = SelectSpec::new(rows, layout.cols(), k, dt).with_order(order).with_nan(nan);
     let ids = ids.as_slice().map_err(|e| value_err(format!("ids: {e}")))?;
-    let lengths = match &lengths {
-        None => None,
-        Some(l) => Some(l.as_slice().map_err(|e| value_err(format!("lengths: {e}")))?),
-    };
-    let starts = match &starts {
-        None => None,
-        Some(l) => Some(l.as_slice().map_err(|e| value_err(format!("starts: {e}")))?),
-    };
+    let lengths = opt_slice("lengths", &lengths)?;
+    let starts = opt_slice("starts", &starts)?;
     Ok(match dt {
         DType::F32 => {
             let (i, v) = merge_host::<f32, f32>(py, ids, values, spec, &layout, starts, lengths)?;
@@ -695,12 +682,7 @@ fn qsa_merge_host<T: ScoreElem, B: Element + Copy>(
 ) -> PyResult<flashsel::ops::qsa::QsaSelection> {
     let v: PyReadonlyArray1<'_, B> = values.extract().map_err(|e| PyTypeError::new_err(format!("values: {e}")))?;
     let vals: &[T] = bits_slice("values", &v)?;
-    let map = match pages {
-        None => None,
-        Some((table, max_pages, page_size, seq_ids)) => {
-            Some(flashsel::ops::qsa::PageMap::new(table, max_pages, page_size, seq_ids).map_err(to_py)?)
-        }
-    };
+    let map = page_map(pages)?;
     py.detach(|| flashsel::cpu::qsa_merge(ids, vals, positions, &spec, layout, map.as_ref())).map_err(to_py)
 }
 

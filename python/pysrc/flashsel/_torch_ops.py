@@ -51,6 +51,17 @@ _LIB = torch.library.Library("flashsel", "FRAGMENT")  # kept alive: dropping it 
 
 _TAGS = (torch.Tag.pt2_compliant_tag,)
 
+
+def _register(name: str, impl: Any, fake: Any) -> Any:
+    """Registers the defined operator flashsel::name: its implementation
+    (CompositeExplicitAutograd), its fake (meta) function, and autograd
+    passing through (none of the operators is differentiable: outputs never
+    require grad, also for inputs that do). Returns the op overload."""
+    _LIB.impl(name, impl, "CompositeExplicitAutograd")
+    _LIB.impl(name, torch.library.fallthrough_kernel, "Autograd")
+    torch.library.register_fake(f"flashsel::{name}", fake, lib=_LIB)
+    return getattr(torch.ops.flashsel, name).default
+
 # `values` is always returned: [rows, k] (or [k]) in the scores' dtype when
 # return_values, else an empty [0] tensor of that dtype on the scores' device.
 # A scalar length or start for every row travels as the int `length` /
@@ -199,16 +210,9 @@ def _qsa_fake(
     return ids, counts
 
 
-_LIB.impl("topk", _topk_impl, "CompositeExplicitAutograd")
-_LIB.impl("qsa_select", _qsa_impl, "CompositeExplicitAutograd")
-# Not differentiable (indices; the values as selected bits): autograd passes
-# through, so outputs never require grad, also for scores that do.
-_LIB.impl("topk", torch.library.fallthrough_kernel, "Autograd")
-_LIB.impl("qsa_select", torch.library.fallthrough_kernel, "Autograd")
-torch.library.register_fake("flashsel::topk", _topk_fake, lib=_LIB)
-torch.library.register_fake("flashsel::qsa_select", _qsa_fake, lib=_LIB)
-_TOPK = torch.ops.flashsel.topk.default
-_QSA = torch.ops.flashsel.qsa_select.default
+# Not differentiable (indices; the values as selected bits).
+_TOPK = _register("topk", _topk_impl, _topk_fake)
+_QSA = _register("qsa_select", _qsa_impl, _qsa_fake)
 
 
 # ---------------------------------------------------------------------------
@@ -386,16 +390,10 @@ def _mla_decode_fake(
     return q.new_empty((b, s_q, h_q, d_v)), q.new_empty((b, h_q, s_q), dtype=torch.float32)
 
 
-_LIB.impl("sparse_mla_prefill", _mla_prefill_impl, "CompositeExplicitAutograd")
-_LIB.impl("sparse_mla_decode", _mla_decode_impl, "CompositeExplicitAutograd")
-# Not differentiable yet (the reference reads detached data): autograd passes
-# through, so outputs never require grad, as in eager before the operators.
-_LIB.impl("sparse_mla_prefill", torch.library.fallthrough_kernel, "Autograd")
-_LIB.impl("sparse_mla_decode", torch.library.fallthrough_kernel, "Autograd")
-torch.library.register_fake("flashsel::sparse_mla_prefill", _mla_prefill_fake, lib=_LIB)
-torch.library.register_fake("flashsel::sparse_mla_decode", _mla_decode_fake, lib=_LIB)
-_MLA_PREFILL = torch.ops.flashsel.sparse_mla_prefill.default
-_MLA_DECODE = torch.ops.flashsel.sparse_mla_decode.default
+# Not differentiable yet (the reference reads detached data), as in eager
+# before the operators.
+_MLA_PREFILL = _register("sparse_mla_prefill", _mla_prefill_impl, _mla_prefill_fake)
+_MLA_DECODE = _register("sparse_mla_decode", _mla_decode_impl, _mla_decode_fake)
 
 
 # ---------------------------------------------------------------------------
@@ -604,16 +602,9 @@ def _qsa_indexer_fake(
     return q.new_empty((rows, width), dtype=torch.int32), q.new_empty((rows,), dtype=torch.int32)
 
 
-_LIB.impl("qsa_scores", _qsa_scores_impl, "CompositeExplicitAutograd")
-_LIB.impl("qsa_indexer", _qsa_indexer_impl, "CompositeExplicitAutograd")
-# Not differentiable (the scores are a selection stage's, read detached):
-# autograd passes through, so outputs never require grad.
-_LIB.impl("qsa_scores", torch.library.fallthrough_kernel, "Autograd")
-_LIB.impl("qsa_indexer", torch.library.fallthrough_kernel, "Autograd")
-torch.library.register_fake("flashsel::qsa_scores", _qsa_scores_fake, lib=_LIB)
-torch.library.register_fake("flashsel::qsa_indexer", _qsa_indexer_fake, lib=_LIB)
-_QSA_SCORES = torch.ops.flashsel.qsa_scores.default
-_QSA_INDEXER = torch.ops.flashsel.qsa_indexer.default
+# Not differentiable (the scores are a selection stage's, read detached).
+_QSA_SCORES = _register("qsa_scores", _qsa_scores_impl, _qsa_scores_fake)
+_QSA_INDEXER = _register("qsa_indexer", _qsa_indexer_impl, _qsa_indexer_fake)
 
 
 # ---------------------------------------------------------------------------
