@@ -108,3 +108,14 @@ def test_peers_without_gpu_exits_cleanly(tmp_path):
         pytest.skip("a GPU is present: the real run is bench/peers.py's job")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stdout + r.stderr
     assert "torch" in r.stdout
+
+
+def test_context_parallel_cpu_smoke(tmp_path):
+    """bench/context_parallel.py's --cpu mode: three gloo ranks on CPU
+    tensors, every rank's ids equal to one process's (exit 0, the table)."""
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, str(BENCH / "context_parallel.py"), str(tmp_path / "o"), "--cpu",
+                        "--ranks", "3"], capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    table = (tmp_path / "o" / "context_parallel.md").read_text()
+    assert table.count("| yes |") == 2 and "NO" not in table
