@@ -11,11 +11,8 @@
 // row's queries are decoded once into shared memory as f32. A warp streams
 // its group's keys through shared memory in stages of 128 bytes a key
 // (cp.async, coalesced: eight lanes copy one key's 128 bytes; rows padded by
-// 16 bytes so that the lanes' reads hit distinct banks), through two
-// buffers: while the lanes compute on one stage the next is arriving, and a
-// warp's groups form one pipeline (the next group's first stage is issued
-// before the current group's last is computed: no drain between groups,
-// which left the SM's loads idle while it computed, v2 -> v3). Each
+// 16 bytes so that the lanes' reads hit distinct banks), two stages in
+// flight: while the lanes compute on one stage the next is arriving. Each
 // lane decodes its key's values exactly to f32 and accumulates, per head,
 // the contract's 8 lanes (lane l adds the products of j = l, l + 8, ... in
 // increasing j), then combines them as ((a0 + a1) + (a2 + a3)) + ((a4 + a5)
@@ -53,7 +50,6 @@ enum : int {
     ROW_BYTES = STAGE_BYTES + 16,      // a key's stage in shared memory, padded
     BUF_BYTES = 32 * ROW_BYTES,        // one stage of a warp's 32 keys
     HEAD_GROUP = 4,
-    GROUP_STRIDE = SCORE_WARPS * 32,  // blocks between a warp's groups
 };
 
 // The launch's parameter block (ops/indexer/device.rs ScoreParams).
@@ -181,29 +177,6 @@ __device__ __forceinline__ void accumulate(const unsigned char* row, const float
     }
 }
 
-// A lane's key in a group: its address (null: nothing to read: past V,
-// past the tile, or a page entry outside the cache) and whether its page
-// entry was bad (the block scores NaN).
-struct LaneKey {
-    const unsigned char* at;
-    bool bad_page;
-};
-template <class K, int D>
-__device__ __forceinline__ LaneKey lane_key(const ScoreParams& p, const unsigned char* kbar, const int* table, int b,
-                                            int scored_end) {
-    LaneKey k{nullptr, false};
-    if (b < scored_end) {
-        long long at = b;
-        if (p.page_table != 0) {
-            const int page = table[b / p.per_page];
-            k.bad_page = page < 0 || page >= p.cache_pages;
-            at = (long long)page * p.per_page + b % p.per_page;
-        }
-        if (!k.bad_page) k.at = kbar + at * (D * K::BYTES);
-    }
-    return k;
-}
-
 // The kernel body: Q the query dtype (true: bf16, false: f32), K the key type.
 template <bool Q_BF16, class K, int D>
 __device__ __forceinline__ void score_impl(const ScoreParams& p) {
@@ -262,71 +235,63 @@ __device__ __forceinline__ void score_impl(const ScoreParams& p) {
         const int scored_end = min(tile_end, v);
         const int passes = (p.heads + HEAD_GROUP - 1) / HEAD_GROUP;
         const int items = passes * STAGES;  // stages of one group of 32 keys
-        unsigned char* bufs_w = bufs + (2 * warp) * BUF_BYTES;
-        // The warp's groups g0, g0 + GROUP_STRIDE, ... below `end` form one
-        // pipeline of (group, item) steps: the step after the current one is
-        // always in flight while the lanes compute, across group boundaries
-        // too (the next group's key addresses, page-table loads included,
-        // are resolved at the start of the current group).
-        int g0 = tile0 + warp * 32;
-        if (g0 < end) {
-            LaneKey cur = lane_key<K, D>(p, kbar, table, g0 + lane, scored_end);
-            issue_stage<D, K::BYTES>(bufs_w, cur.at, 0, lane);
-            int slot = 0;
 #pragma unroll 1
-            for (;;) {
-                const int gn = g0 + GROUP_STRIDE;
-                const bool more = gn < end;  // warp-uniform
-                LaneKey nxt;
-                if (more) nxt = lane_key<K, D>(p, kbar, table, gn + lane, scored_end);
-                float acc[HEAD_GROUP][LANES];
-                float s = 0.f;
+        for (int g0 = tile0 + warp * 32; g0 < end; g0 += SCORE_WARPS * 32) {
+            const int b = g0 + lane;
+            // This lane's key (null: nothing to read: past V, past the tile, or a bad page).
+            const unsigned char* key_at = nullptr;
+            bool bad_page = false;
+            if (b < scored_end) {
+                long long at = b;
+                if (p.page_table != 0) {
+                    const int page = table[b / p.per_page];
+                    bad_page = page < 0 || page >= p.cache_pages;
+                    at = (long long)page * p.per_page + b % p.per_page;
+                }
+                if (!bad_page) key_at = kbar + at * (D * K::BYTES);
+            }
+            unsigned char* buf0 = bufs + (2 * warp) * BUF_BYTES;
+            unsigned char* buf1 = buf0 + BUF_BYTES;
+            issue_stage<D, K::BYTES>(buf0, key_at, 0, lane);
+            float acc[HEAD_GROUP][LANES];
+            float s = 0.f;
 #pragma unroll 1
-                for (int it = 0; it < items; ++it) {
-                    const int stage = it % STAGES, h0 = (it / STAGES) * HEAD_GROUP;
-                    unsigned char* cur_buf = bufs_w + slot * BUF_BYTES;
-                    unsigned char* nxt_buf = bufs_w + (slot ^ 1) * BUF_BYTES;
-                    if (it + 1 < items) {
-                        issue_stage<D, K::BYTES>(nxt_buf, cur.at, (it + 1) % STAGES, lane);
-                        cp_async_wait<1>();
-                    } else if (more) {
-                        issue_stage<D, K::BYTES>(nxt_buf, nxt.at, 0, lane);
-                        cp_async_wait<1>();
-                    } else {
-                        cp_async_wait<0>();
-                    }
-                    __syncwarp();
-                    if (stage == 0) {
-#pragma unroll
-                        for (int g = 0; g < HEAD_GROUP; ++g)
-#pragma unroll
-                            for (int l = 0; l < LANES; ++l) acc[g][l] = 0.f;
-                    }
-                    accumulate<K, D>(cur_buf + lane * ROW_BYTES, qs, h0, p.heads, stage * STAGE, acc);
-                    if (stage == STAGES - 1) {
-#pragma unroll
-                        for (int g = 0; g < HEAD_GROUP; ++g)
-                            if (h0 + g < p.heads) s = __fadd_rn(s, relu(combine(acc[g])));
-                    }
-                    __syncwarp();  // every lane is done with `cur_buf` before it is refilled
-                    slot ^= 1;
+            for (int it = 0; it < items; ++it) {
+                const int stage = it % STAGES, h0 = (it / STAGES) * HEAD_GROUP;
+                unsigned char* cur = (it & 1) ? buf1 : buf0;
+                unsigned char* nxt = (it & 1) ? buf0 : buf1;
+                if (it + 1 < items) {
+                    issue_stage<D, K::BYTES>(nxt, key_at, (it + 1) % STAGES, lane);
+                    cp_async_wait<1>();
+                } else {
+                    cp_async_wait<0>();
                 }
-                const int b = g0 + lane;
-                if (b < end) {
-                    float score;
-                    if (b >= v) {
-                        score = __uint_as_float(0xff800000u);
-                    } else if (cur.bad_page) {
-                        score = __uint_as_float(0x7fc00000u);
-                    } else {
-                        score = __fmul_rn(s, p.scale);
-                        if (isnan(score)) score = __uint_as_float(0x7fc00000u);
-                    }
-                    out[b] = score;
+                __syncwarp();
+                if (stage == 0) {
+#pragma unroll
+                    for (int g = 0; g < HEAD_GROUP; ++g)
+#pragma unroll
+                        for (int l = 0; l < LANES; ++l) acc[g][l] = 0.f;
                 }
-                if (!more) break;
-                g0 = gn;
-                cur = nxt;
+                accumulate<K, D>(cur + lane * ROW_BYTES, qs, h0, p.heads, stage * STAGE, acc);
+                if (stage == STAGES - 1) {
+#pragma unroll
+                    for (int g = 0; g < HEAD_GROUP; ++g)
+                        if (h0 + g < p.heads) s = __fadd_rn(s, relu(combine(acc[g])));
+                }
+                __syncwarp();  // every lane is done with `cur` before it is refilled
+            }
+            if (b < end) {
+                float score;
+                if (b >= v) {
+                    score = __uint_as_float(0xff800000u);
+                } else if (bad_page) {
+                    score = __uint_as_float(0x7fc00000u);
+                } else {
+                    score = __fmul_rn(s, p.scale);
+                    if (isnan(score)) score = __uint_as_float(0x7fc00000u);
+                }
+                out[b] = score;
             }
         }
         __syncthreads();  // qs and row_state are rewritten for the next row
