@@ -23,8 +23,8 @@
 //! shards, in rank order, must tile the row (the merge pads a row whose
 //! wire breaks that, see kernels/shard/merge.cu).
 //!
-//! Not yet run: this session's machines had no libnccl and no GPU; the
-//! tests in `tests/nccl.rs` are ignored until run on one (see their reasons).
+//! Run on one H200 at world size 1 (`tests/nccl.rs`, ignored without NCCL
+//! and a GPU); the multi-GPU test waits for a machine with two or more.
 
 use cudarc::driver::{CudaSlice, DevicePtr};
 use cudarc::nccl::{result as nccl, sys as nccl_sys};
