@@ -1,5 +1,6 @@
 //! Times qsa_scores / qsa_indexer on issue 22's shapes (a developer run; the
-//! bench rows are `flashsel bench --only indexer`).
+//! bench rows are `flashsel bench --only indexer`). `indexer-time TEXT` runs
+//! only the shapes whose name contains TEXT.
 use flashsel::cuda::CudaEngine;
 use flashsel::data::Rng;
 use flashsel::ops::indexer::{BlockKeys, KeyElem, PageMap, QsaIndexerSpec, QsaScoresSpec, F8E4M3};
@@ -20,6 +21,13 @@ struct Shape<'a> {
 }
 
 fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64) {
+    // `indexer-time TEXT`: only the shapes whose name contains TEXT (for a
+    // profiler run of one shape).
+    if let Some(only) = std::env::args().nth(1) {
+        if !s.name.contains(&only) {
+            return;
+        }
+    }
     let mut rng = Rng::new(5);
     let (rows, nb) = (s.rows, s.tokens / 4);
     let (h, d) = (4, 128);
