@@ -62,6 +62,10 @@ pub struct CudaEngine {
     /// Whether rows of at most `plan::SHORT_COLS` take the short-row path
     /// (`FLASHSEL_SHORT=0` at creation: off; [`CudaEngine::set_short_rows`]).
     short_rows: std::sync::atomic::AtomicBool,
+    /// Short rows of at most this many columns take the short path's warp
+    /// kernel (`FLASHSEL_SHORT_WARP=<cols>` at creation; 0, the default:
+    /// none; [`CudaEngine::set_short_warp_cols`]).
+    short_warp_cols: std::sync::atomic::AtomicU64,
 }
 
 fn arch_name(major: i32, minor: i32) -> &'static str {
@@ -121,6 +125,9 @@ impl CudaEngine {
         let stream = ctx.new_stream().map_err(cuda_err)?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let short_rows = std::sync::atomic::AtomicBool::new(std::env::var("FLASHSEL_SHORT").map_or(true, |v| v != "0"));
+        let short_warp_cols = std::sync::atomic::AtomicU64::new(
+            std::env::var("FLASHSEL_SHORT_WARP").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
+        );
         Ok(Self {
             ctx,
             stream,
@@ -129,6 +136,7 @@ impl CudaEngine {
             name,
             registry: Mutex::new(HashMap::new()),
             short_rows,
+            short_warp_cols,
         })
     }
 
@@ -152,8 +160,6 @@ impl CudaEngine {
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
-    /// Whether launches use programmatic dependent launch (sm_90 and later):
-    /// see [`launch`].
     /// Whether the planner may send rows of at most `plan::SHORT_COLS`
     /// columns down the short-row path (the default; `FLASHSEL_SHORT=0` when
     /// the engine is created turns it off).
@@ -166,6 +172,18 @@ impl CudaEngine {
     pub fn set_short_rows(&self, on: bool) {
         self.short_rows.store(on, std::sync::atomic::Ordering::Relaxed);
     }
+    /// The widest short rows (columns) the short-row path's warp kernel
+    /// takes (0: none, every short row takes a CTA).
+    pub fn short_warp_cols(&self) -> u64 {
+        self.short_warp_cols.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    /// Sets [`CudaEngine::short_warp_cols`] for later plans (the check
+    /// suite runs short rows on both kernels; the dev tool times both).
+    pub fn set_short_warp_cols(&self, cols: u64) {
+        self.short_warp_cols.store(cols, std::sync::atomic::Ordering::Relaxed);
+    }
+    /// Whether launches use programmatic dependent launch (sm_90 and later):
+    /// see [`launch`].
     pub(crate) fn pdl(&self) -> bool {
         arch_major(self.arch) >= 9
     }

@@ -12,6 +12,7 @@ const NO_GRID: PathOptions = PathOptions {
     grid_place_max: GRID_PLACE_MAX,
     grid_small_items: true,
     short: true,
+    short_warp_cols: 0,
 };
 const NO_SHORT: PathOptions = PathOptions {
     grid: true,
@@ -19,6 +20,16 @@ const NO_SHORT: PathOptions = PathOptions {
     grid_place_max: GRID_PLACE_MAX,
     grid_small_items: true,
     short: false,
+    short_warp_cols: 0,
+};
+/// The short path's warp kernel on at its proposed bound.
+const WARP: PathOptions = PathOptions {
+    grid: true,
+    grid_min_chunk: None,
+    grid_place_max: GRID_PLACE_MAX,
+    grid_small_items: true,
+    short: true,
+    short_warp_cols: SHORT_WARP_COLS,
 };
 
 fn p(rows: usize, cols: usize, k: usize) -> Plan {
@@ -297,6 +308,7 @@ fn short_rows_take_the_short_path_up_to_short_cols() {
             let pl = plan(&SelectSpec::new(rows, cols, k, dtype), true, &dev).unwrap();
             assert_eq!(pl.path(), Path::Short, "{rows} x {cols} k {k} {dtype}");
             let s = pl.short().unwrap().clone();
+            assert!(!s.warp, "the warp kernel is off by default");
             assert_eq!((s.row_slots, pl.ctas_per_row(), pl.block()), (rows as u32, 1, SHORT_BLOCK));
             assert_eq!(s.sel_cap as usize, k.min(cols).next_power_of_two());
             assert_eq!(s.smem_bytes as u64, short_smem_bytes(cols as u64, s.sel_cap as u64));
@@ -342,4 +354,68 @@ fn short_rows_take_the_short_path_up_to_short_cols() {
     let tight = DeviceProps { max_smem_per_block: 40_960, ..small };
     assert_eq!(plan(&SelectSpec::new(64, 8192, 512, DType::F32), true, &tight).unwrap().path(), Path::Row);
     assert_eq!(plan(&SelectSpec::new(64, 2048, 512, DType::F32), true, &tight).unwrap().path(), Path::Short);
+}
+
+#[test]
+fn short_rows_take_the_warp_kernel_up_to_its_bound() {
+    let dev = h200();
+    let w = |rows: usize, cols: usize, k: usize, dtype: DType| {
+        plan_with(&SelectSpec::new(rows, cols, k, dtype), true, &dev, &WARP).unwrap()
+    };
+    // Off by default (not yet timed on a device): every short row a CTA.
+    assert_eq!(PathOptions::default().short_warp_cols, 0);
+    assert!(!p(8192, 2048, 512).short().unwrap().warp);
+    // On: rows of <= SHORT_WARP_COLS a warp each, SHORT_WARPS rows a CTA,
+    // the grid the rows rounded up; every dtype; the QSA first chunk's
+    // geometry (8192 x 2048 blocks, k 512) among them.
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        for (rows, cols, k) in [(8192, 2048, 512), (8191, 2048, 512), (133, 4096, 512), (200, 97, 7), (133, 10, 11)] {
+            let pl = w(rows, cols, k, dtype);
+            let s = pl.short().expect("short").clone();
+            assert!(s.warp, "{rows} x {cols} k {k} {dtype}");
+            assert_eq!(pl.path(), Path::Short);
+            assert_eq!((s.row_slots as usize, pl.block()), (rows.div_ceil(SHORT_WARPS as usize), 32 * SHORT_WARPS));
+            assert_eq!(s.sel_cap as usize, k.min(cols).next_power_of_two());
+            assert_eq!(s.smem_bytes as u64, short_warp_smem_bytes(cols as u64, s.sel_cap as u64));
+            assert!(s.smem_bytes <= dev.max_smem_per_block);
+            assert_eq!((pl.workspace_bytes(), pl.ctas_per_row(), pl.cap()), (0, 1, s.sel_cap));
+        }
+    }
+    // The slab: 256 bins, the keys, the selection, each 16-byte aligned.
+    assert_eq!(short_warp_smem_bytes(2048, 512), 4 * (1024 + 8192 + 4096));
+    assert_eq!(short_warp_smem_bytes(97, 8), 4 * (1024 + 400 + 64));
+    assert_eq!(short_warp_smem_bytes(1, 1), 4 * (1024 + 16 + 16));
+    // The bound: SHORT_WARP_COLS columns a warp, one more a CTA (still the
+    // short path), SHORT_COLS + 1 the row path.
+    let c = SHORT_WARP_COLS as usize;
+    for (rows, k) in [(8192, 512), (133, 256), (133, 1)] {
+        assert!(w(rows, c - 1, k, DType::BF16).short().unwrap().warp, "{rows} x {} k {k}", c - 1);
+        assert!(w(rows, c, k, DType::BF16).short().unwrap().warp, "{rows} x {c} k {k}");
+        let pl = w(rows, c + 1, k, DType::BF16);
+        assert!(!pl.short().unwrap().warp, "{rows} x {} k {k}", c + 1);
+        assert_eq!((pl.row_slots(), pl.block()), (rows as u32, SHORT_BLOCK));
+        assert_eq!(w(rows, SHORT_COLS as usize + 1, k, DType::BF16).path(), Path::Row);
+    }
+    // The short path's other bounds hold for the warp kernel too: k past
+    // SHORT_MAX_K and SM-count batches take the row path.
+    assert_eq!(w(8192, 2048, SHORT_MAX_K as usize + 1, DType::F32).path(), Path::Row);
+    assert!(w(8192, 2048, SHORT_MAX_K as usize, DType::F32).short().unwrap().warp);
+    for rows in [1, 66, 132] {
+        assert_ne!(w(rows, 2048, 512, DType::F32).path(), Path::Short, "{rows} rows");
+    }
+    assert!(w(133, 2048, 512, DType::F32).short().unwrap().warp);
+    // The short path off wins over the warp bound.
+    let off = PathOptions { short: false, ..WARP };
+    assert_eq!(plan_with(&SelectSpec::new(8192, 2048, 512, DType::BF16), true, &dev, &off).unwrap().path(), Path::Row);
+    // A wider bound (the dev tool's A/B at SHORT_COLS): rows up to SHORT_COLS
+    // a warp where the CTA's four slabs fit the device's shared memory.
+    let wide = PathOptions { short_warp_cols: SHORT_COLS, ..WARP };
+    let pl = plan_with(&SelectSpec::new(1024, 8192, 512, DType::F32), true, &dev, &wide).unwrap();
+    assert!(pl.short().unwrap().warp);
+    assert_eq!(pl.smem_bytes() as u64, short_warp_smem_bytes(8192, 512));
+    // Where four slabs do not fit (48 KiB a block): the CTA kernel.
+    let small = DeviceProps { sm_count: 40, max_smem_per_block: 49_152, smem_per_sm: 65_536, max_threads_per_sm: 1024 };
+    let on = |cols| plan_with(&SelectSpec::new(64, cols, 512, DType::F32), true, &small, &WARP).unwrap();
+    assert!(!on(4096).short().unwrap().warp); // 4 x (1 + 16 + 4) KiB > 48 KiB
+    assert!(on(1024).short().unwrap().warp); // 4 x (1 + 4 + 4) KiB
 }
