@@ -261,10 +261,20 @@ fn time_short(e: &CudaEngine) {
         time_shape::<bf16>(e, 8192, 2048, 512, Data::Normal, bw, &mut rng);
         time_shape_in::<bf16>(e, 8192, 2048, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
         time_shape::<f32>(e, 8192, 2048, 512, Data::Normal, bw, &mut rng);
+        time_shape_in::<f32>(e, 8192, 2048, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
+        time_shape_in::<bf16>(e, 8192, 1024, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
+        time_shape_in::<bf16>(e, 8192, 3072, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
         time_shape_in::<bf16>(e, 8192, 4096, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
+        time_shape::<bf16>(e, 8192, 4096, 512, Data::Normal, bw, &mut rng);
         time_shape::<f32>(e, 1024, 8192, 512, Data::ReluFew, bw, &mut rng);
-        time_shape::<bf16>(e, 1024, 2048, 512, Data::Normal, bw, &mut rng);
-        time_shape::<f32>(e, 133, 2048, 512, Data::Normal, bw, &mut rng);
+        time_shape_in::<f32>(e, 1024, 8192, 512, OutputOrder::Index, Data::ReluFew, bw, &mut rng);
+        // Rows of 2,048 from a few per SM up: where the warp kernel's
+        // latency stops being hidden.
+        for rows in [133, 264, 528, 1024] {
+            time_shape_in::<bf16>(e, rows, 2048, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
+            time_shape::<bf16>(e, rows, 2048, 512, Data::Normal, bw, &mut rng);
+            time_shape::<f32>(e, rows, 2048, 512, Data::Normal, bw, &mut rng);
+        }
         if mode == "warp" {
             continue; // the rest take no short path, or the CTA kernel
         }

@@ -71,8 +71,8 @@
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
 //!   append nothing).
 
-use super::SelectSpec;
-use crate::contract::{Error, Result};
+use super::{OutputOrder, SelectSpec};
+use crate::contract::{DType, Error, Result};
 
 /// Threads per CTA of every kernel.
 pub const BLOCK: u32 = 512;
@@ -255,11 +255,15 @@ pub fn short_smem_bytes(cols: u64, sel_cap: u64) -> u64 {
 }
 
 /// Dynamic shared memory of a warp kernel's CTA: [`SHORT_WARPS`] slabs, each
-/// the warp's bins, its row's keys (`cols` rounded up to 4, `u32`) and
-/// `sel_cap` composites (rounded up to 2: every part 16-byte aligned);
-/// `warp_slab_words` in kernels/select/short/warp.cuh.
-pub fn short_warp_smem_bytes(cols: u64, sel_cap: u64) -> u64 {
-    SHORT_WARPS as u64 * (SHORT_WARP_BINS * 4 + cols.div_ceil(4) * 16 + sel_cap.div_ceil(2) * 16)
+/// the warp's bins, its row's keys (`cols` of them: `u16` for the 16-bit
+/// dtypes, `u32` for f32) and `sel_cap` entries of the selection (index
+/// order: `u32` columns; score order: `u64` composites), each part rounded
+/// up to 16 bytes; `warp_slab_bytes` in kernels/select/short/warp.cuh.
+pub fn short_warp_smem_bytes(cols: u64, sel_cap: u64, dtype: DType, order: OutputOrder) -> u64 {
+    let key = if dtype == DType::F32 { 4 } else { 2 };
+    let entry = if order == OutputOrder::Index { 4 } else { 8 };
+    let r16 = |b: u64| b.div_ceil(16) * 16;
+    SHORT_WARPS as u64 * (SHORT_WARP_BINS * 4 + r16(cols * key) + r16(sel_cap * entry))
 }
 
 /// The streaming filter's launch (`fs_scan_*` on the row path, `fs_split_*`
@@ -524,7 +528,7 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
     };
     let fit = (4 * k).max(8192);
     if opts.short {
-        if let Some(s) = short_plan(rows, cols, k, fit, dev, opts.short_warp_cols) {
+        if let Some(s) = short_plan(spec, fit, dev, opts.short_warp_cols) {
             return Ok(Plan::Short(s));
         }
     }
@@ -609,12 +613,13 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
 /// than one launch's grid `x`, or shared memory the device cannot give one
 /// CTA. Rows of at most `warp_cols` columns take the warp kernel where its
 /// CTA's shared memory fits (else the CTA kernel).
-fn short_plan(rows: u64, cols: u64, k: u64, fit: u64, dev: &DeviceProps, warp_cols: u64) -> Option<ShortPlan> {
+fn short_plan(spec: &SelectSpec, fit: u64, dev: &DeviceProps, warp_cols: u64) -> Option<ShortPlan> {
+    let (rows, cols, k) = (spec.rows as u64, spec.cols as u64, spec.k as u64);
     if rows <= dev.sm_count as u64 || cols > SHORT_COLS || k > SHORT_MAX_K || rows > MAX_GRID_X {
         return None;
     }
     let sel_cap = k.min(cols).max(1).next_power_of_two();
-    let warp_smem = short_warp_smem_bytes(cols, sel_cap);
+    let warp_smem = short_warp_smem_bytes(cols, sel_cap, spec.dtype, spec.order);
     if cols <= warp_cols && warp_smem <= dev.max_smem_per_block as u64 {
         return Some(ShortPlan {
             warp: true,

@@ -376,15 +376,25 @@ fn short_rows_take_the_warp_kernel_up_to_its_bound() {
             assert_eq!(pl.path(), Path::Short);
             assert_eq!((s.row_slots as usize, pl.block()), (rows.div_ceil(SHORT_WARPS as usize), 32 * SHORT_WARPS));
             assert_eq!(s.sel_cap as usize, k.min(cols).next_power_of_two());
-            assert_eq!(s.smem_bytes as u64, short_warp_smem_bytes(cols as u64, s.sel_cap as u64));
+            let order = OutputOrder::Score; // SelectSpec's default
+            assert_eq!(s.smem_bytes as u64, short_warp_smem_bytes(cols as u64, s.sel_cap as u64, dtype, order));
             assert!(s.smem_bytes <= dev.max_smem_per_block);
             assert_eq!((pl.workspace_bytes(), pl.ctas_per_row(), pl.cap()), (0, 1, s.sel_cap));
         }
     }
-    // The slab: 256 bins, the keys, the selection, each 16-byte aligned.
-    assert_eq!(short_warp_smem_bytes(2048, 512), 4 * (1024 + 8192 + 4096));
-    assert_eq!(short_warp_smem_bytes(97, 8), 4 * (1024 + 400 + 64));
-    assert_eq!(short_warp_smem_bytes(1, 1), 4 * (1024 + 16 + 16));
+    // The slab: 256 bins, the keys (u16 for 16-bit dtypes), the selection
+    // (u32 columns in index order, u64 composites in score order), each
+    // rounded up to 16 bytes. The first chunk's (bf16, index order): 7 KiB a
+    // warp.
+    use OutputOrder::{Index, Score};
+    assert_eq!(short_warp_smem_bytes(2048, 512, DType::BF16, Index), 4 * (1024 + 4096 + 2048));
+    assert_eq!(short_warp_smem_bytes(2048, 512, DType::F32, Score), 4 * (1024 + 8192 + 4096));
+    assert_eq!(short_warp_smem_bytes(97, 8, DType::F32, Score), 4 * (1024 + 400 + 64));
+    assert_eq!(short_warp_smem_bytes(97, 8, DType::F16, Index), 4 * (1024 + 208 + 32));
+    assert_eq!(short_warp_smem_bytes(1, 1, DType::BF16, Index), 4 * (1024 + 16 + 16));
+    let qsa = SelectSpec::new(8192, 2048, 512, DType::BF16).with_order(Index);
+    let pl = plan_with(&qsa, true, &dev, &WARP).unwrap();
+    assert_eq!((pl.smem_bytes(), pl.row_slots()), (4 * 7168, 2048));
     // The bound: SHORT_WARP_COLS columns a warp, one more a CTA (still the
     // short path), SHORT_COLS + 1 the row path.
     let c = SHORT_WARP_COLS as usize;
@@ -412,7 +422,7 @@ fn short_rows_take_the_warp_kernel_up_to_its_bound() {
     let wide = PathOptions { short_warp_cols: SHORT_COLS, ..WARP };
     let pl = plan_with(&SelectSpec::new(1024, 8192, 512, DType::F32), true, &dev, &wide).unwrap();
     assert!(pl.short().unwrap().warp);
-    assert_eq!(pl.smem_bytes() as u64, short_warp_smem_bytes(8192, 512));
+    assert_eq!(pl.smem_bytes() as u64, short_warp_smem_bytes(8192, 512, DType::F32, OutputOrder::Score));
     // Where four slabs do not fit (48 KiB a block): the CTA kernel.
     let small = DeviceProps { sm_count: 40, max_smem_per_block: 49_152, smem_per_sm: 65_536, max_threads_per_sm: 1024 };
     let on = |cols| plan_with(&SelectSpec::new(64, cols, 512, DType::F32), true, &small, &WARP).unwrap();
