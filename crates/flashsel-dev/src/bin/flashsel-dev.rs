@@ -39,6 +39,13 @@ fn path_name(plan: &flashsel::ops::select::plan::Plan) -> String {
 const SHORT_MODES: [(&str, bool, u64); 3] =
     [("row", false, 0), ("cta", true, 0), ("warp", true, flashsel::ops::select::plan::SHORT_COLS)];
 
+/// The engine's default short-row settings again.
+fn short_defaults(e: &CudaEngine) {
+    use flashsel::ops::select::plan::{SHORT_WARP_COLS, SHORT_WARP_MIN_ROWS};
+    e.set_short_rows(true);
+    e.set_short_warp(SHORT_WARP_COLS, SHORT_WARP_MIN_ROWS);
+}
+
 #[allow(clippy::too_many_arguments)]
 fn time_shape_in<T: ScoreElem>(
     e: &CudaEngine,
@@ -220,7 +227,7 @@ fn time_short(e: &CudaEngine) {
             let want = flashsel::cpu::qsa_select(&view, positions, &qspec, None).unwrap();
             for (_, short, warp) in SHORT_MODES {
                 e.set_short_rows(short);
-                e.set_short_warp_cols(warp);
+                e.set_short_warp(warp, 0);
                 let path = path_name(&e.plan(&SelectSpec::new(rows, cols, k, T::DTYPE), true).unwrap());
                 let (got, mut t) = e.time_qsa_select(&view, positions, &qspec, None, 30).unwrap();
                 t.sort_by(f64::total_cmp);
@@ -234,7 +241,7 @@ fn time_short(e: &CudaEngine) {
             let want = flashsel::cpu::select(&view, &spec, Some(lengths)).unwrap();
             for (_, short, warp) in SHORT_MODES {
                 e.set_short_rows(short);
-                e.set_short_warp_cols(warp);
+                e.set_short_warp(warp, 0);
                 let path = path_name(&e.plan(&spec, true).unwrap());
                 let (got, mut t) = e.time_select(&view, &spec, Some(lengths), 30).unwrap();
                 t.sort_by(f64::total_cmp);
@@ -244,8 +251,7 @@ fn time_short(e: &CudaEngine) {
                 );
             }
         }
-        e.set_short_rows(true);
-        e.set_short_warp_cols(0);
+        short_defaults(e);
     }
     one::<bf16>(e, &data, &positions, &lengths, rows, cols, k);
     one::<f32>(e, &data, &positions, &lengths, rows, cols, k);
@@ -257,7 +263,7 @@ fn time_short(e: &CudaEngine) {
     for (mode, short, warp) in SHORT_MODES {
         println!("SHORT mode {mode}");
         e.set_short_rows(short);
-        e.set_short_warp_cols(warp);
+        e.set_short_warp(warp, 0);
         time_shape::<bf16>(e, 8192, 2048, 512, Data::Normal, bw, &mut rng);
         time_shape_in::<bf16>(e, 8192, 2048, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
         time_shape::<f32>(e, 8192, 2048, 512, Data::Normal, bw, &mut rng);
@@ -290,8 +296,7 @@ fn time_short(e: &CudaEngine) {
         time_shape::<f32>(e, 132, 4096, 2048, Data::Normal, bw, &mut rng);
         time_shape::<bf16>(e, 1, 8192, 2048, Data::ReluFew, bw, &mut rng);
     }
-    e.set_short_rows(true);
-    e.set_short_warp_cols(0);
+    short_defaults(e);
 }
 
 /// Per row: the keys at or above the sampled bound, the bins' shift, the

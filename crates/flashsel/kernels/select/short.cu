@@ -4,9 +4,10 @@
 // values) and their token form fs_short_tok_* (ranges, QSA blocks, slots:
 // select/tokens.cuh), for prefill batches of short rows such as QSA's first
 // chunk (V = 0 .. 2,048 blocks) where the streaming filter's finish, sized
-// for long rows, dominates. Rows of <= SHORT_WARP_COLS columns may instead
-// take a warp each (fs_short_warp_*, fs_short_warp_tok_*: several rows a
-// CTA, no CTA barrier; select/short/warp.cuh has its algorithm and cost).
+// for long rows, dominates. Batches of >= SHORT_WARP_MIN_ROWS rows of <=
+// SHORT_WARP_COLS columns take a warp a row instead (fs_short_warp_*,
+// fs_short_warp_tok_*: four rows a CTA, no CTA barrier; select/short/warp.cuh
+// has its algorithm and cost).
 //
 // ALGORITHM (select/short/kernel.cuh; one row per CTA of FS_SHORT_BLOCK threads)
 //   1. Load the row's len elements once (16-byte loads where aligned) as

@@ -62,10 +62,13 @@ pub struct CudaEngine {
     /// Whether rows of at most `plan::SHORT_COLS` take the short-row path
     /// (`FLASHSEL_SHORT=0` at creation: off; [`CudaEngine::set_short_rows`]).
     short_rows: std::sync::atomic::AtomicBool,
-    /// Short rows of at most this many columns take the short path's warp
-    /// kernel (`FLASHSEL_SHORT_WARP=<cols>` at creation; 0, the default:
-    /// none; [`CudaEngine::set_short_warp_cols`]).
+    /// Short rows of at most this many columns, in batches of at least
+    /// `short_warp_min_rows` rows, take the short path's warp kernel
+    /// (`plan::SHORT_WARP_COLS`, `SHORT_WARP_MIN_ROWS`;
+    /// `FLASHSEL_SHORT_WARP=<cols>` at creation, 0: none;
+    /// [`CudaEngine::set_short_warp`]).
     short_warp_cols: std::sync::atomic::AtomicU64,
+    short_warp_min_rows: std::sync::atomic::AtomicU64,
 }
 
 fn arch_name(major: i32, minor: i32) -> &'static str {
@@ -126,8 +129,12 @@ impl CudaEngine {
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let short_rows = std::sync::atomic::AtomicBool::new(std::env::var("FLASHSEL_SHORT").map_or(true, |v| v != "0"));
         let short_warp_cols = std::sync::atomic::AtomicU64::new(
-            std::env::var("FLASHSEL_SHORT_WARP").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
+            std::env::var("FLASHSEL_SHORT_WARP")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(crate::ops::select::plan::SHORT_WARP_COLS),
         );
+        let short_warp_min_rows = std::sync::atomic::AtomicU64::new(crate::ops::select::plan::SHORT_WARP_MIN_ROWS);
         Ok(Self {
             ctx,
             stream,
@@ -137,6 +144,7 @@ impl CudaEngine {
             registry: Mutex::new(HashMap::new()),
             short_rows,
             short_warp_cols,
+            short_warp_min_rows,
         })
     }
 
@@ -172,15 +180,19 @@ impl CudaEngine {
     pub fn set_short_rows(&self, on: bool) {
         self.short_rows.store(on, std::sync::atomic::Ordering::Relaxed);
     }
-    /// The widest short rows (columns) the short-row path's warp kernel
-    /// takes (0: none, every short row takes a CTA).
-    pub fn short_warp_cols(&self) -> u64 {
-        self.short_warp_cols.load(std::sync::atomic::Ordering::Relaxed)
+    /// The short-row path's warp kernel bounds: (the widest rows, columns;
+    /// the fewest rows of a batch). Columns 0: no warp kernel, every short
+    /// row takes a CTA.
+    pub fn short_warp(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.short_warp_cols.load(Relaxed), self.short_warp_min_rows.load(Relaxed))
     }
-    /// Sets [`CudaEngine::short_warp_cols`] for later plans (the check
-    /// suite runs short rows on both kernels; the dev tool times both).
-    pub fn set_short_warp_cols(&self, cols: u64) {
-        self.short_warp_cols.store(cols, std::sync::atomic::Ordering::Relaxed);
+    /// Sets [`CudaEngine::short_warp`] for later plans (the check suite runs
+    /// short rows on both kernels; the dev tool times both).
+    pub fn set_short_warp(&self, cols: u64, min_rows: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.short_warp_cols.store(cols, Relaxed);
+        self.short_warp_min_rows.store(min_rows, Relaxed);
     }
     /// Whether launches use programmatic dependent launch (sm_90 and later):
     /// see [`launch`].

@@ -270,16 +270,16 @@ pub(crate) fn short_parity(
     if plan.path() != Path::Short || !e.short_rows() {
         return Ok(None);
     }
-    let warp0 = e.short_warp_cols();
+    let (wc0, wr0) = e.short_warp();
     let mut seen = vec![plan.clone()];
     let mut parity = || -> Result<Option<String>> {
-        for (label, short, warp) in [
-            ("row path (short path off)", false, warp0),
-            ("short path, CTA kernel", true, 0),
-            ("short path, warp kernel", true, plan::SHORT_COLS),
+        for (label, short, (wc, wr)) in [
+            ("row path (short path off)", false, (wc0, wr0)),
+            ("short path, CTA kernel", true, (0, 0)),
+            ("short path, warp kernel", true, (plan::SHORT_COLS, 0)),
         ] {
             e.set_short_rows(short);
-            e.set_short_warp_cols(warp);
+            e.set_short_warp(wc, wr);
             let p = e.plan(spec, true)?;
             if seen.contains(&p) {
                 continue;
@@ -294,7 +294,7 @@ pub(crate) fn short_parity(
     };
     let out = parity();
     e.set_short_rows(true);
-    e.set_short_warp_cols(warp0);
+    e.set_short_warp(wc0, wr0);
     out
 }
 

@@ -283,7 +283,8 @@ impl CudaEngine {
     pub fn plan(&self, spec: &SelectSpec, has_lengths: bool) -> Result<Plan> {
         let opts = plan::PathOptions {
             short: self.short_rows(),
-            short_warp_cols: self.short_warp_cols(),
+            short_warp_cols: self.short_warp().0,
+            short_warp_min_rows: self.short_warp().1,
             ..plan::PathOptions::default()
         };
         plan::plan_with(spec, has_lengths, &self.props(), &opts)

@@ -59,13 +59,18 @@
 //!   that selects nothing only writes. (The streaming filter's finish,
 //!   sized for long rows, cost ~11 us a row there: docs/perf-log.md, v33.)
 //!   Where its shared memory does not fit the device, the row path runs.
-//!   Rows of at most `short_warp_cols` columns (a [`PathOptions`] bound;
-//!   the engine's `set_short_warp_cols`, `FLASHSEL_SHORT_WARP=<cols>`; 0,
-//!   off, by default: not yet measured on a device) take the same path's
-//!   warp kernel instead (`ShortPlan::warp`, `kernels/select/short/warp.cuh`):
-//!   [`SHORT_WARPS`] rows a CTA, one warp each, no CTA barrier, so a row
-//!   pays a warp's latency and not a CTA's barriers (issue 21; the proposed
-//!   bound is [`SHORT_WARP_COLS`]).
+//!   Batches of at least [`SHORT_WARP_MIN_ROWS`] rows of at most
+//!   [`SHORT_WARP_COLS`] columns take the same path's warp kernel instead
+//!   (`ShortPlan::warp`, `kernels/select/short/warp.cuh`): [`SHORT_WARPS`]
+//!   rows a CTA, one warp each, no CTA barrier, so a row pays a warp's
+//!   latency and not a CTA's barriers (issue 21). Measured (H200,
+//!   docs/perf-log.md v35): 8192 rows of 1024 .. 4096 columns gain in both
+//!   orders (the QSA first chunk 88.4 -> 62.0 us; 8192 x 4096 k 512 index
+//!   173.4 -> 121.0), 1024 x 2048 gains (index 18.3 -> 15.0, score 40.3 ->
+//!   33.3) but 528 x 2048 loses (10.4 -> 13.3, 20.5 -> 23.9: a warp's row
+//!   takes ~13-27 us, hidden only by enough rows), and 1024 x 8192 loses
+//!   (84.4 -> 150.8). Both bounds are [`PathOptions`] fields (the engine's
+//!   `set_short_warp`; `FLASHSEL_SHORT_WARP=0` turns the warp kernel off).
 //! - Work follows the active lengths: a CTA's range is its share of
 //!   `lengths[row]`, not of `cols`, so short rows in a wide buffer cost what
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
@@ -154,10 +159,12 @@ pub const SHORT_BLOCK: u32 = 128;
 /// Short-row path's warp kernel: rows (warps) per CTA (`FS_SHORT_WARPS`,
 /// kernels/select/short/warp.cuh).
 pub const SHORT_WARPS: u32 = 4;
-/// Short-row path's warp kernel: the proposed widest rows (`cols`) it takes
-/// when enabled (`FLASHSEL_SHORT_WARP=4096`; the check and the dev A/B run
-/// it there). Not yet the default: no device has timed it.
+/// Short-row path's warp kernel: the widest rows (`cols`) it takes
+/// (measured: 8192 x 4096 k 512 gains, 1024 x 8192 loses; perf-log v35).
 pub const SHORT_WARP_COLS: u64 = 4096;
+/// Short-row path's warp kernel: the fewest rows it takes (measured: 1024 x
+/// 2048 gains, 528 x 2048 loses; perf-log v35).
+pub const SHORT_WARP_MIN_ROWS: u64 = 1024;
 /// Short-row path's warp kernel: radix bins of a warp (`WBINS`).
 pub const SHORT_WARP_BINS: u64 = 256;
 /// Short-row path: static shared memory of its kernels (2048 histogram
@@ -488,8 +495,11 @@ pub(crate) struct PathOptions {
     /// the short-row path (the engine's `set_short_rows`, `FLASHSEL_SHORT=0`).
     pub short: bool,
     /// Short rows of at most this many columns take the warp kernel (0:
-    /// none; the engine's `set_short_warp_cols`, `FLASHSEL_SHORT_WARP`).
+    /// none; [`SHORT_WARP_COLS`]; the engine's `set_short_warp`,
+    /// `FLASHSEL_SHORT_WARP`) ...
     pub short_warp_cols: u64,
+    /// ... in batches of at least this many rows ([`SHORT_WARP_MIN_ROWS`]).
+    pub short_warp_min_rows: u64,
 }
 
 impl Default for PathOptions {
@@ -500,7 +510,8 @@ impl Default for PathOptions {
             grid_place_max: GRID_PLACE_MAX,
             grid_small_items: true,
             short: true,
-            short_warp_cols: 0,
+            short_warp_cols: SHORT_WARP_COLS,
+            short_warp_min_rows: SHORT_WARP_MIN_ROWS,
         }
     }
 }
@@ -528,7 +539,7 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
     };
     let fit = (4 * k).max(8192);
     if opts.short {
-        if let Some(s) = short_plan(spec, fit, dev, opts.short_warp_cols) {
+        if let Some(s) = short_plan(spec, fit, dev, opts) {
             return Ok(Plan::Short(s));
         }
     }
@@ -611,16 +622,17 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
 /// The short-row plan, or `None` where it does not apply: no more rows than
 /// SMs, rows wider than [`SHORT_COLS`], `k` past [`SHORT_MAX_K`], more rows
 /// than one launch's grid `x`, or shared memory the device cannot give one
-/// CTA. Rows of at most `warp_cols` columns take the warp kernel where its
-/// CTA's shared memory fits (else the CTA kernel).
-fn short_plan(spec: &SelectSpec, fit: u64, dev: &DeviceProps, warp_cols: u64) -> Option<ShortPlan> {
+/// CTA. Batches of at least `opts.short_warp_min_rows` rows of at most
+/// `opts.short_warp_cols` columns take the warp kernel where its CTA's
+/// shared memory fits (else the CTA kernel).
+fn short_plan(spec: &SelectSpec, fit: u64, dev: &DeviceProps, opts: &PathOptions) -> Option<ShortPlan> {
     let (rows, cols, k) = (spec.rows as u64, spec.cols as u64, spec.k as u64);
     if rows <= dev.sm_count as u64 || cols > SHORT_COLS || k > SHORT_MAX_K || rows > MAX_GRID_X {
         return None;
     }
     let sel_cap = k.min(cols).max(1).next_power_of_two();
     let warp_smem = short_warp_smem_bytes(cols, sel_cap, spec.dtype, spec.order);
-    if cols <= warp_cols && warp_smem <= dev.max_smem_per_block as u64 {
+    if cols <= opts.short_warp_cols && rows >= opts.short_warp_min_rows && warp_smem <= dev.max_smem_per_block as u64 {
         return Some(ShortPlan {
             warp: true,
             row_slots: rows.div_ceil(SHORT_WARPS as u64) as u32,
