@@ -113,6 +113,9 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
             flashsel::plan::Path::Split => ("a split row's last CTA merges its candidates", "candidate buffer"),
             flashsel::plan::Path::Grid => ("the row's CTAs select it together: no merge", "staged list"),
             flashsel::plan::Path::Row => ("one CTA per row: no merge", "candidate buffer"),
+            flashsel::plan::Path::Short if p.short().is_some_and(|s| s.warp) => {
+                ("one warp per short row (4 a CTA), the row in shared memory", "selection scratch")
+            }
             flashsel::plan::Path::Short => {
                 ("one small CTA per short row, the row in shared memory", "selection scratch")
             }

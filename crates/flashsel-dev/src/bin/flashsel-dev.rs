@@ -23,7 +23,41 @@ const TIME_SEED: u64 = 99;
 const BINS: usize = 2048;
 
 fn time_shape<T: ScoreElem>(e: &CudaEngine, rows: usize, cols: usize, k: usize, data: Data, bw: f64, rng: &mut Rng) {
-    let spec = SelectSpec::new(rows, cols, k, T::DTYPE);
+    time_shape_in::<T>(e, rows, cols, k, OutputOrder::Score, data, bw, rng)
+}
+
+/// A plan's path, with the short path's kernel (`Short(warp)`, `Short(cta)`).
+fn path_name(plan: &flashsel::ops::select::plan::Plan) -> String {
+    match plan.short() {
+        Some(s) => format!("Short({})", if s.warp { "warp" } else { "cta" }),
+        None => format!("{:?}", plan.path()),
+    }
+}
+
+/// The short-row A/B's engine settings: the row path (short path off), the
+/// short path's CTA kernel, its warp kernel on every short row it fits.
+const SHORT_MODES: [(&str, bool, u64); 3] =
+    [("row", false, 0), ("cta", true, 0), ("warp", true, flashsel::ops::select::plan::SHORT_COLS)];
+
+/// The engine's default short-row settings again.
+fn short_defaults(e: &CudaEngine) {
+    use flashsel::ops::select::plan::{SHORT_WARP_COLS, SHORT_WARP_MIN_ROWS};
+    e.set_short_rows(true);
+    e.set_short_warp(SHORT_WARP_COLS, SHORT_WARP_MIN_ROWS);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn time_shape_in<T: ScoreElem>(
+    e: &CudaEngine,
+    rows: usize,
+    cols: usize,
+    k: usize,
+    order: OutputOrder,
+    data: Data,
+    bw: f64,
+    rng: &mut Rng,
+) {
+    let spec = SelectSpec::new(rows, cols, k, T::DTYPE).with_order(order);
     let typed: Vec<T> = generate_seeded(data, rows * cols, rng.next_u64()).iter().map(|&x| T::from_f32(x)).collect();
     let view = ScoresView::new(&typed, rows, cols).unwrap();
     let plan = e.plan(&spec, false).unwrap();
@@ -33,21 +67,22 @@ fn time_shape<T: ScoreElem>(e: &CudaEngine, rows: usize, cols: usize, k: usize, 
     // Sixteen rows against the CPU engine.
     let ok = (0..rows).step_by((rows / 16).max(1)).all(|r| {
         let sub = ScoresView::new(view.row(r), 1, cols).unwrap();
-        let w = flashsel::cpu::select(&sub, &SelectSpec::new(1, cols, k, T::DTYPE), None).unwrap();
+        let w = flashsel::cpu::select(&sub, &SelectSpec::new(1, cols, k, T::DTYPE).with_order(order), None).unwrap();
         w.indices[..] == got.indices[r * k..(r + 1) * k]
     });
     let bytes = (rows * cols * std::mem::size_of::<T>()) as f64;
     let floor = bytes / bw;
     println!(
-        "TIME {rows:>5} x {cols:>8} k {k:>5} {:>4} {:>9} | {:>9.2} us (min {:>9.2}) | {:>7.1} GB/s | floor {:>8.2} us | {:>5.1}% | path {:?} ctas/row {} | verified {}",
+        "TIME {rows:>5} x {cols:>8} k {k:>5} {:>4} {:>9}{} | {:>9.2} us (min {:>9.2}) | {:>7.1} GB/s | floor {:>8.2} us | {:>5.1}% | path {} ctas/row {} | verified {}",
         T::DTYPE.name(),
         format!("{data:?}"),
+        if order == OutputOrder::Index { " index" } else { "" },
         med * 1e6,
         t[0] * 1e6,
         bytes / med / 1e9,
         floor * 1e6,
         100.0 * floor / med,
-        plan.path(),
+        path_name(&plan),
         plan.ctas_per_row(),
         if ok { "ok" } else { "MISMATCH" }
     );
@@ -165,11 +200,11 @@ fn small(e: &CudaEngine) {
     println!("SMALL cases run {run} failed {failed}");
 }
 
-/// The short-row path against the row path (the engine's switch) on its
-/// target shapes: QSA's first 8192-token chunk (positions 0 .. 8191, ratio
-/// 4, k 512: V = 0 .. 2,048 blocks) and plain top-k 8192 x 2048 k 512 with
-/// the same lengths; graph replays, medians of 30; every output against the
-/// CPU engine.
+/// The short-row path's kernels (CTA and warp) against the row path (the
+/// engine's switches, SHORT_MODES) on its target shapes: QSA's first
+/// 8192-token chunk (positions 0 .. 8191, ratio 4, k 512: V = 0 .. 2,048
+/// blocks) and plain top-k 8192 x 2048 k 512 with the same lengths; graph
+/// replays, medians of 30; every output against the CPU engine.
 fn time_short(e: &CudaEngine) {
     use flashsel::ops::qsa::QsaSpec;
     let (rows, cols, k) = (8192usize, 2048usize, 512usize);
@@ -190,44 +225,66 @@ fn time_short(e: &CudaEngine) {
         for order in [OutputOrder::Index, OutputOrder::Score] {
             let qspec = QsaSpec::new(rows, cols).with_ratio(4).with_k_blocks(k).with_order(order);
             let want = flashsel::cpu::qsa_select(&view, positions, &qspec, None).unwrap();
-            for short in [false, true] {
+            for (_, short, warp) in SHORT_MODES {
                 e.set_short_rows(short);
-                let path = e.plan(&SelectSpec::new(rows, cols, k, T::DTYPE), true).unwrap().path();
+                e.set_short_warp(warp, 0);
+                let path = path_name(&e.plan(&SelectSpec::new(rows, cols, k, T::DTYPE), true).unwrap());
                 let (got, mut t) = e.time_qsa_select(&view, positions, &qspec, None, 30).unwrap();
                 t.sort_by(f64::total_cmp);
                 let ok = got.ids == want.ids && got.counts == want.counts;
                 println!(
-                    "SHORT qsa first chunk {rows} x {cols} k {k} {:>4} order {:>5} | {:>8.2} us (min {:>8.2}) | path {path:?} | verified {}",
+                    "SHORT qsa first chunk {rows} x {cols} k {k} {:>4} order {:>5} | {:>8.2} us (min {:>8.2}) | path {path} | verified {}",
                     T::DTYPE.name(), order.name(), t[t.len() / 2] * 1e6, t[0] * 1e6, if ok { "ok" } else { "MISMATCH" }
                 );
             }
             let spec = SelectSpec::new(rows, cols, k, T::DTYPE).with_order(order);
             let want = flashsel::cpu::select(&view, &spec, Some(lengths)).unwrap();
-            for short in [false, true] {
+            for (_, short, warp) in SHORT_MODES {
                 e.set_short_rows(short);
-                let path = e.plan(&spec, true).unwrap().path();
+                e.set_short_warp(warp, 0);
+                let path = path_name(&e.plan(&spec, true).unwrap());
                 let (got, mut t) = e.time_select(&view, &spec, Some(lengths), 30).unwrap();
                 t.sort_by(f64::total_cmp);
                 println!(
-                    "SHORT topk lengths V  {rows} x {cols} k {k} {:>4} order {:>5} | {:>8.2} us (min {:>8.2}) | path {path:?} | verified {}",
+                    "SHORT topk lengths V  {rows} x {cols} k {k} {:>4} order {:>5} | {:>8.2} us (min {:>8.2}) | path {path} | verified {}",
                     T::DTYPE.name(), order.name(), t[t.len() / 2] * 1e6, t[0] * 1e6, if got == want { "ok" } else { "MISMATCH" }
                 );
             }
         }
-        e.set_short_rows(true);
+        short_defaults(e);
     }
     one::<bf16>(e, &data, &positions, &lengths, rows, cols, k);
     one::<f32>(e, &data, &positions, &lengths, rows, cols, k);
-    // Plain 8192 x 2048 k 512 without lengths (every row selects), and the
-    // short path's widest rows (8192 x 8192 k 2048).
+    // Plain 8192 x 2048 k 512 without lengths (every row selects; both
+    // orders), rows at and past the warp kernel's proposed bound (4096) up
+    // to SHORT_COLS, and the short path's widest rows (8192 x 8192 k 2048).
     let mut rng = Rng::new(TIME_SEED);
-    for short in [false, true] {
+    let bw = e.copy_bandwidth(1 << 30).unwrap();
+    for (mode, short, warp) in SHORT_MODES {
+        println!("SHORT mode {mode}");
         e.set_short_rows(short);
-        let bw = e.copy_bandwidth(1 << 30).unwrap();
+        e.set_short_warp(warp, 0);
         time_shape::<bf16>(e, 8192, 2048, 512, Data::Normal, bw, &mut rng);
+        time_shape_in::<bf16>(e, 8192, 2048, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
         time_shape::<f32>(e, 8192, 2048, 512, Data::Normal, bw, &mut rng);
-        time_shape::<bf16>(e, 8192, 8192, 2048, Data::Normal, bw, &mut rng);
+        time_shape_in::<f32>(e, 8192, 2048, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
+        time_shape_in::<bf16>(e, 8192, 1024, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
+        time_shape_in::<bf16>(e, 8192, 3072, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
+        time_shape_in::<bf16>(e, 8192, 4096, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
+        time_shape::<bf16>(e, 8192, 4096, 512, Data::Normal, bw, &mut rng);
         time_shape::<f32>(e, 1024, 8192, 512, Data::ReluFew, bw, &mut rng);
+        time_shape_in::<f32>(e, 1024, 8192, 512, OutputOrder::Index, Data::ReluFew, bw, &mut rng);
+        // Rows of 2,048 from a few per SM up: where the warp kernel's
+        // latency stops being hidden.
+        for rows in [133, 264, 528, 1024] {
+            time_shape_in::<bf16>(e, rows, 2048, 512, OutputOrder::Index, Data::Normal, bw, &mut rng);
+            time_shape::<bf16>(e, rows, 2048, 512, Data::Normal, bw, &mut rng);
+            time_shape::<f32>(e, rows, 2048, 512, Data::Normal, bw, &mut rng);
+        }
+        if mode == "warp" {
+            continue; // the rest take no short path, or the CTA kernel
+        }
+        time_shape::<bf16>(e, 8192, 8192, 2048, Data::Normal, bw, &mut rng);
         time_shape::<f32>(e, 1, 8192, 512, Data::Normal, bw, &mut rng);
         // The wide CTA's rows (at most one an SM): single decode rows and a
         // few rows up to SHORT_WIDE_COLS.
@@ -239,7 +296,7 @@ fn time_short(e: &CudaEngine) {
         time_shape::<f32>(e, 132, 4096, 2048, Data::Normal, bw, &mut rng);
         time_shape::<bf16>(e, 1, 8192, 2048, Data::ReluFew, bw, &mut rng);
     }
-    e.set_short_rows(true);
+    short_defaults(e);
 }
 
 /// Per row: the keys at or above the sampled bound, the bins' shift, the

@@ -4,7 +4,10 @@
 // values) and their token form fs_short_tok_* (ranges, QSA blocks, slots:
 // select/tokens.cuh), for prefill batches of short rows such as QSA's first
 // chunk (V = 0 .. 2,048 blocks) where the streaming filter's finish, sized
-// for long rows, dominates.
+// for long rows, dominates. Batches of >= SHORT_WARP_MIN_ROWS rows of <=
+// SHORT_WARP_COLS columns take a warp a row instead (fs_short_warp_*,
+// fs_short_warp_tok_*: four rows a CTA, no CTA barrier; select/short/warp.cuh
+// has its algorithm and cost).
 //
 // ALGORITHM (select/short/kernel.cuh; one row per CTA of FS_SHORT_BLOCK threads)
 //   1. Load the row's len elements once (16-byte loads where aligned) as
@@ -44,9 +47,12 @@
 //   longest first for a causal chunk (CTA x takes row rows - 1 - x).
 //
 // Compile-time values (the host passes them as -D): FS_BLOCK (for the
-// shared headers), FS_SHORT_BLOCK (threads per CTA, plan::SHORT_BLOCK).
+// shared headers), FS_SHORT_BLOCK (threads per CTA, plan::SHORT_BLOCK),
+// FS_SHORT_WARPS (warps, so rows, per CTA of the warp kernels,
+// plan::SHORT_WARPS).
 
 #include "select/short/kernel.cuh"
+#include "select/short/warp.cuh"
 
 // Eight CTAs an SM (<= 64 registers): a short row's latency is hidden by
 // the other rows in flight.
@@ -57,3 +63,13 @@ extern "C" __global__ void __launch_bounds__(FS_SHORT_BLOCK, SHORT_MIN_CTAS) fs_
 extern "C" __global__ void __launch_bounds__(FS_SHORT_BLOCK, SHORT_MIN_CTAS) fs_short_tok_f32(const ScanTokParams p) { short_impl<32, true>(p); }
 extern "C" __global__ void __launch_bounds__(FS_SHORT_BLOCK, SHORT_MIN_CTAS) fs_short_tok_bf16(const ScanTokParams p) { short_impl<16, true>(p); }
 extern "C" __global__ void __launch_bounds__(FS_SHORT_BLOCK, SHORT_MIN_CTAS) fs_short_tok_f16(const ScanTokParams p) { short_impl<15, true>(p); }
+
+// The warp kernels: FS_SHORT_WARPS rows a CTA, eight CTAs an SM by
+// registers (<= 64; shared memory usually allows fewer).
+#define SHORT_WARP_THREADS (FS_SHORT_WARPS * 32)
+extern "C" __global__ void __launch_bounds__(SHORT_WARP_THREADS, SHORT_MIN_CTAS) fs_short_warp_f32(const ScanParams p) { short_warp_impl<32, false>(p); }
+extern "C" __global__ void __launch_bounds__(SHORT_WARP_THREADS, SHORT_MIN_CTAS) fs_short_warp_bf16(const ScanParams p) { short_warp_impl<16, false>(p); }
+extern "C" __global__ void __launch_bounds__(SHORT_WARP_THREADS, SHORT_MIN_CTAS) fs_short_warp_f16(const ScanParams p) { short_warp_impl<15, false>(p); }
+extern "C" __global__ void __launch_bounds__(SHORT_WARP_THREADS, SHORT_MIN_CTAS) fs_short_warp_tok_f32(const ScanTokParams p) { short_warp_impl<32, true>(p); }
+extern "C" __global__ void __launch_bounds__(SHORT_WARP_THREADS, SHORT_MIN_CTAS) fs_short_warp_tok_bf16(const ScanTokParams p) { short_warp_impl<16, true>(p); }
+extern "C" __global__ void __launch_bounds__(SHORT_WARP_THREADS, SHORT_MIN_CTAS) fs_short_warp_tok_f16(const ScanTokParams p) { short_warp_impl<15, true>(p); }

@@ -49,7 +49,9 @@ pub enum Module {
     /// and the split-KV combine `mla_combine_{f32,bf16}`.
     SparseMla,
     /// The short-row path (`fs_short_*`, `fs_short_tok_*`): rows that fit a
-    /// CTA's shared memory, one CTA each (kernels/select/short.cu).
+    /// CTA's shared memory, one CTA each; and its warp form
+    /// (`fs_short_warp_*`, `fs_short_warp_tok_*`), one warp a row
+    /// (kernels/select/short.cu).
     SelectShort,
     /// The context-parallel merge (kernels/shard/merge.cu): the ranks'
     /// candidates compacted for the select engine (`sh_pack_b32`,
@@ -134,6 +136,12 @@ impl Module {
                 "fs_short_tok_f32",
                 "fs_short_tok_bf16",
                 "fs_short_tok_f16",
+                "fs_short_warp_f32",
+                "fs_short_warp_bf16",
+                "fs_short_warp_f16",
+                "fs_short_warp_tok_f32",
+                "fs_short_warp_tok_bf16",
+                "fs_short_warp_tok_f16",
             ],
             Module::IndexerQsa => &crate::ops::indexer::device::SCORE_ENTRIES,
             Module::SparseMla => &crate::ops::mla::device::MLA_ENTRIES,
@@ -204,6 +212,7 @@ impl Variant {
         }
         if self.module == Module::SelectShort {
             o.push(format!("-DFS_SHORT_BLOCK={}", plan::SHORT_BLOCK));
+            o.push(format!("-DFS_SHORT_WARPS={}", plan::SHORT_WARPS));
         }
         if self.profile {
             o.push("-DFS_PROFILE=1".into());

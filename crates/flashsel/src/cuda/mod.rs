@@ -62,6 +62,13 @@ pub struct CudaEngine {
     /// Whether rows of at most `plan::SHORT_COLS` take the short-row path
     /// (`FLASHSEL_SHORT=0` at creation: off; [`CudaEngine::set_short_rows`]).
     short_rows: std::sync::atomic::AtomicBool,
+    /// Short rows of at most this many columns, in batches of at least
+    /// `short_warp_min_rows` rows, take the short path's warp kernel
+    /// (`plan::SHORT_WARP_COLS`, `SHORT_WARP_MIN_ROWS`;
+    /// `FLASHSEL_SHORT_WARP=<cols>` at creation, 0: none;
+    /// [`CudaEngine::set_short_warp`]).
+    short_warp_cols: std::sync::atomic::AtomicU64,
+    short_warp_min_rows: std::sync::atomic::AtomicU64,
 }
 
 fn arch_name(major: i32, minor: i32) -> &'static str {
@@ -121,6 +128,13 @@ impl CudaEngine {
         let stream = ctx.new_stream().map_err(cuda_err)?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let short_rows = std::sync::atomic::AtomicBool::new(std::env::var("FLASHSEL_SHORT").map_or(true, |v| v != "0"));
+        let short_warp_cols = std::sync::atomic::AtomicU64::new(
+            std::env::var("FLASHSEL_SHORT_WARP")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(crate::ops::select::plan::SHORT_WARP_COLS),
+        );
+        let short_warp_min_rows = std::sync::atomic::AtomicU64::new(crate::ops::select::plan::SHORT_WARP_MIN_ROWS);
         Ok(Self {
             ctx,
             stream,
@@ -129,6 +143,8 @@ impl CudaEngine {
             name,
             registry: Mutex::new(HashMap::new()),
             short_rows,
+            short_warp_cols,
+            short_warp_min_rows,
         })
     }
 
@@ -152,8 +168,6 @@ impl CudaEngine {
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx
     }
-    /// Whether launches use programmatic dependent launch (sm_90 and later):
-    /// see [`launch`].
     /// Whether the planner may send rows of at most `plan::SHORT_COLS`
     /// columns down the short-row path (the default; `FLASHSEL_SHORT=0` when
     /// the engine is created turns it off).
@@ -166,6 +180,22 @@ impl CudaEngine {
     pub fn set_short_rows(&self, on: bool) {
         self.short_rows.store(on, std::sync::atomic::Ordering::Relaxed);
     }
+    /// The short-row path's warp kernel bounds: (the widest rows, columns;
+    /// the fewest rows of a batch). Columns 0: no warp kernel, every short
+    /// row takes a CTA.
+    pub fn short_warp(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.short_warp_cols.load(Relaxed), self.short_warp_min_rows.load(Relaxed))
+    }
+    /// Sets [`CudaEngine::short_warp`] for later plans (the check suite runs
+    /// short rows on both kernels; the dev tool times both).
+    pub fn set_short_warp(&self, cols: u64, min_rows: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.short_warp_cols.store(cols, Relaxed);
+        self.short_warp_min_rows.store(min_rows, Relaxed);
+    }
+    /// Whether launches use programmatic dependent launch (sm_90 and later):
+    /// see [`launch`].
     pub(crate) fn pdl(&self) -> bool {
         arch_major(self.arch) >= 9
     }

@@ -176,6 +176,34 @@ pub fn cases(quick: bool) -> Vec<QsaCase> {
         c.page_size = (ratio == 4).then_some(16);
         out.push(c);
     }
+    // The short path's warp kernel (run_case runs every short case on it
+    // too): first chunks in score order (ties, NaN every fifth, ReLU
+    // plateaus, all equal; with and without slots), a chunk whose rows
+    // straddle V = 512 (positions 1,900 .. 2,299 at ratio 4: V 475 .. 575),
+    // and rows at the edges of its bound SHORT_WARP_COLS and one past it.
+    for (i, &data) in [Data::FewValues, Data::Nan5, Data::Relu, Data::AllEqual].iter().enumerate() {
+        let mut c = base(if quick { 512 } else { 2048 }, 2048, 512, dtypes[i % 3], data, Positions::Chunk { start: 0 });
+        c.order = OutputOrder::Score;
+        c.nan = if i % 2 == 0 { NanPolicy::Lowest } else { NanPolicy::Largest };
+        c.page_size = (i % 2 == 1).then_some(64);
+        out.push(c);
+    }
+    for (order, data) in [(OutputOrder::Index, Data::ReluFew), (OutputOrder::Score, Data::FewValues)] {
+        let mut c = base(400, 2048, 512, DType::F32, data, Positions::Chunk { start: 1900 });
+        c.order = order;
+        out.push(c);
+    }
+    let wc = crate::ops::select::plan::SHORT_WARP_COLS as usize;
+    for (blocks, order, data) in [
+        (wc, OutputOrder::Index, Data::Nan5),
+        (wc, OutputOrder::Score, Data::Relu),
+        (wc + 1, OutputOrder::Index, Data::AllEqual),
+    ] {
+        let mut c = base(160, blocks, 512, DType::F16, data, Positions::Edges);
+        c.order = order;
+        c.page_size = (order == OutputOrder::Score).then_some(16);
+        out.push(c);
+    }
     out
 }
 
@@ -230,17 +258,11 @@ pub fn run_case(e: &CudaEngine, c: &QsaCase, rng: &mut Rng) -> Result<Outcome> {
         _ => run_typed::<f16>(e, c, &data, &positions, map.as_ref()),
     };
     let (ok, detail) = run()?;
-    if plan.path() == crate::ops::select::plan::Path::Short && e.short_rows() {
-        // Parity: the same rows on the row path (the short path off).
-        e.set_short_rows(false);
-        let row = run();
-        e.set_short_rows(true);
-        let (row_ok, row_detail) = row?;
-        if !row_ok {
-            let detail =
-                format!("row path (short path off): {row_detail}; short path: {}", if ok { "ok" } else { &detail });
-            return Ok(Outcome::of_plan(c.describe(), &plan, false, detail));
-        }
+    // Parity: the same rows on the row path and the short path's other
+    // kernel (crate::ops::select::check::short_parity).
+    if let Some(other) = crate::ops::select::check::short_parity(e, &spec.block_spec_of(c.dtype), &plan, run)? {
+        let detail = format!("{other}; the planned kernel: {}", if ok { "ok" } else { &detail });
+        return Ok(Outcome::of_plan(c.describe(), &plan, false, detail));
     }
     Ok(Outcome::of_plan(c.describe(), &plan, ok, detail))
 }

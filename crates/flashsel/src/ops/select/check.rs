@@ -247,20 +247,55 @@ pub fn run_case(e: &CudaEngine, c: &Case, rng: &mut Rng) -> Result<Outcome> {
         other => Err(crate::contract::Error::UnknownDType(format!("no check cases for {other}"))),
     };
     let (ok, detail) = run()?;
-    if plan.path() == Path::Short && e.short_rows() {
-        // Parity: the same rows, lengths and ranges on the row path too
-        // (the short path off), the CPU's bytes from both.
-        e.set_short_rows(false);
-        let row = run();
-        e.set_short_rows(true);
-        let (row_ok, row_detail) = row?;
-        if !row_ok {
-            let detail =
-                format!("row path (short path off): {row_detail}; short path: {}", if ok { "ok" } else { &detail });
-            return Ok(Outcome::of_plan(c.describe(), &plan, false, detail));
-        }
+    // Parity: the same rows, lengths and ranges on the row path and the
+    // short path's other kernel too, the CPU's bytes from each.
+    if let Some(other) = short_parity(e, &spec, &plan, run)? {
+        let detail = format!("{other}; the planned kernel: {}", if ok { "ok" } else { &detail });
+        return Ok(Outcome::of_plan(c.describe(), &plan, false, detail));
     }
     Ok(Outcome::of_plan(c.describe(), &plan, ok, detail))
+}
+
+/// A short-row plan's parity runs: `run` again on each other path the
+/// engine's switches give the geometry (the row path with the short path
+/// off, the short path's CTA kernel, its warp kernel where the row fits
+/// one), each plan once; the first failure's detail, or `None`. The
+/// switches are restored. Other plans: `None`, nothing run.
+pub(crate) fn short_parity(
+    e: &CudaEngine,
+    spec: &SelectSpec,
+    plan: &Plan,
+    mut run: impl FnMut() -> Result<(bool, String)>,
+) -> Result<Option<String>> {
+    if plan.path() != Path::Short || !e.short_rows() {
+        return Ok(None);
+    }
+    let (wc0, wr0) = e.short_warp();
+    let mut seen = vec![plan.clone()];
+    let mut parity = || -> Result<Option<String>> {
+        for (label, short, (wc, wr)) in [
+            ("row path (short path off)", false, (wc0, wr0)),
+            ("short path, CTA kernel", true, (0, 0)),
+            ("short path, warp kernel", true, (plan::SHORT_COLS, 0)),
+        ] {
+            e.set_short_rows(short);
+            e.set_short_warp(wc, wr);
+            let p = e.plan(spec, true)?;
+            if seen.contains(&p) {
+                continue;
+            }
+            seen.push(p);
+            let (ok, detail) = run()?;
+            if !ok {
+                return Ok(Some(format!("{label}: {detail}")));
+            }
+        }
+        Ok(None)
+    };
+    let out = parity();
+    e.set_short_rows(true);
+    e.set_short_warp(wc0, wr0);
+    out
 }
 
 /// The standard suite. `quick` keeps it to a few seconds.
@@ -482,6 +517,39 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
             c.order = order;
             c.lengths = Some(LengthRecipe::Edges);
             c.stride_pad = (order == OutputOrder::Index) as usize;
+            cases.push(c);
+        }
+    }
+    // The short path's warp kernel (run_case runs every short case on it
+    // too, where the row fits a warp's slab): its bound SHORT_WARP_COLS and
+    // one past it, rows around k (512: copy-like rows of <= k, k + 1) in
+    // a buffer of k + 8 columns, ties (FewValues), NaN every fifth, ReLU
+    // plateaus of zeros, all-equal rows, both orders and NaN policies,
+    // unaligned strides.
+    let wc = plan::SHORT_WARP_COLS as usize;
+    for (i, (rows, cols, k, data)) in [
+        (160, wc, 512, Data::Nan5),
+        (160, wc + 1, 512, Data::Relu),
+        (136, wc, 64, Data::FewValues),
+        (200, 520, 512, Data::ReluFew),
+        (200, 520, 512, Data::AllEqual),
+        (137, 513, 512, Data::FewValues),
+        (300, 33, 32, Data::Nan5),
+        (300, 2048, 1, Data::Relu),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for order in [OutputOrder::Score, OutputOrder::Index] {
+            let mut c = base(rows, cols, k, dtypes[i % 3], data);
+            c.order = order;
+            c.nan = if (i + (order == OutputOrder::Index) as usize).is_multiple_of(2) {
+                NanPolicy::Largest
+            } else {
+                NanPolicy::Lowest
+            };
+            c.lengths = Some(LengthRecipe::Edges);
+            c.stride_pad = (i + 1) % 3;
             cases.push(c);
         }
     }

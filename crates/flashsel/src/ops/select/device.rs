@@ -234,15 +234,22 @@ fn filter_kernel(kind: FilterKernel, dtype: DType, global_buffer: bool, tok: boo
     KernelId { module, global_buffer, entry }
 }
 
-/// The short-row kernel of a dtype; `tok`: its token form.
-fn short_kernel(dtype: DType, tok: bool) -> KernelId {
-    let entry = match (dtype, tok) {
-        (DType::F32, false) => "fs_short_f32",
-        (DType::BF16, false) => "fs_short_bf16",
-        (_, false) => "fs_short_f16",
-        (DType::F32, true) => "fs_short_tok_f32",
-        (DType::BF16, true) => "fs_short_tok_bf16",
-        (_, true) => "fs_short_tok_f16",
+/// The short-row kernel of a dtype; `tok`: its token form; `warp`: the
+/// warp kernel (a warp per row).
+fn short_kernel(dtype: DType, tok: bool, warp: bool) -> KernelId {
+    let entry = match (dtype, tok, warp) {
+        (DType::F32, false, false) => "fs_short_f32",
+        (DType::BF16, false, false) => "fs_short_bf16",
+        (_, false, false) => "fs_short_f16",
+        (DType::F32, true, false) => "fs_short_tok_f32",
+        (DType::BF16, true, false) => "fs_short_tok_bf16",
+        (_, true, false) => "fs_short_tok_f16",
+        (DType::F32, false, true) => "fs_short_warp_f32",
+        (DType::BF16, false, true) => "fs_short_warp_bf16",
+        (_, false, true) => "fs_short_warp_f16",
+        (DType::F32, true, true) => "fs_short_warp_tok_f32",
+        (DType::BF16, true, true) => "fs_short_warp_tok_bf16",
+        (_, true, true) => "fs_short_warp_tok_f16",
     };
     KernelId { module: Module::SelectShort, global_buffer: false, entry }
 }
@@ -274,7 +281,12 @@ impl CudaEngine {
     /// The plan for a selection on this device ([`plan::plan`] with this
     /// device's properties).
     pub fn plan(&self, spec: &SelectSpec, has_lengths: bool) -> Result<Plan> {
-        let opts = plan::PathOptions { short: self.short_rows(), ..plan::PathOptions::default() };
+        let opts = plan::PathOptions {
+            short: self.short_rows(),
+            short_warp_cols: self.short_warp().0,
+            short_warp_min_rows: self.short_warp().1,
+            ..plan::PathOptions::default()
+        };
         plan::plan_with(spec, has_lengths, &self.props(), &opts)
     }
 
@@ -464,8 +476,8 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &Job) -> Result<()> {
         return on((g.ctas_per_row, g.row_slots), g.smem_bytes, pdl, true).run(&kern, &gp);
     }
     if let Plan::Short(s) = plan {
-        // One CTA per row (the filter's parameter block: `cap` is the
-        // selection's scratch; no workspace).
+        // One CTA (or warp) per row (the filter's parameter block: `cap` is
+        // the selection's scratch; no workspace).
         let sp = ScanParams {
             scores: a.scores,
             row_stride: spec.row_stride as i64,
@@ -487,7 +499,7 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &Job) -> Result<()> {
             stage: 0,
             tok,
         };
-        let kern = e.function(short_kernel(spec.dtype, is_tok))?;
+        let kern = e.function(short_kernel(spec.dtype, is_tok, s.warp))?;
         return on((s.row_slots, 1), s.smem_bytes, pdl, false).run(&kern, &sp);
     }
     let f = plan.filter().expect("a row or split plan");
@@ -790,9 +802,11 @@ mod tests {
         assert!(Module::SelectGrid.entry_points().contains(&"fs_grid_init_all"));
         for dtype in [DType::F32, DType::BF16, DType::F16] {
             for (tok, infix) in [(false, ""), (true, "tok_")] {
-                let id = short_kernel(dtype, tok);
-                assert!(id.module.entry_points().contains(&id.entry), "{dtype}: {}", id.entry);
-                assert_eq!(id.entry, format!("fs_short_{infix}{dtype}"));
+                for (warp, winfix) in [(false, ""), (true, "warp_")] {
+                    let id = short_kernel(dtype, tok, warp);
+                    assert!(id.module.entry_points().contains(&id.entry), "{dtype}: {}", id.entry);
+                    assert_eq!(id.entry, format!("fs_short_{winfix}{infix}{dtype}"));
+                }
             }
         }
     }

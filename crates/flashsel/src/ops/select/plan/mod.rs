@@ -59,13 +59,25 @@
 //!   that selects nothing only writes. (The streaming filter's finish,
 //!   sized for long rows, cost ~11 us a row there: docs/perf-log.md, v33.)
 //!   Where its shared memory does not fit the device, the row path runs.
+//!   Batches of at least [`SHORT_WARP_MIN_ROWS`] rows of at most
+//!   [`SHORT_WARP_COLS`] columns take the same path's warp kernel instead
+//!   (`ShortPlan::warp`, `kernels/select/short/warp.cuh`): [`SHORT_WARPS`]
+//!   rows a CTA, one warp each, no CTA barrier, so a row pays a warp's
+//!   latency and not a CTA's barriers (issue 21). Measured (H200,
+//!   docs/perf-log.md v35): 8192 rows of 1024 .. 4096 columns gain in both
+//!   orders (the QSA first chunk 88.4 -> 62.0 us; 8192 x 4096 k 512 index
+//!   173.4 -> 121.0), 1024 x 2048 gains (index 18.3 -> 15.0, score 40.3 ->
+//!   33.3) but 528 x 2048 loses (10.4 -> 13.3, 20.5 -> 23.9: a warp's row
+//!   takes ~13-27 us, hidden only by enough rows), and 1024 x 8192 loses
+//!   (84.4 -> 150.8). Both bounds are [`PathOptions`] fields (the engine's
+//!   `set_short_warp`; `FLASHSEL_SHORT_WARP=0` turns the warp kernel off).
 //! - Work follows the active lengths: a CTA's range is its share of
 //!   `lengths[row]`, not of `cols`, so short rows in a wide buffer cost what
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
 //!   append nothing).
 
-use super::SelectSpec;
-use crate::contract::{Error, Result};
+use super::{OutputOrder, SelectSpec};
+use crate::contract::{DType, Error, Result};
 
 /// Threads per CTA of every kernel.
 pub const BLOCK: u32 = 512;
@@ -144,6 +156,17 @@ pub const SHORT_COLS: u64 = 8192;
 pub const SHORT_MAX_K: u64 = 512;
 /// Short-row path: threads per CTA (`FS_SHORT_BLOCK`, kernels/select/short.cu).
 pub const SHORT_BLOCK: u32 = 128;
+/// Short-row path's warp kernel: rows (warps) per CTA (`FS_SHORT_WARPS`,
+/// kernels/select/short/warp.cuh).
+pub const SHORT_WARPS: u32 = 4;
+/// Short-row path's warp kernel: the widest rows (`cols`) it takes
+/// (measured: 8192 x 4096 k 512 gains, 1024 x 8192 loses; perf-log v35).
+pub const SHORT_WARP_COLS: u64 = 4096;
+/// Short-row path's warp kernel: the fewest rows it takes (measured: 1024 x
+/// 2048 gains, 528 x 2048 loses; perf-log v35).
+pub const SHORT_WARP_MIN_ROWS: u64 = 1024;
+/// Short-row path's warp kernel: radix bins of a warp (`WBINS`).
+pub const SHORT_WARP_BINS: u64 = 256;
 /// Short-row path: static shared memory of its kernels (2048 histogram
 /// bins and a few words), rounded up.
 pub const SHORT_STATIC_SMEM: u32 = 8192 + 256;
@@ -181,7 +204,8 @@ pub enum Path {
     /// Several CTAs per row, all resident (one cooperative launch), selecting
     /// the row together: radix passes over a global histogram, then placement.
     Grid,
-    /// One small CTA per short row, the whole row in shared memory.
+    /// One small CTA (or, `ShortPlan::warp`, one warp) per short row, the
+    /// whole row in shared memory.
     Short,
 }
 
@@ -209,15 +233,22 @@ pub enum Plan {
 }
 
 /// The short-row launch (`fs_short_*`): grid `(rows, 1)` of [`SHORT_BLOCK`]
-/// threads, CTA `x` on row `rows - 1 - x`.
+/// threads, CTA `x` on row `rows - 1 - x`; or, `warp`, the warp kernel
+/// (`fs_short_warp_*`): grid `(ceil(rows / SHORT_WARPS), 1)` of
+/// `32 SHORT_WARPS` threads, warp `w` of CTA `x` on row `rows - 1 - (x
+/// SHORT_WARPS + w)`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ShortPlan {
-    /// Grid `x` of the launch: one CTA per row.
+    /// The warp kernel: one warp per row.
+    pub warp: bool,
+    /// Grid `x` of the launch: one CTA per row (`warp`: per
+    /// [`SHORT_WARPS`] rows).
     pub row_slots: u32,
     /// Composites of the selection's scratch: `min(k, cols)` rounded up to a
     /// power of two (the score order's bitonic sort).
     pub sel_cap: u32,
-    /// Dynamic shared memory per CTA ([`short_smem_bytes`]).
+    /// Dynamic shared memory per CTA ([`short_smem_bytes`]; `warp`:
+    /// [`short_warp_smem_bytes`]).
     pub smem_bytes: u32,
     pub fit: u64,
     /// Always 0: nothing outside shared memory.
@@ -228,6 +259,18 @@ pub struct ShortPlan {
 /// rounded up to 4, `u32`) and `sel_cap` composites.
 pub fn short_smem_bytes(cols: u64, sel_cap: u64) -> u64 {
     cols.div_ceil(4) * 16 + sel_cap * 8
+}
+
+/// Dynamic shared memory of a warp kernel's CTA: [`SHORT_WARPS`] slabs, each
+/// the warp's bins, its row's keys (`cols` of them: `u16` for the 16-bit
+/// dtypes, `u32` for f32) and `sel_cap` entries of the selection (index
+/// order: `u32` columns; score order: `u64` composites), each part rounded
+/// up to 16 bytes; `warp_slab_bytes` in kernels/select/short/warp.cuh.
+pub fn short_warp_smem_bytes(cols: u64, sel_cap: u64, dtype: DType, order: OutputOrder) -> u64 {
+    let key = if dtype == DType::F32 { 4 } else { 2 };
+    let entry = if order == OutputOrder::Index { 4 } else { 8 };
+    let r16 = |b: u64| b.div_ceil(16) * 16;
+    SHORT_WARPS as u64 * (SHORT_WARP_BINS * 4 + r16(cols * key) + r16(sel_cap * entry))
 }
 
 /// The streaming filter's launch (`fs_scan_*` on the row path, `fs_split_*`
@@ -335,12 +378,12 @@ impl Plan {
         }
     }
     /// Threads per CTA of the plan's launches ([`BLOCK`]; the short-row
-    /// path [`SHORT_BLOCK`]).
+    /// path [`SHORT_BLOCK`], its warp kernel `32 SHORT_WARPS`).
     pub fn block(&self) -> u32 {
-        if matches!(self, Plan::Short(_)) {
-            SHORT_BLOCK
-        } else {
-            BLOCK
+        match self {
+            Plan::Short(s) if s.warp => 32 * SHORT_WARPS,
+            Plan::Short(_) => SHORT_BLOCK,
+            _ => BLOCK,
         }
     }
     /// `on_filter` of a row or split plan's filter launch, `on_grid` of a
@@ -451,11 +494,25 @@ pub(crate) struct PathOptions {
     /// `false`: rows of <= [`SHORT_COLS`] take the row path they took before
     /// the short-row path (the engine's `set_short_rows`, `FLASHSEL_SHORT=0`).
     pub short: bool,
+    /// Short rows of at most this many columns take the warp kernel (0:
+    /// none; [`SHORT_WARP_COLS`]; the engine's `set_short_warp`,
+    /// `FLASHSEL_SHORT_WARP`) ...
+    pub short_warp_cols: u64,
+    /// ... in batches of at least this many rows ([`SHORT_WARP_MIN_ROWS`]).
+    pub short_warp_min_rows: u64,
 }
 
 impl Default for PathOptions {
     fn default() -> Self {
-        Self { grid: true, grid_min_chunk: None, grid_place_max: GRID_PLACE_MAX, grid_small_items: true, short: true }
+        Self {
+            grid: true,
+            grid_min_chunk: None,
+            grid_place_max: GRID_PLACE_MAX,
+            grid_small_items: true,
+            short: true,
+            short_warp_cols: SHORT_WARP_COLS,
+            short_warp_min_rows: SHORT_WARP_MIN_ROWS,
+        }
     }
 }
 
@@ -482,7 +539,7 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
     };
     let fit = (4 * k).max(8192);
     if opts.short {
-        if let Some(s) = short_plan(rows, cols, k, fit, dev) {
+        if let Some(s) = short_plan(spec, fit, dev, opts) {
             return Ok(Plan::Short(s));
         }
     }
@@ -565,17 +622,32 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
 /// The short-row plan, or `None` where it does not apply: no more rows than
 /// SMs, rows wider than [`SHORT_COLS`], `k` past [`SHORT_MAX_K`], more rows
 /// than one launch's grid `x`, or shared memory the device cannot give one
-/// CTA.
-fn short_plan(rows: u64, cols: u64, k: u64, fit: u64, dev: &DeviceProps) -> Option<ShortPlan> {
+/// CTA. Batches of at least `opts.short_warp_min_rows` rows of at most
+/// `opts.short_warp_cols` columns take the warp kernel where its CTA's
+/// shared memory fits (else the CTA kernel).
+fn short_plan(spec: &SelectSpec, fit: u64, dev: &DeviceProps, opts: &PathOptions) -> Option<ShortPlan> {
+    let (rows, cols, k) = (spec.rows as u64, spec.cols as u64, spec.k as u64);
     if rows <= dev.sm_count as u64 || cols > SHORT_COLS || k > SHORT_MAX_K || rows > MAX_GRID_X {
         return None;
     }
     let sel_cap = k.min(cols).max(1).next_power_of_two();
+    let warp_smem = short_warp_smem_bytes(cols, sel_cap, spec.dtype, spec.order);
+    if cols <= opts.short_warp_cols && rows >= opts.short_warp_min_rows && warp_smem <= dev.max_smem_per_block as u64 {
+        return Some(ShortPlan {
+            warp: true,
+            row_slots: rows.div_ceil(SHORT_WARPS as u64) as u32,
+            sel_cap: sel_cap as u32,
+            smem_bytes: warp_smem as u32,
+            fit,
+            workspace_bytes: 0,
+        });
+    }
     let smem = short_smem_bytes(cols, sel_cap);
     if smem + SHORT_STATIC_SMEM as u64 > dev.max_smem_per_block as u64 {
         return None;
     }
     Some(ShortPlan {
+        warp: false,
         row_slots: rows.max(1) as u32,
         sel_cap: sel_cap as u32,
         smem_bytes: smem as u32,

@@ -12,6 +12,8 @@ const NO_GRID: PathOptions = PathOptions {
     grid_place_max: GRID_PLACE_MAX,
     grid_small_items: true,
     short: true,
+    short_warp_cols: SHORT_WARP_COLS,
+    short_warp_min_rows: SHORT_WARP_MIN_ROWS,
 };
 const NO_SHORT: PathOptions = PathOptions {
     grid: true,
@@ -19,7 +21,22 @@ const NO_SHORT: PathOptions = PathOptions {
     grid_place_max: GRID_PLACE_MAX,
     grid_small_items: true,
     short: false,
+    short_warp_cols: SHORT_WARP_COLS,
+    short_warp_min_rows: SHORT_WARP_MIN_ROWS,
 };
+/// The short path's CTA kernel only (the warp kernel off).
+const CTA: PathOptions = PathOptions {
+    grid: true,
+    grid_min_chunk: None,
+    grid_place_max: GRID_PLACE_MAX,
+    grid_small_items: true,
+    short: true,
+    short_warp_cols: 0,
+    short_warp_min_rows: SHORT_WARP_MIN_ROWS,
+};
+/// The warp kernel at its column bound for any batch the short path takes.
+const WARP_ANY_ROWS: PathOptions = PathOptions { short_warp_min_rows: 0, ..CTA_WITH_WARP };
+const CTA_WITH_WARP: PathOptions = PathOptions { short_warp_cols: SHORT_WARP_COLS, ..CTA };
 
 fn p(rows: usize, cols: usize, k: usize) -> Plan {
     plan(&SelectSpec::new(rows, cols, k, DType::F32), false, &h200()).unwrap()
@@ -190,8 +207,10 @@ fn many_rows_take_one_cta_per_row() {
     assert_eq!(pl.workspace_bytes(), 0);
     let pl = p(100_000, 16_384, 64);
     assert_eq!(pl.row_slots(), MAX_GRID_Y);
-    // Short rows: grid x holds every row.
-    assert_eq!(p(100_000, 4096, 64).row_slots(), 100_000);
+    // Short rows: grid x holds every row (a CTA each, or SHORT_WARPS a CTA
+    // on the warp kernel).
+    assert_eq!(p(100_000, 8192, 64).row_slots(), 100_000);
+    assert_eq!(p(100_000, 4096, 64).row_slots(), 25_000);
     let pl = p(64, 131_072, 2048);
     assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Split, 2, 1));
     // One wave: more rows than half the SMs take one CTA per row.
@@ -294,9 +313,10 @@ fn short_rows_take_the_short_path_up_to_short_cols() {
     // all dtypes.
     for dtype in [DType::F32, DType::BF16, DType::F16] {
         for (rows, cols, k) in [(8192, 2048, 512), (100_000, 8192, 512), (133, 8192, 1), (133, 10, 11), (200, 97, 7)] {
-            let pl = plan(&SelectSpec::new(rows, cols, k, dtype), true, &dev).unwrap();
+            let pl = plan_with(&SelectSpec::new(rows, cols, k, dtype), true, &dev, &CTA).unwrap();
             assert_eq!(pl.path(), Path::Short, "{rows} x {cols} k {k} {dtype}");
             let s = pl.short().unwrap().clone();
+            assert!(!s.warp, "the warp kernel off");
             assert_eq!((s.row_slots, pl.ctas_per_row(), pl.block()), (rows as u32, 1, SHORT_BLOCK));
             assert_eq!(s.sel_cap as usize, k.min(cols).next_power_of_two());
             assert_eq!(s.smem_bytes as u64, short_smem_bytes(cols as u64, s.sel_cap as u64));
@@ -337,9 +357,90 @@ fn short_rows_take_the_short_path_up_to_short_cols() {
     // A device whose shared memory a short row does not fit (48 KiB a
     // block): the row path there, the short path for a narrower row.
     let small = DeviceProps { sm_count: 40, max_smem_per_block: 49_152, smem_per_sm: 65_536, max_threads_per_sm: 1024 };
-    let on = |cols, k| plan(&SelectSpec::new(64, cols, k, DType::F32), true, &small).unwrap().path();
+    let on = |cols, k| plan_with(&SelectSpec::new(64, cols, k, DType::F32), true, &small, &CTA).unwrap().path();
     assert_eq!(on(8192, 512), Path::Short); // 32 KiB keys + 4 KiB selection + static < 48 KiB
     let tight = DeviceProps { max_smem_per_block: 40_960, ..small };
-    assert_eq!(plan(&SelectSpec::new(64, 8192, 512, DType::F32), true, &tight).unwrap().path(), Path::Row);
-    assert_eq!(plan(&SelectSpec::new(64, 2048, 512, DType::F32), true, &tight).unwrap().path(), Path::Short);
+    assert_eq!(plan_with(&SelectSpec::new(64, 8192, 512, DType::F32), true, &tight, &CTA).unwrap().path(), Path::Row);
+    assert_eq!(plan_with(&SelectSpec::new(64, 2048, 512, DType::F32), true, &tight, &CTA).unwrap().path(), Path::Short);
+}
+
+#[test]
+fn short_rows_take_the_warp_kernel_within_its_bounds() {
+    let dev = h200();
+    let w = |rows: usize, cols: usize, k: usize, dtype: DType| {
+        plan_with(&SelectSpec::new(rows, cols, k, dtype), true, &dev, &WARP_ANY_ROWS).unwrap()
+    };
+    // The kernel's plan: rows a warp each, SHORT_WARPS rows a CTA, the grid
+    // the rows rounded up; every dtype.
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        for (rows, cols, k) in [(8192, 2048, 512), (8191, 2048, 512), (133, 4096, 512), (200, 97, 7), (133, 10, 11)] {
+            let pl = w(rows, cols, k, dtype);
+            let s = pl.short().expect("short").clone();
+            assert!(s.warp, "{rows} x {cols} k {k} {dtype}");
+            assert_eq!(pl.path(), Path::Short);
+            assert_eq!((s.row_slots as usize, pl.block()), (rows.div_ceil(SHORT_WARPS as usize), 32 * SHORT_WARPS));
+            assert_eq!(s.sel_cap as usize, k.min(cols).next_power_of_two());
+            let order = OutputOrder::Score; // SelectSpec's default
+            assert_eq!(s.smem_bytes as u64, short_warp_smem_bytes(cols as u64, s.sel_cap as u64, dtype, order));
+            assert!(s.smem_bytes <= dev.max_smem_per_block);
+            assert_eq!((pl.workspace_bytes(), pl.ctas_per_row(), pl.cap()), (0, 1, s.sel_cap));
+        }
+    }
+    // The slab: 256 bins, the keys (u16 for 16-bit dtypes), the selection
+    // (u32 columns in index order, u64 composites in score order), each
+    // rounded up to 16 bytes. The first chunk's (bf16, index order): 7 KiB a
+    // warp.
+    use OutputOrder::{Index, Score};
+    assert_eq!(short_warp_smem_bytes(2048, 512, DType::BF16, Index), 4 * (1024 + 4096 + 2048));
+    assert_eq!(short_warp_smem_bytes(2048, 512, DType::F32, Score), 4 * (1024 + 8192 + 4096));
+    assert_eq!(short_warp_smem_bytes(97, 8, DType::F32, Score), 4 * (1024 + 400 + 64));
+    assert_eq!(short_warp_smem_bytes(97, 8, DType::F16, Index), 4 * (1024 + 208 + 32));
+    assert_eq!(short_warp_smem_bytes(1, 1, DType::BF16, Index), 4 * (1024 + 16 + 16));
+    // The default rule (measured, perf-log v35): batches of at least
+    // SHORT_WARP_MIN_ROWS rows of at most SHORT_WARP_COLS columns. The QSA
+    // first chunk (8192 x 2048 blocks, k 512, index order) takes it.
+    let qsa = SelectSpec::new(8192, 2048, 512, DType::BF16).with_order(Index);
+    let pl = plan(&qsa, true, &dev).unwrap();
+    assert!(pl.short().unwrap().warp);
+    assert_eq!((pl.smem_bytes(), pl.row_slots(), pl.block()), (4 * 7168, 2048, 128));
+    let d =
+        |rows: usize, cols: usize, k: usize| plan(&SelectSpec::new(rows, cols, k, DType::BF16), true, &dev).unwrap();
+    let (c, r) = (SHORT_WARP_COLS as usize, SHORT_WARP_MIN_ROWS as usize);
+    for k in [512, 64, 1] {
+        // Columns: c a warp, c + 1 a CTA (1024 x 8192 measured slower on the
+        // warp kernel: 150.8 against 84.4 us), SHORT_COLS + 1 the row path.
+        assert!(d(8192, c, k).short().unwrap().warp, "8192 x {c} k {k}");
+        assert!(d(8192, c - 1, k).short().unwrap().warp, "8192 x {} k {k}", c - 1);
+        let pl = d(8192, c + 1, k);
+        assert!(!pl.short().unwrap().warp, "8192 x {} k {k}", c + 1);
+        assert_eq!((pl.row_slots(), pl.block()), (8192, SHORT_BLOCK));
+        assert_eq!(d(8192, SHORT_COLS as usize + 1, k).path(), Path::Row);
+        // Rows: r a warp each, r - 1 a CTA each (528 x 2048 measured slower
+        // on the warp kernel: 13.3 against 10.4 us index, 23.9 against 20.5
+        // score).
+        assert!(d(r, 2048, k).short().unwrap().warp, "{r} x 2048 k {k}");
+        assert!(!d(r - 1, 2048, k).short().unwrap().warp, "{} x 2048 k {k}", r - 1);
+        assert!(!d(528, 2048, k).short().unwrap().warp);
+        assert!(!d(133, 2048, k).short().unwrap().warp);
+    }
+    assert!(!d(1024, 8192, 512).short().unwrap().warp);
+    // The short path's own bounds hold first: k past SHORT_MAX_K, the row path.
+    assert_eq!(d(8192, 2048, SHORT_MAX_K as usize + 1).path(), Path::Row);
+    assert!(d(8192, 2048, SHORT_MAX_K as usize).short().unwrap().warp);
+    // The switches: the warp kernel off (CTA), the short path off.
+    assert!(!plan_with(&qsa, true, &dev, &CTA).unwrap().short().unwrap().warp);
+    assert_eq!(plan_with(&qsa, true, &dev, &NO_SHORT).unwrap().path(), Path::Row);
+    // Any batch the short path takes (the check's parity run), and a wider
+    // column bound (the dev tool's A/B at SHORT_COLS): the warp kernel where
+    // the CTA's four slabs fit the device's shared memory.
+    assert!(w(133, 2048, 512, DType::F32).short().unwrap().warp);
+    let wide = PathOptions { short_warp_cols: SHORT_COLS, ..WARP_ANY_ROWS };
+    let pl = plan_with(&SelectSpec::new(1024, 8192, 512, DType::F32), true, &dev, &wide).unwrap();
+    assert!(pl.short().unwrap().warp);
+    assert_eq!(pl.smem_bytes() as u64, short_warp_smem_bytes(8192, 512, DType::F32, Score));
+    // Where four slabs do not fit (48 KiB a block): the CTA kernel.
+    let small = DeviceProps { sm_count: 40, max_smem_per_block: 49_152, smem_per_sm: 65_536, max_threads_per_sm: 1024 };
+    let on = |cols| plan_with(&SelectSpec::new(64, cols, 512, DType::F32), true, &small, &WARP_ANY_ROWS).unwrap();
+    assert!(!on(4096).short().unwrap().warp); // 4 x (1 + 16 + 4) KiB > 48 KiB
+    assert!(on(1024).short().unwrap().warp); // 4 x (1 + 4 + 4) KiB
 }
