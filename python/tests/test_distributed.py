@@ -6,6 +6,7 @@ ties and NaN across the boundaries, both orders and NaN policies, three
 dtypes, lengths). CUDA: the GPU merge of simulated shards and a world-size-1
 NCCL group, skipped without CUDA. Everything skips without torch."""
 
+import contextlib
 import os
 import tempfile
 
@@ -44,32 +45,39 @@ def _bits(t):
     return t.view(torch.int32 if t.dtype == torch.float32 else torch.int16)
 
 
-def _worker(rank, world, init, result_dir):
+def _worker(rank, world):
+    checked = 0
+    for case, (rows, cols, k) in enumerate([(3, 50, 8), (2, 37, 64), (4, 300, 16), (1, 5, 3)]):
+        for dtype in DTYPES:
+            for order in ("score", "index"):
+                for nan in ("lowest", "largest"):
+                    seed = 1000 * case + 10 * DTYPES.index(dtype) + (order == "index") * 2 + (nan == "largest")
+                    x = _scores(rows, cols, dtype, seed)
+                    shards = _cuts(cols, world, seed)
+                    off, n = shards[rank]
+                    lengths = [int(v) for v in np.random.default_rng(seed).integers(0, cols + 1, size=rows)]
+                    for lens in (None, lengths):
+                        got_i, got_v = fd.topk(
+                            x[:, off : off + n], k, group=None, offset=off, total_cols=cols,
+                            lengths=lens, order=order, nan=nan, return_values=True,
+                        )
+                        want_i, want_v = flashsel.topk(
+                            x, k, lengths=None if lens is None else torch.tensor(lens, dtype=torch.int32),
+                            order=order, nan=nan, return_values=True,
+                        )
+                        tag = f"rank {rank}/{world} case {case} {dtype} {order} {nan} lengths={lens is not None}"
+                        assert torch.equal(got_i, want_i.to(torch.int32)), tag
+                        assert torch.equal(_bits(got_v), _bits(want_v)), tag
+                        checked += 1
+    return checked
+
+
+def _gloo_rank(rank, world, init, result_dir, worker):
+    """One spawned rank: joins the gloo group, runs `worker(rank, world)`
+    (it returns how many cases it checked), writes that count."""
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
-        checked = 0
-        for case, (rows, cols, k) in enumerate([(3, 50, 8), (2, 37, 64), (4, 300, 16), (1, 5, 3)]):
-            for dtype in DTYPES:
-                for order in ("score", "index"):
-                    for nan in ("lowest", "largest"):
-                        seed = 1000 * case + 10 * DTYPES.index(dtype) + (order == "index") * 2 + (nan == "largest")
-                        x = _scores(rows, cols, dtype, seed)
-                        shards = _cuts(cols, world, seed)
-                        off, n = shards[rank]
-                        lengths = [int(v) for v in np.random.default_rng(seed).integers(0, cols + 1, size=rows)]
-                        for lens in (None, lengths):
-                            got_i, got_v = fd.topk(
-                                x[:, off : off + n], k, group=None, offset=off, total_cols=cols,
-                                lengths=lens, order=order, nan=nan, return_values=True,
-                            )
-                            want_i, want_v = flashsel.topk(
-                                x, k, lengths=None if lens is None else torch.tensor(lens, dtype=torch.int32),
-                                order=order, nan=nan, return_values=True,
-                            )
-                            tag = f"rank {rank}/{world} case {case} {dtype} {order} {nan} lengths={lens is not None}"
-                            assert torch.equal(got_i, want_i.to(torch.int32)), tag
-                            assert torch.equal(_bits(got_v), _bits(want_v)), tag
-                            checked += 1
+        checked = worker(rank, world)
         with open(os.path.join(result_dir, f"rank{rank}"), "w") as f:
             f.write(str(checked))
     finally:
@@ -82,7 +90,7 @@ def _run_ranks(worker, world):
     mp = pytest.importorskip("torch.multiprocessing")
     with tempfile.TemporaryDirectory() as d:
         init = "file://" + os.path.join(d, "rendezvous")
-        mp.spawn(worker, args=(world, init, d), nprocs=world, join=True)
+        mp.spawn(_gloo_rank, args=(world, init, d, worker), nprocs=world, join=True)
         counts = [int(open(os.path.join(d, f"rank{r}")).read()) for r in range(world)]
     assert counts == [counts[0]] * world and counts[0] > 0
 
@@ -197,31 +205,26 @@ def _qsa_case(rows, nb, ratio, k, seed):
     return x, pos, table, page_size, seq_ids
 
 
-def _qsa_worker(rank, world, init, result_dir):
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    try:
-        checked = 0
-        for case, (rows, nb, ratio, k) in enumerate([(9, 120, 4, 16), (5, 40, 1, 50), (7, 333, 3, 8)]):
-            for dtype in DTYPES:
-                for order in ("index", "score"):
-                    for nan in ("lowest", "largest"):
-                        seed = 100 * case + 10 * DTYPES.index(dtype) + 2 * (order == "score") + (nan == "largest")
-                        x, pos, table, ps, seq = _qsa_case(rows, nb, ratio, k, seed)
-                        x = x.to(dtype)
-                        off, n = _cuts(nb, world, seed)[rank]
-                        for paged in (False, True):
-                            kw = dict(page_table=table, page_size=ps, seq_ids=seq) if paged else {}
-                            got = fd.qsa_select(x[:, off : off + n], pos, offset=off, total_blocks=nb, ratio=ratio,
-                                                k_blocks=k, order=order, nan=nan, **kw)  # fmt: skip
-                            want = flashsel.qsa_select(x, pos, ratio=ratio, k_blocks=k, order=order, nan=nan, **kw)
-                            tag = f"rank {rank}/{world} case {case} {dtype} {order} {nan} paged={paged}"
-                            assert torch.equal(got[0], torch.as_tensor(want[0])), tag
-                            assert torch.equal(got[1], torch.as_tensor(want[1])), tag
-                            checked += 1
-        with open(os.path.join(result_dir, f"rank{rank}"), "w") as f:
-            f.write(str(checked))
-    finally:
-        dist.destroy_process_group()
+def _qsa_worker(rank, world):
+    checked = 0
+    for case, (rows, nb, ratio, k) in enumerate([(9, 120, 4, 16), (5, 40, 1, 50), (7, 333, 3, 8)]):
+        for dtype in DTYPES:
+            for order in ("index", "score"):
+                for nan in ("lowest", "largest"):
+                    seed = 100 * case + 10 * DTYPES.index(dtype) + 2 * (order == "score") + (nan == "largest")
+                    x, pos, table, ps, seq = _qsa_case(rows, nb, ratio, k, seed)
+                    x = x.to(dtype)
+                    off, n = _cuts(nb, world, seed)[rank]
+                    for paged in (False, True):
+                        kw = dict(page_table=table, page_size=ps, seq_ids=seq) if paged else {}
+                        got = fd.qsa_select(x[:, off : off + n], pos, offset=off, total_blocks=nb, ratio=ratio,
+                                            k_blocks=k, order=order, nan=nan, **kw)  # fmt: skip
+                        want = flashsel.qsa_select(x, pos, ratio=ratio, k_blocks=k, order=order, nan=nan, **kw)
+                        tag = f"rank {rank}/{world} case {case} {dtype} {order} {nan} paged={paged}"
+                        assert torch.equal(got[0], torch.as_tensor(want[0])), tag
+                        assert torch.equal(got[1], torch.as_tensor(want[1])), tag
+                        checked += 1
+    return checked
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -255,36 +258,31 @@ def test_nccl_qsa_select_world_size_one():
 # ---------------------------------------------------------------------------
 
 
-def _indexer_worker(rank, world, init, result_dir):
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    try:
-        checked = 0
-        for case, (rows, nb, ratio, k, heads, d) in enumerate([(8, 300, 4, 32, 2, 64), (5, 90, 1, 40, 4, 128)]):
-            for qd, kd in ((torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32)):
-                for order in ("index", "score"):
-                    seed = 50 * case + 2 * (qd == torch.bfloat16) + (order == "score")
-                    g = np.random.default_rng(seed)
-                    q = torch.from_numpy(g.integers(-2, 3, size=(rows, heads, d)).astype(np.float32)).to(qd)
-                    kbar = torch.from_numpy(g.integers(-2, 3, size=(nb, d)).astype(np.float32)).to(kd)  # near-ties
-                    _, pos, table, ps, seq = _qsa_case(rows, nb, ratio, k, seed)
-                    off, n = _cuts(nb, world, seed)[rank]
-                    for paged in (False, True):
-                        kw = dict(page_table=table, page_size=ps, seq_ids=seq) if paged else {}
-                        got = fd.qsa_indexer(q, kbar[off : off + n], pos, offset=off, total_blocks=nb, ratio=ratio,
-                                             k_blocks=k, order=order, **kw)  # fmt: skip
-                        scores = flashsel.qsa_scores(q, kbar, pos, ratio=ratio)
-                        want = flashsel.qsa_select(scores, pos, ratio=ratio, k_blocks=k, order=order, **kw)
-                        tag = f"rank {rank}/{world} case {case} {qd} {kd} {order} paged={paged}"
-                        assert torch.equal(got[0], torch.as_tensor(want[0])), tag
-                        assert torch.equal(got[1], torch.as_tensor(want[1])), tag
-                        if not paged:
-                            fused = flashsel.qsa_indexer(q, kbar, pos, ratio=ratio, k_blocks=k, order=order)
-                            assert torch.equal(got[0], torch.as_tensor(fused[0])), tag
-                        checked += 1
-        with open(os.path.join(result_dir, f"rank{rank}"), "w") as f:
-            f.write(str(checked))
-    finally:
-        dist.destroy_process_group()
+def _indexer_worker(rank, world):
+    checked = 0
+    for case, (rows, nb, ratio, k, heads, d) in enumerate([(8, 300, 4, 32, 2, 64), (5, 90, 1, 40, 4, 128)]):
+        for qd, kd in ((torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32)):
+            for order in ("index", "score"):
+                seed = 50 * case + 2 * (qd == torch.bfloat16) + (order == "score")
+                g = np.random.default_rng(seed)
+                q = torch.from_numpy(g.integers(-2, 3, size=(rows, heads, d)).astype(np.float32)).to(qd)
+                kbar = torch.from_numpy(g.integers(-2, 3, size=(nb, d)).astype(np.float32)).to(kd)  # near-ties
+                _, pos, table, ps, seq = _qsa_case(rows, nb, ratio, k, seed)
+                off, n = _cuts(nb, world, seed)[rank]
+                for paged in (False, True):
+                    kw = dict(page_table=table, page_size=ps, seq_ids=seq) if paged else {}
+                    got = fd.qsa_indexer(q, kbar[off : off + n], pos, offset=off, total_blocks=nb, ratio=ratio,
+                                         k_blocks=k, order=order, **kw)  # fmt: skip
+                    scores = flashsel.qsa_scores(q, kbar, pos, ratio=ratio)
+                    want = flashsel.qsa_select(scores, pos, ratio=ratio, k_blocks=k, order=order, **kw)
+                    tag = f"rank {rank}/{world} case {case} {qd} {kd} {order} paged={paged}"
+                    assert torch.equal(got[0], torch.as_tensor(want[0])), tag
+                    assert torch.equal(got[1], torch.as_tensor(want[1])), tag
+                    if not paged:
+                        fused = flashsel.qsa_indexer(q, kbar, pos, ratio=ratio, k_blocks=k, order=order)
+                        assert torch.equal(got[0], torch.as_tensor(fused[0])), tag
+                    checked += 1
+    return checked
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -310,56 +308,51 @@ def _counting_gathers():
     return shapes
 
 
-def _sizes_worker(rank, world, init, result_dir):
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    try:
-        shapes = _counting_gathers()
-        checked = 0
-        for case, (rows, cols, k) in enumerate([(3, 50, 8), (4, 300, 16)]):
-            for dtype in DTYPES:
-                seed = 77 + 10 * case + DTYPES.index(dtype)
-                x = _scores(rows, cols, dtype, seed)
-                shards = _cuts(cols, world, seed)
-                sizes = [n for _, n in shards]
-                off, n = shards[rank]
-                lengths = torch.from_numpy(np.random.default_rng(seed).integers(0, cols + 1, size=rows))
-                for order in ("score", "index"):
-                    shapes.clear()
-                    got = fd.topk(x[:, off : off + n], k, offset=off, total_cols=cols, lengths=lengths,
-                                  order=order, return_values=True, shard_sizes=sizes)  # fmt: skip
-                    # Only the candidates travel: ids and values, no layout.
-                    assert shapes == [(rows, k), (rows, k * x.element_size())], shapes
-                    want = fd.topk(x[:, off : off + n], k, offset=off, total_cols=cols, lengths=lengths,
-                                   order=order, return_values=True)  # fmt: skip
-                    assert shapes[2] == (2,), shapes  # without: the layout first
-                    one = flashsel.topk(x, k, lengths=lengths.to(torch.int32), order=order, return_values=True)
-                    for g, w in ((got, want), (got, one)):
-                        assert torch.equal(g[0], w[0].to(torch.int32)) and torch.equal(_bits(g[1]), _bits(w[1]))
-                    checked += 1
-        # qsa_select and qsa_indexer take it too.
-        x, pos, table, ps, seq = _qsa_case(9, 120, 4, 16, 5)
-        cuts = _cuts(120, world, 5)
-        off, n = cuts[rank]
-        sizes = [c for _, c in cuts]
-        shapes.clear()
-        got = fd.qsa_select(x[:, off : off + n], pos, offset=off, total_blocks=120, k_blocks=16, shard_sizes=sizes)
-        assert len(shapes) == 2, shapes
-        want = flashsel.qsa_select(x, pos, k_blocks=16)
-        assert torch.equal(got[0], torch.as_tensor(want[0])) and torch.equal(got[1], torch.as_tensor(want[1]))
-        g = np.random.default_rng(6)
-        q = torch.from_numpy(g.standard_normal((9, 2, 64)).astype(np.float32))
-        kbar = torch.from_numpy(g.standard_normal((120, 64)).astype(np.float32))
-        shapes.clear()
-        got = fd.qsa_indexer(q, kbar[off : off + n], pos, offset=off, total_blocks=120, k_blocks=16,
-                             shard_sizes=sizes)  # fmt: skip
-        assert len(shapes) == 2, shapes
-        want = flashsel.qsa_indexer(q, kbar, pos, k_blocks=16)
-        assert torch.equal(got[0], torch.as_tensor(want[0])) and torch.equal(got[1], torch.as_tensor(want[1]))
-        checked += 2
-        with open(os.path.join(result_dir, f"rank{rank}"), "w") as f:
-            f.write(str(checked))
-    finally:
-        dist.destroy_process_group()
+def _sizes_worker(rank, world):
+    shapes = _counting_gathers()
+    checked = 0
+    for case, (rows, cols, k) in enumerate([(3, 50, 8), (4, 300, 16)]):
+        for dtype in DTYPES:
+            seed = 77 + 10 * case + DTYPES.index(dtype)
+            x = _scores(rows, cols, dtype, seed)
+            shards = _cuts(cols, world, seed)
+            sizes = [n for _, n in shards]
+            off, n = shards[rank]
+            lengths = torch.from_numpy(np.random.default_rng(seed).integers(0, cols + 1, size=rows))
+            for order in ("score", "index"):
+                shapes.clear()
+                got = fd.topk(x[:, off : off + n], k, offset=off, total_cols=cols, lengths=lengths,
+                              order=order, return_values=True, shard_sizes=sizes)  # fmt: skip
+                # Only the candidates travel: ids and values, no layout.
+                assert shapes == [(rows, k), (rows, k * x.element_size())], shapes
+                want = fd.topk(x[:, off : off + n], k, offset=off, total_cols=cols, lengths=lengths,
+                               order=order, return_values=True)  # fmt: skip
+                assert shapes[2] == (2,), shapes  # without: the layout first
+                one = flashsel.topk(x, k, lengths=lengths.to(torch.int32), order=order, return_values=True)
+                for g, w in ((got, want), (got, one)):
+                    assert torch.equal(g[0], w[0].to(torch.int32)) and torch.equal(_bits(g[1]), _bits(w[1]))
+                checked += 1
+    # qsa_select and qsa_indexer take it too.
+    x, pos, table, ps, seq = _qsa_case(9, 120, 4, 16, 5)
+    cuts = _cuts(120, world, 5)
+    off, n = cuts[rank]
+    sizes = [c for _, c in cuts]
+    shapes.clear()
+    got = fd.qsa_select(x[:, off : off + n], pos, offset=off, total_blocks=120, k_blocks=16, shard_sizes=sizes)
+    assert len(shapes) == 2, shapes
+    want = flashsel.qsa_select(x, pos, k_blocks=16)
+    assert torch.equal(got[0], torch.as_tensor(want[0])) and torch.equal(got[1], torch.as_tensor(want[1]))
+    g = np.random.default_rng(6)
+    q = torch.from_numpy(g.standard_normal((9, 2, 64)).astype(np.float32))
+    kbar = torch.from_numpy(g.standard_normal((120, 64)).astype(np.float32))
+    shapes.clear()
+    got = fd.qsa_indexer(q, kbar[off : off + n], pos, offset=off, total_blocks=120, k_blocks=16,
+                         shard_sizes=sizes)  # fmt: skip
+    assert len(shapes) == 2, shapes
+    want = flashsel.qsa_indexer(q, kbar, pos, k_blocks=16)
+    assert torch.equal(got[0], torch.as_tensor(want[0])) and torch.equal(got[1], torch.as_tensor(want[1]))
+    checked += 2
+    return checked
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -367,30 +360,38 @@ def test_gloo_shard_sizes_skip_the_layout_gather(world):
     _run_ranks(_sizes_worker, world)
 
 
-def test_bad_shard_sizes_are_errors():
-    """A one-rank gloo group in this process: every check is local, so each
-    raises before any collective."""
+@contextlib.contextmanager
+def _one_rank_group():
+    """A one-rank gloo group in this process (checks that raise before any
+    collective)."""
     with tempfile.TemporaryDirectory() as d:
         dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "rdv"), rank=0, world_size=1)
         try:
-            x = _scores(2, 30, torch.float32, 1)
-            for sizes, match in (
-                ([30, 0], "2 entries for a group of 1"),
-                ([29], r"shard_sizes\[0\] is 29"),
-                ([-1], ">= 0"),
-            ):
-                with pytest.raises(ValueError, match=match):
-                    fd.topk(x, 4, offset=0, total_cols=30, shard_sizes=sizes)
-            with pytest.raises(ValueError, match="its offset is 3"):
-                fd.topk(x, 4, offset=3, total_cols=33, shard_sizes=[30])
-            with pytest.raises(ValueError, match="the total says 31"):
-                fd.topk(x, 4, offset=0, total_cols=31, shard_sizes=[30])
-            with pytest.raises(ValueError, match=r"shard_sizes\[0\] is 10"):
-                fd.qsa_select(x, torch.tensor([100, 119]), offset=0, total_blocks=30, k_blocks=4, shard_sizes=[10])
-            got = fd.topk(x, 4, offset=0, total_cols=30, shard_sizes=[30])
-            assert torch.equal(got, flashsel.topk(x, 4).to(torch.int32))
+            yield
         finally:
             dist.destroy_process_group()
+
+
+def test_bad_shard_sizes_are_errors():
+    """A one-rank gloo group in this process: every check is local, so each
+    raises before any collective."""
+    with _one_rank_group():
+        x = _scores(2, 30, torch.float32, 1)
+        for sizes, match in (
+            ([30, 0], "2 entries for a group of 1"),
+            ([29], r"shard_sizes\[0\] is 29"),
+            ([-1], ">= 0"),
+        ):
+            with pytest.raises(ValueError, match=match):
+                fd.topk(x, 4, offset=0, total_cols=30, shard_sizes=sizes)
+        with pytest.raises(ValueError, match="its offset is 3"):
+            fd.topk(x, 4, offset=3, total_cols=33, shard_sizes=[30])
+        with pytest.raises(ValueError, match="the total says 31"):
+            fd.topk(x, 4, offset=0, total_cols=31, shard_sizes=[30])
+        with pytest.raises(ValueError, match=r"shard_sizes\[0\] is 10"):
+            fd.qsa_select(x, torch.tensor([100, 119]), offset=0, total_blocks=30, k_blocks=4, shard_sizes=[10])
+        got = fd.topk(x, 4, offset=0, total_cols=30, shard_sizes=[30])
+        assert torch.equal(got, flashsel.topk(x, 4).to(torch.int32))
 
 
 def _nccl_graph_worker(rank, world, init):
@@ -456,43 +457,38 @@ def _rank_cache(kbar, table, off, n, bpp, seqs, g):
     return cache, torch.from_numpy(t_r)
 
 
-def _paged_indexer_worker(rank, world, init, result_dir):
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
-    try:
-        checked = 0
-        for case, (rows, nb, ratio, k, heads, d) in enumerate([(8, 320, 4, 32, 2, 64), (6, 96, 2, 40, 4, 128)]):
-            for qd, kd in ((torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32)):
-                seed = 70 * case + 3 * (qd == torch.bfloat16)
-                g = np.random.default_rng(seed)
-                _, pos, table, ps, seq = _qsa_case(rows, nb, ratio, k, seed)
-                bpp = ps // ratio
-                q = torch.from_numpy(g.integers(-2, 3, size=(rows, heads, d)).astype(np.float32)).to(qd)
-                kbar = _paged_keys(g, bpp, d, kd, table)
-                cuts = _cuts(nb // bpp, world, seed)  # page-aligned shards, some empty
-                off, n = cuts[rank][0] * bpp, cuts[rank][1] * bpp
-                cache, t_r = _rank_cache(kbar, table, off, n, bpp, 2, np.random.default_rng(seed + rank))
-                for order in ("index", "score"):
-                    for slots in (False, True):
-                        kw = dict(page_table=table) if slots else {}
-                        got = fd.qsa_indexer(q, cache, pos, offset=off, total_blocks=nb, ratio=ratio, k_blocks=k,
-                                             order=order, page_size=ps, seq_ids=seq, key_page_table=t_r,
-                                             **kw)  # fmt: skip
-                        scores = flashsel.qsa_scores(q, kbar, pos, ratio=ratio, page_table=table, page_size=ps,
-                                                     seq_ids=seq)[:, :nb]  # fmt: skip
-                        want = flashsel.qsa_select(scores, pos, ratio=ratio, k_blocks=k, order=order, page_size=ps,
-                                                   **(dict(page_table=table, seq_ids=seq) if slots else {}))  # fmt: skip
-                        tag = f"rank {rank}/{world} case {case} {qd} {kd} {order} slots={slots}"
-                        assert torch.equal(got[0], torch.as_tensor(want[0])), tag
-                        assert torch.equal(got[1], torch.as_tensor(want[1])), tag
-                        if slots:
-                            fused = flashsel.qsa_indexer(q, kbar, pos, ratio=ratio, k_blocks=k, order=order,
-                                                         page_table=table, page_size=ps, seq_ids=seq)  # fmt: skip
-                            assert torch.equal(got[0], torch.as_tensor(fused[0])), tag
-                        checked += 1
-        with open(os.path.join(result_dir, f"rank{rank}"), "w") as f:
-            f.write(str(checked))
-    finally:
-        dist.destroy_process_group()
+def _paged_indexer_worker(rank, world):
+    checked = 0
+    for case, (rows, nb, ratio, k, heads, d) in enumerate([(8, 320, 4, 32, 2, 64), (6, 96, 2, 40, 4, 128)]):
+        for qd, kd in ((torch.float32, torch.bfloat16), (torch.bfloat16, torch.float32)):
+            seed = 70 * case + 3 * (qd == torch.bfloat16)
+            g = np.random.default_rng(seed)
+            _, pos, table, ps, seq = _qsa_case(rows, nb, ratio, k, seed)
+            bpp = ps // ratio
+            q = torch.from_numpy(g.integers(-2, 3, size=(rows, heads, d)).astype(np.float32)).to(qd)
+            kbar = _paged_keys(g, bpp, d, kd, table)
+            cuts = _cuts(nb // bpp, world, seed)  # page-aligned shards, some empty
+            off, n = cuts[rank][0] * bpp, cuts[rank][1] * bpp
+            cache, t_r = _rank_cache(kbar, table, off, n, bpp, 2, np.random.default_rng(seed + rank))
+            for order in ("index", "score"):
+                for slots in (False, True):
+                    kw = dict(page_table=table) if slots else {}
+                    got = fd.qsa_indexer(q, cache, pos, offset=off, total_blocks=nb, ratio=ratio, k_blocks=k,
+                                         order=order, page_size=ps, seq_ids=seq, key_page_table=t_r,
+                                         **kw)  # fmt: skip
+                    scores = flashsel.qsa_scores(q, kbar, pos, ratio=ratio, page_table=table, page_size=ps,
+                                                 seq_ids=seq)[:, :nb]  # fmt: skip
+                    want = flashsel.qsa_select(scores, pos, ratio=ratio, k_blocks=k, order=order, page_size=ps,
+                                               **(dict(page_table=table, seq_ids=seq) if slots else {}))  # fmt: skip
+                    tag = f"rank {rank}/{world} case {case} {qd} {kd} {order} slots={slots}"
+                    assert torch.equal(got[0], torch.as_tensor(want[0])), tag
+                    assert torch.equal(got[1], torch.as_tensor(want[1])), tag
+                    if slots:
+                        fused = flashsel.qsa_indexer(q, kbar, pos, ratio=ratio, k_blocks=k, order=order,
+                                                     page_table=table, page_size=ps, seq_ids=seq)  # fmt: skip
+                        assert torch.equal(got[0], torch.as_tensor(fused[0])), tag
+                    checked += 1
+    return checked
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -504,26 +500,22 @@ def test_gloo_qsa_indexer_paged_key_shards(world):
 
 
 def test_paged_key_shard_errors():
-    with tempfile.TemporaryDirectory() as d:
-        dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "rdv"), rank=0, world_size=1)
-        try:
-            q = torch.zeros((2, 1, 64))
-            cache = torch.zeros((4, 16, 64))
-            table = torch.zeros((1, 4), dtype=torch.int32)
-            pos = torch.tensor([10, 20])
-            seq = torch.zeros(2, dtype=torch.int32)
-            kw = dict(offset=0, total_blocks=64, k_blocks=8)
-            with pytest.raises(ValueError, match="needs seq_ids"):
-                fd.qsa_indexer(q, cache, pos, key_page_table=table, **kw)
-            with pytest.raises(ValueError, match="page_size // ratio = 16"):
-                fd.qsa_indexer(q, torch.zeros((4, 8, 64)), pos, key_page_table=table, seq_ids=seq, **kw)
-            with pytest.raises(ValueError, match="multiple of ratio"):
-                fd.qsa_indexer(q, cache, pos, key_page_table=table, seq_ids=seq, page_size=62, **kw)
-            with pytest.raises(ValueError, match="takes key_page_table"):
-                fd.qsa_indexer(q, cache, pos, **kw)
-            got = fd.qsa_indexer(q, cache, pos, key_page_table=table, seq_ids=seq, **kw)
-            want = flashsel.qsa_indexer(q, cache, pos, k_blocks=8, page_table=table, seq_ids=seq)
-            # Token ids against slots through an identity table: page 0 only.
-            assert torch.equal(got[1], torch.as_tensor(want[1]))
-        finally:
-            dist.destroy_process_group()
+    with _one_rank_group():
+        q = torch.zeros((2, 1, 64))
+        cache = torch.zeros((4, 16, 64))
+        table = torch.zeros((1, 4), dtype=torch.int32)
+        pos = torch.tensor([10, 20])
+        seq = torch.zeros(2, dtype=torch.int32)
+        kw = dict(offset=0, total_blocks=64, k_blocks=8)
+        with pytest.raises(ValueError, match="needs seq_ids"):
+            fd.qsa_indexer(q, cache, pos, key_page_table=table, **kw)
+        with pytest.raises(ValueError, match="page_size // ratio = 16"):
+            fd.qsa_indexer(q, torch.zeros((4, 8, 64)), pos, key_page_table=table, seq_ids=seq, **kw)
+        with pytest.raises(ValueError, match="multiple of ratio"):
+            fd.qsa_indexer(q, cache, pos, key_page_table=table, seq_ids=seq, page_size=62, **kw)
+        with pytest.raises(ValueError, match="takes key_page_table"):
+            fd.qsa_indexer(q, cache, pos, **kw)
+        got = fd.qsa_indexer(q, cache, pos, key_page_table=table, seq_ids=seq, **kw)
+        want = flashsel.qsa_indexer(q, cache, pos, k_blocks=8, page_table=table, seq_ids=seq)
+        # Token ids against slots through an identity table: page 0 only.
+        assert torch.equal(got[1], torch.as_tensor(want[1]))

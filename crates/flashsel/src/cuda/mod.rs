@@ -15,6 +15,7 @@
 //!   [`CudaEngine::select_host`] and [`CudaEngine::time_select`].
 
 pub mod compile;
+pub(crate) mod host;
 pub(crate) mod launch;
 pub(crate) mod timing;
 pub mod workspace;

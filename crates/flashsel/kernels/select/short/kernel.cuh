@@ -31,6 +31,34 @@ __device__ __forceinline__ u32 lanes_below() {
     return m;
 }
 
+// A thread's PER consecutive bins (16-byte aligned) read into h and
+// cleared, their sum, and the warp's inclusive scan of the sums in lane
+// order (the caller's bins run from the top, lane 0 first).
+template <int PER>
+__device__ __forceinline__ u32 take_bins(u32* bins, u32 (&h)[PER], u32& sum, int lane) {
+    static_assert(PER % 4 == 0, "whole 16-byte reads");
+#pragma unroll
+    for (int j = 0; j < PER; j += 4) {
+        uint4* p = (uint4*)&bins[j];
+        const uint4 v = *p;
+        h[j] = v.x;
+        h[j + 1] = v.y;
+        h[j + 2] = v.z;
+        h[j + 3] = v.w;
+        *p = make_uint4(0, 0, 0, 0);
+    }
+    sum = 0;
+#pragma unroll
+    for (int j = 0; j < PER; ++j) sum += h[j];
+    u32 incl = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
+        if (lane >= o) incl += v;
+    }
+    return incl;
+}
+
 // The row's keys -> keys[0, len), and (returned) their min and max over the
 // CTA. Vector loads where the row start is 16-byte aligned, U groups in
 // flight a thread.
@@ -115,26 +143,8 @@ __device__ __forceinline__ void short_select(const u32* keys, int len, u32 k, Sh
         // Thread t scans bins [SBINS - SPER (t + 1), SBINS - SPER t) from the
         // top, zeroing them for the next pass.
         const int b0 = SBINS - SPER * (tid + 1);
-        u32 h[SPER];
-#pragma unroll
-        for (int j = 0; j < SPER; j += 4) {
-            uint4* p = (uint4*)&sh.hist[b0 + j];
-            const uint4 v = *p;
-            h[j] = v.x;
-            h[j + 1] = v.y;
-            h[j + 2] = v.z;
-            h[j + 3] = v.w;
-            *p = make_uint4(0, 0, 0, 0);
-        }
-        u32 sum = 0;
-#pragma unroll
-        for (int j = 0; j < SPER; ++j) sum += h[j];
-        u32 incl = sum;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
-            if (lane >= o) incl += v;
-        }
+        u32 h[SPER], sum;
+        const u32 incl = take_bins<SPER>(&sh.hist[b0], h, sum, lane);
         if (lane == 31) sh.part[warp] = incl;
         __syncthreads();
         u32 run = incl - sum;  // bins above this thread's, from the top

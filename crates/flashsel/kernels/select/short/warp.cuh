@@ -178,26 +178,8 @@ __device__ __forceinline__ void warp_select(const typename WKey<TAG>::T* keys, i
         // Lane l scans bins [WBINS - WPER (l + 1), WBINS - WPER l) from the
         // top, zeroing them for the next pass.
         const int b0 = WBINS - WPER * (lane + 1);
-        u32 h[WPER];
-#pragma unroll
-        for (int j = 0; j < WPER; j += 4) {
-            uint4* p = (uint4*)&hist[b0 + j];
-            const uint4 v = *p;
-            h[j] = v.x;
-            h[j + 1] = v.y;
-            h[j + 2] = v.z;
-            h[j + 3] = v.w;
-            *p = make_uint4(0, 0, 0, 0);
-        }
-        u32 sum = 0;
-#pragma unroll
-        for (int j = 0; j < WPER; ++j) sum += h[j];
-        u32 incl = sum;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
-            if (lane >= o) incl += v;
-        }
+        u32 h[WPER], sum;
+        const u32 incl = take_bins<WPER>(&hist[b0], h, sum, lane);
         u32 run = incl - sum;  // keys in the bins above this lane's
         const bool mine = run < need && need <= run + sum;  // exactly one lane
         const int owner = __ffs(__ballot_sync(FULL_MASK, mine)) - 1;

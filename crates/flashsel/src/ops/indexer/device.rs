@@ -25,6 +25,7 @@ use super::{check_request, BlockKeys, KeyElem, QsaIndexerSpec, QsaScoresSpec, Qu
 use crate::contract::error::cuda_err;
 use crate::contract::{DType, Error, Result};
 use crate::cuda::compile::Module;
+use crate::cuda::host::bytes_of;
 use crate::cuda::launch::{self, KernelParams, Launch};
 use crate::cuda::workspace::{Regions, ALIGN};
 use crate::cuda::{timing, CudaEngine, KernelId};
@@ -584,12 +585,6 @@ struct IndexerData {
     positions: CudaSlice<i32>,
     pages: Option<PagesCopy>,
     cache_pages: usize,
-}
-
-/// The bytes of a slice of plain elements (f32, bf16, e4m3).
-fn bytes_of<T: Copy>(x: &[T]) -> &[u8] {
-    // SAFETY: the element types are plain bits without padding.
-    unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, std::mem::size_of_val(x)) }
 }
 
 impl IndexerData {

@@ -29,6 +29,7 @@ use super::{
 use crate::contract::error::cuda_err;
 use crate::contract::{DType, Error, Result};
 use crate::cuda::compile::Module;
+use crate::cuda::host::bytes_of;
 use crate::cuda::launch::{self, KernelParams, Launch};
 use crate::cuda::{timing, CudaEngine, KernelId};
 
@@ -581,13 +582,6 @@ fn cache_of(dtype: DType) -> Result<CacheFormat> {
         DType::BF16 => Ok(CacheFormat::BF16),
         other => Err(Error::UnknownDType(format!("sparse MLA takes f32 or bf16 kv, not {other}"))),
     }
-}
-
-/// The bytes of a slice of f32 / bf16 / i32 / u8 (plain data, no padding).
-fn bytes_of<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: T is one of the plain element types (f32, bf16, i32, u8): every
-    // byte is initialised; the length is the slice's size in bytes.
-    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
 }
 
 fn upload(e: &CudaEngine, bytes: &[u8]) -> Result<CudaSlice<u8>> {

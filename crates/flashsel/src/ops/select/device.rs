@@ -603,7 +603,6 @@ struct DeviceData {
     out_val: CudaSlice<u8>,
     workspace: CudaSlice<u8>,
     workspace_bytes: usize,
-    elem: usize,
 }
 
 impl DeviceData {
@@ -643,7 +642,6 @@ impl DeviceData {
             out_val: s.alloc_zeros(outn * elem).map_err(cuda_err)?,
             workspace: s.alloc_zeros(wb.max(256)).map_err(cuda_err)?,
             workspace_bytes: wb,
-            elem,
         })
     }
 
@@ -734,13 +732,7 @@ impl DeviceData {
         let val = s.clone_dtoh(&self.out_val).map_err(cuda_err)?;
         s.synchronize().map_err(cuda_err)?;
         idx.truncate(n);
-        let mut values = Vec::with_capacity(n);
-        for j in 0..n {
-            let b = &val[j * self.elem..(j + 1) * self.elem];
-            // SAFETY: T is f32 / bf16 / f16, `elem` bytes of plain bits.
-            values.push(unsafe { std::ptr::read_unaligned(b.as_ptr() as *const T) });
-        }
-        Ok(Selection { rows: spec.rows, k: spec.k, indices: idx, values })
+        Ok(Selection { rows: spec.rows, k: spec.k, indices: idx, values: crate::cuda::host::elems_of(&val, n) })
     }
 }
 

@@ -19,6 +19,7 @@ use super::{check_ascending, check_merge, ShardLayout};
 use crate::contract::error::cuda_err;
 use crate::contract::{DType, Error, Result, ScoreElem};
 use crate::cuda::compile::Module;
+use crate::cuda::host::{bytes_of, elems_of};
 use crate::cuda::launch::{self, KernelParams, Launch};
 use crate::cuda::workspace::Regions;
 use crate::cuda::{timing, CudaEngine, KernelId};
@@ -371,12 +372,7 @@ impl CudaEngine {
         let raw = st.clone_dtoh(&d.out_vals).map_err(cuda_err)?;
         st.synchronize().map_err(cuda_err)?;
         idx.truncate(n);
-        let elem = std::mem::size_of::<T>();
-        let values = (0..n)
-            // SAFETY: T is f32 / bf16 / f16, `elem` bytes of plain bits.
-            .map(|j| unsafe { std::ptr::read_unaligned(raw[j * elem..].as_ptr() as *const T) })
-            .collect();
-        Ok((Selection { rows: spec.rows, k: spec.k, indices: idx, values }, times))
+        Ok((Selection { rows: spec.rows, k: spec.k, indices: idx, values: elems_of(&raw, n) }, times))
     }
 
     /// [`crate::cpu::qsa_merge`] on this device from host data (the CPU's
@@ -458,8 +454,7 @@ impl Upload {
         elem: usize,
     ) -> Result<Self> {
         let st = e.stream();
-        // SAFETY: f32 / bf16 / f16 are plain bits.
-        let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) };
+        let bytes = bytes_of(values);
         let wb = e.shard_merge_workspace_bytes(spec, ranks)?;
         Ok(Self {
             ids: st.clone_htod(if ids.is_empty() { &[-1][..] } else { ids }).map_err(cuda_err)?,

@@ -33,6 +33,7 @@ use super::device::{DeviceQsaShardMerge, DeviceShardMerge};
 use crate::contract::error::{cuda_err, CudaError};
 use crate::contract::{DType, Error, Result, ScoreElem};
 use crate::cuda::compile::Module;
+use crate::cuda::host::{bytes_of, elems_of};
 use crate::cuda::launch::{self, KernelParams, Launch};
 use crate::cuda::workspace::{Regions, ALIGN};
 use crate::cuda::{CudaEngine, KernelId};
@@ -493,8 +494,7 @@ impl CudaEngine {
         }
         let st = self.stream();
         let elem = std::mem::size_of::<T>();
-        // SAFETY: f32 / bf16 / f16 are plain bits.
-        let bytes = unsafe { std::slice::from_raw_parts(shard.as_ptr() as *const u8, std::mem::size_of_val(shard)) };
+        let bytes = bytes_of(shard);
         let d_scores = st.clone_htod(if bytes.is_empty() { &[0u8; 4][..] } else { bytes }).map_err(cuda_err)?;
         let d_len =
             lengths.map(|l| st.clone_htod(if l.is_empty() { &[0][..] } else { l })).transpose().map_err(cuda_err)?;
@@ -528,11 +528,7 @@ impl CudaEngine {
         st.synchronize().map_err(cuda_err)?;
         let m = whole.rows * whole.k;
         indices.truncate(m);
-        let values = (0..m)
-            // SAFETY: T is f32 / bf16 / f16, `elem` bytes of plain bits.
-            .map(|j| unsafe { std::ptr::read_unaligned(raw[j * elem..].as_ptr() as *const T) })
-            .collect();
-        Ok(Selection { rows: whole.rows, k: whole.k, indices, values })
+        Ok(Selection { rows: whole.rows, k: whole.k, indices, values: elems_of(&raw, m) })
     }
 
     /// [`CudaEngine::shard_qsa_select_device`] from host data (this rank's
@@ -557,8 +553,7 @@ impl CudaEngine {
             return Err(Error::LengthsCount { got: positions.len(), rows: spec.rows });
         }
         let st = self.stream();
-        // SAFETY: f32 / bf16 / f16 are plain bits.
-        let bytes = unsafe { std::slice::from_raw_parts(shard.as_ptr() as *const u8, std::mem::size_of_val(shard)) };
+        let bytes = bytes_of(shard);
         let d_scores = st.clone_htod(if bytes.is_empty() { &[0u8; 4][..] } else { bytes }).map_err(cuda_err)?;
         let pos: Vec<i32> = positions.iter().map(|&t| t.clamp(-1, i32::MAX as i64) as i32).collect();
         let d_pos = st.clone_htod(if pos.is_empty() { &[0][..] } else { &pos[..] }).map_err(cuda_err)?;
