@@ -58,10 +58,11 @@ pub struct CheckArgs {
     #[arg(long, default_value = "cuda", value_parser = crate::backend_parser())]
     pub backend: flashsel::BackendChoice,
     /// Run only these suites (comma-separated or repeated): select (top-k,
-    /// ranges, QSA), mla (sparse MLA attention against its f64 reference).
-    /// Default: all.
+    /// ranges, QSA, the indexer, the context-parallel merge), indexer (the
+    /// indexer's cases alone, on each device path), mla (sparse MLA
+    /// attention against its f64 reference). Default: select and mla.
     #[arg(long, value_name = "SUITE", value_delimiter = ',',
-          value_parser = PossibleValuesParser::new(["select", "mla"]))]
+          value_parser = PossibleValuesParser::new(["select", "indexer", "mla"]))]
     pub only: Vec<String>,
 }
 
@@ -208,17 +209,24 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     e.warm_up().map_err(|e| e.to_string())?;
     let wants = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
     let mla_failed = if wants("mla") { check_mla(&e, args)? } else { 0 };
-    if !wants("select") {
+    // The indexer alone, unless the select suite (which holds it) runs.
+    let indexer_only = !wants("select") && args.only.iter().any(|o| o == "indexer");
+    if !wants("select") && !indexer_only {
         return if mla_failed > 0 { Err(format!("{mla_failed} sparse MLA cases failed")) } else { Ok(()) };
     }
-    let rep = check::run_suite(&e, args.quick, args.seed, |i, n, o| {
+    let show = |i: usize, n: usize, o: &check::Outcome| {
         if o.ok {
             let items = if o.grid_items > 0 { format!(", {} elements a thread", o.grid_items) } else { String::new() };
             eprintln!("[{i}/{n}] ok   {} ({:?}, {} CTAs/row{items})", o.case, o.path, o.ctas_per_row);
         } else {
             eprintln!("[{i}/{n}] FAIL {} ({:?}): {}", o.case, o.path, o.detail);
         }
-    })
+    };
+    let rep = if indexer_only {
+        check::run_indexer_suite(&e, args.quick, args.seed, show)
+    } else {
+        check::run_suite(&e, args.quick, args.seed, show)
+    }
     .map_err(|e| e.to_string())?;
     let paths: Vec<String> = rep.by_path.iter().map(|(p, n)| format!("{p:?} {n}")).collect();
     println!(

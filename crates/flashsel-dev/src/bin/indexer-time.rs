@@ -3,6 +3,7 @@
 //! only the shapes whose name contains TEXT.
 use flashsel::cuda::CudaEngine;
 use flashsel::data::Rng;
+use flashsel::ops::indexer::device::{indexer_group_rows, IndexerPath};
 use flashsel::ops::indexer::{BlockKeys, KeyElem, PageMap, QsaIndexerSpec, QsaScoresSpec, F8E4M3};
 use half::bf16;
 
@@ -50,6 +51,14 @@ fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64
     let ispec = QsaIndexerSpec::new(rows, nb);
     let (s_gpu, ts) = e.time_qsa_scores(&q, &keys, &positions, &sspec, 30).unwrap();
     let (i_gpu, ti) = e.time_qsa_indexer(&q, &keys, &positions, &ispec, None, 30).unwrap();
+    // Where the default is the fused decode kernel, the grouped path beside it.
+    let path = e.qsa_indexer_path(&ispec);
+    let grouped = IndexerPath::Grouped { rows: indexer_group_rows(&ispec) };
+    let mut other = String::new();
+    if path != grouped {
+        let (i_grp, tg) = e.time_qsa_indexer_on(&q, &keys, &positions, &ispec, None, 30, grouped).unwrap();
+        other = format!("  grouped {:>9.2} us{}", med(tg), if i_grp == i_gpu { "" } else { " MISMATCH" });
+    }
     let mut ok = "unverified".to_string();
     if s.verify {
         let s_cpu = flashsel::cpu::qsa_scores(&q, &keys, &positions, &sspec).unwrap();
@@ -64,7 +73,7 @@ fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64
     let per_row = (nb * d * std::mem::size_of::<K>()) as f64;
     let key_bytes = if s.paged { per_row * rows as f64 } else { per_row };
     println!(
-        "INDEXER {:<34} scores {:>9.2} us  indexer {:>9.2} us  floor {:>8.2} us  {ok}",
+        "INDEXER {:<34} scores {:>9.2} us  indexer {:>9.2} us{other}  floor {:>8.2} us  {ok}  {path:?}",
         s.name,
         med(ts),
         med(ti),

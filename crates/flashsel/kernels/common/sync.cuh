@@ -21,10 +21,6 @@ __device__ __forceinline__ void red_release_add(u32* p, u32 v) {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// The row's CTAs meet: returns when all `chunks` of them have arrived
-// `target / chunks` times. Writes (and atomics) before it, by any thread of
-// these CTAs, are visible to every thread of them after it: bar.sync, then
-
 __device__ __forceinline__ uint4 ld_relaxed_v4(const u32* p) {
     uint4 v;
     asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -42,6 +38,24 @@ __device__ __forceinline__ u64 ld_relaxed_u64(const u64* p) {
     u64 v;
     asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
+}
+
+// The CTAs of a row (the grid path's, the fused decode indexer's) meet:
+// returns when all `chunks` of them have arrived `target / chunks` times.
+// Writes (and atomics) before it, by any thread of these CTAs, are visible
+// to every thread of them after it: bar.sync, then thread 0's release add;
+// its acquire poll, then bar.sync. Traps after 4 s (a launch whose CTAs are
+// not all resident: the host launches these kernels cooperatively).
+__device__ __forceinline__ void grid_barrier(u32* counter, u32 target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        red_release_add(counter, 1u);
+        const unsigned long long t0 = global_ns();
+        while (ld_acquire_u32(counter) < target) {
+            if (global_ns() - t0 > 4000000000ull) __trap();
+        }
+    }
+    __syncthreads();
 }
 
 #endif  // FLASHSEL_COMMON_SYNC_CUH

@@ -44,6 +44,9 @@ pub enum Module {
     SelectGridTokens,
     /// The QSA indexer's block scores (`qsa_scores_*`, kernels/indexer/).
     IndexerQsa,
+    /// The fused decode indexer (`qsa_decode_*`, kernels/indexer/): scores
+    /// kept on chip, selected across a row's CTAs (cooperative).
+    IndexerQsaDecode,
     /// Sparse MLA attention (kernels/attention/sparse_mla.cu): the one-pass
     /// kernels `mla_fwd_q{f32,bf16}_kv{f32,bf16,fp8}` (prefill and decode)
     /// and the split-KV combine `mla_combine_{f32,bf16}`.
@@ -60,12 +63,13 @@ pub enum Module {
 }
 
 impl Module {
-    pub const ALL: [Module; 8] = [
+    pub const ALL: [Module; 9] = [
         Module::SelectFilter,
         Module::SelectGrid,
         Module::SelectFilterTokens,
         Module::SelectGridTokens,
         Module::IndexerQsa,
+        Module::IndexerQsaDecode,
         Module::SparseMla,
         Module::SelectShort,
         Module::ShardMerge,
@@ -80,6 +84,7 @@ impl Module {
             Module::SelectGridTokens => "select/grid_tokens",
             Module::SelectShort => "select/short",
             Module::IndexerQsa => "indexer/qsa_scores",
+            Module::IndexerQsaDecode => "indexer/qsa_decode",
             Module::SparseMla => "attention/sparse_mla",
             Module::ShardMerge => "shard/merge",
         }
@@ -144,6 +149,7 @@ impl Module {
                 "fs_short_warp_tok_f16",
             ],
             Module::IndexerQsa => &crate::ops::indexer::device::SCORE_ENTRIES,
+            Module::IndexerQsaDecode => &crate::ops::indexer::device::DECODE_ENTRIES,
             Module::SparseMla => &crate::ops::mla::device::MLA_ENTRIES,
             Module::ShardMerge => &crate::ops::shard::device::MERGE_ENTRIES,
         }

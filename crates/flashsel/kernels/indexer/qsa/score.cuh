@@ -177,12 +177,106 @@ __device__ __forceinline__ void accumulate(const unsigned char* row, const float
     }
 }
 
-// The kernel body: Q the query dtype (true: bf16, false: f32), K the key type.
-template <bool Q_BF16, class K, int D>
-__device__ __forceinline__ void score_impl(const ScoreParams& p) {
+// The row's queries, decoded once into shared memory as f32 (qs: heads * D).
+template <bool Q_BF16, int D>
+__device__ __forceinline__ void load_queries(const ScoreParams& p, int row, float* qs) {
+    const int n = p.heads * D;
+    if (Q_BF16) {
+        const unsigned short* q = (const unsigned short*)p.q + (long long)row * n;
+        for (int i = threadIdx.x; i < n; i += SCORE_THREADS) qs[i] = __uint_as_float((u32)q[i] << 16);
+    } else {
+        const float* q = (const float*)p.q + (long long)row * n;
+        for (int i = threadIdx.x; i < n; i += SCORE_THREADS) qs[i] = q[i];
+    }
+}
+
+// Block b's key (null: nothing to read: b >= limit, or a page outside the
+// cache, which sets bad_page). table: the row's page-table row (paged keys).
+template <class K, int D>
+__device__ __forceinline__ const unsigned char* key_address(const ScoreParams& p, const int* table, int b, int limit,
+                                                            bool& bad_page) {
+    bad_page = false;
+    if (b >= limit) return nullptr;
+    long long at = b;
+    if (p.page_table != 0) {
+        const int page = table[b / p.per_page];
+        bad_page = page < 0 || page >= p.cache_pages;
+        at = (long long)page * p.per_page + b % p.per_page;
+    }
+    return bad_page ? nullptr : (const unsigned char*)p.kbar + at * (D * K::BYTES);
+}
+
+// The warp's 32 keys (key_at, a lane's own; null: none) against the row's
+// queries: each lane's sum over heads of relu(q_h . key), unscaled, in the
+// contract's order. buf0: the warp's two stage buffers. Warp-uniform call.
+template <class K, int D>
+__device__ __forceinline__ float warp_relu_sum(const unsigned char* key_at, const float* qs, int heads,
+                                               unsigned char* buf0, int lane) {
     constexpr int ROW = stage_row(D, K::BYTES);
     constexpr int STAGES = D * K::BYTES / ROW;  // stages of one key
     constexpr int STAGE = ROW / K::BYTES;       // values a stage holds
+    unsigned char* buf1 = buf0 + BUF_BYTES;
+    const int passes = (heads + HEAD_GROUP - 1) / HEAD_GROUP;
+    const int items = passes * STAGES;  // stages of one group of 32 keys
+    issue_stage<D, K::BYTES>(buf0, key_at, 0, lane);
+    float acc[HEAD_GROUP][LANES];
+    float s = 0.f;
+#pragma unroll 1
+    for (int it = 0; it < items; ++it) {
+        const int stage = it % STAGES, h0 = (it / STAGES) * HEAD_GROUP;
+        unsigned char* cur = (it & 1) ? buf1 : buf0;
+        unsigned char* nxt = (it & 1) ? buf0 : buf1;
+        if (it + 1 < items) {
+            issue_stage<D, K::BYTES>(nxt, key_at, (it + 1) % STAGES, lane);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncwarp();
+        if (stage == 0) {
+#pragma unroll
+            for (int g = 0; g < HEAD_GROUP; ++g)
+#pragma unroll
+                for (int l = 0; l < LANES; ++l) acc[g][l] = 0.f;
+        }
+        accumulate<K, D>(cur + lane * ROW_BYTES, qs, h0, heads, stage * STAGE, acc);
+        if (stage == STAGES - 1) {
+#pragma unroll
+            for (int g = 0; g < HEAD_GROUP; ++g)
+                if (h0 + g < heads) s = __fadd_rn(s, relu(combine(acc[g])));
+        }
+        __syncwarp();  // every lane is done with `cur` before it is refilled
+    }
+    return s;
+}
+
+// A visible block's score from its relu sum: NaN for a page outside the
+// cache, else the scaled sum (NaN payloads made the one NaN).
+__device__ __forceinline__ float finish_score(float s, bool bad_page, float scale) {
+    if (bad_page) return __uint_as_float(0x7fc00000u);
+    const float score = __fmul_rn(s, scale);
+    return isnan(score) ? __uint_as_float(0x7fc00000u) : score;
+}
+
+// The scorer's row checks: the row's V, or -1 for a row whose device values
+// are out of range (a negative position, V > blocks, a sequence outside the
+// page table, more pages than a table row has); seq: its sequence (paged).
+__device__ __forceinline__ int row_visible(const ScoreParams& p, int row, int& seq) {
+    const long long t = ((const int*)p.positions)[row];
+    long long v = t < 0 ? -1 : (t + 1) / p.ratio;
+    seq = 0;
+    if (v > p.blocks) v = -1;
+    if (v >= 0 && p.page_table != 0) {
+        seq = ((const int*)p.seq_ids)[row];
+        const long long pages = (v + p.per_page - 1) / p.per_page;
+        if (seq < 0 || seq >= p.sequences || pages > p.max_pages) v = -1;
+    }
+    return (int)v;
+}
+
+// The kernel body: Q the query dtype (true: bf16, false: f32), K the key type.
+template <bool Q_BF16, class K, int D>
+__device__ __forceinline__ void score_impl(const ScoreParams& p) {
     // Dynamic shared memory (the host's score_smem): the row's queries, then
     // two stage buffers a warp.
     float* qs = reinterpret_cast<float*>(dyn_smem);
@@ -193,19 +287,11 @@ __device__ __forceinline__ void score_impl(const ScoreParams& p) {
     const bool fused = p.skip_upto >= 0;
     for (int row = blockIdx.y; row < p.rows; row += gridDim.y) {
         if (tid == 0) {
-            const int t32 = ((const int*)p.positions)[row];
-            const long long t = t32;
-            long long v = t < 0 ? -1 : (t + 1) / p.ratio;
-            int seq = 0;
-            if (v > p.blocks) v = -1;
-            if (v >= 0 && p.page_table != 0) {
-                seq = ((const int*)p.seq_ids)[row];
-                const long long pages = (v + p.per_page - 1) / p.per_page;
-                if (seq < 0 || seq >= p.sequences || pages > p.max_pages) v = -1;
-            }
-            row_state[0] = (int)v;
+            int seq;
+            const int v = row_visible(p, row, seq);
+            row_state[0] = v;
             row_state[1] = seq;
-            if (fused && blockIdx.x == 0) ((int*)p.positions_out)[row] = v < 0 ? -1 : t32;
+            if (fused && blockIdx.x == 0) ((int*)p.positions_out)[row] = v < 0 ? -1 : ((const int*)p.positions)[row];
         }
         __syncthreads();
         const int v = row_state[0], seq = row_state[1];
@@ -220,79 +306,19 @@ __device__ __forceinline__ void score_impl(const ScoreParams& p) {
             __syncthreads();
             continue;
         }
-        const int n = p.heads * D;
-        if (Q_BF16) {
-            const unsigned short* q = (const unsigned short*)p.q + (long long)row * n;
-            for (int i = tid; i < n; i += SCORE_THREADS) qs[i] = __uint_as_float((u32)q[i] << 16);
-        } else {
-            const float* q = (const float*)p.q + (long long)row * n;
-            for (int i = tid; i < n; i += SCORE_THREADS) qs[i] = q[i];
-        }
+        load_queries<Q_BF16, D>(p, row, qs);
         __syncthreads();
-        const unsigned char* kbar = (const unsigned char*)p.kbar;
         const int* table = (const int*)p.page_table + (long long)seq * p.max_pages;
         const int end = fused ? min(tile_end, v) : tile_end;
         const int scored_end = min(tile_end, v);
-        const int passes = (p.heads + HEAD_GROUP - 1) / HEAD_GROUP;
-        const int items = passes * STAGES;  // stages of one group of 32 keys
+        unsigned char* buf0 = bufs + (2 * warp) * BUF_BYTES;
 #pragma unroll 1
         for (int g0 = tile0 + warp * 32; g0 < end; g0 += SCORE_WARPS * 32) {
             const int b = g0 + lane;
-            // This lane's key (null: nothing to read: past V, past the tile, or a bad page).
-            const unsigned char* key_at = nullptr;
-            bool bad_page = false;
-            if (b < scored_end) {
-                long long at = b;
-                if (p.page_table != 0) {
-                    const int page = table[b / p.per_page];
-                    bad_page = page < 0 || page >= p.cache_pages;
-                    at = (long long)page * p.per_page + b % p.per_page;
-                }
-                if (!bad_page) key_at = kbar + at * (D * K::BYTES);
-            }
-            unsigned char* buf0 = bufs + (2 * warp) * BUF_BYTES;
-            unsigned char* buf1 = buf0 + BUF_BYTES;
-            issue_stage<D, K::BYTES>(buf0, key_at, 0, lane);
-            float acc[HEAD_GROUP][LANES];
-            float s = 0.f;
-#pragma unroll 1
-            for (int it = 0; it < items; ++it) {
-                const int stage = it % STAGES, h0 = (it / STAGES) * HEAD_GROUP;
-                unsigned char* cur = (it & 1) ? buf1 : buf0;
-                unsigned char* nxt = (it & 1) ? buf0 : buf1;
-                if (it + 1 < items) {
-                    issue_stage<D, K::BYTES>(nxt, key_at, (it + 1) % STAGES, lane);
-                    cp_async_wait<1>();
-                } else {
-                    cp_async_wait<0>();
-                }
-                __syncwarp();
-                if (stage == 0) {
-#pragma unroll
-                    for (int g = 0; g < HEAD_GROUP; ++g)
-#pragma unroll
-                        for (int l = 0; l < LANES; ++l) acc[g][l] = 0.f;
-                }
-                accumulate<K, D>(cur + lane * ROW_BYTES, qs, h0, p.heads, stage * STAGE, acc);
-                if (stage == STAGES - 1) {
-#pragma unroll
-                    for (int g = 0; g < HEAD_GROUP; ++g)
-                        if (h0 + g < p.heads) s = __fadd_rn(s, relu(combine(acc[g])));
-                }
-                __syncwarp();  // every lane is done with `cur` before it is refilled
-            }
-            if (b < end) {
-                float score;
-                if (b >= v) {
-                    score = __uint_as_float(0xff800000u);
-                } else if (bad_page) {
-                    score = __uint_as_float(0x7fc00000u);
-                } else {
-                    score = __fmul_rn(s, p.scale);
-                    if (isnan(score)) score = __uint_as_float(0x7fc00000u);
-                }
-                out[b] = score;
-            }
+            bool bad_page;
+            const unsigned char* key_at = key_address<K, D>(p, table, b, scored_end, bad_page);
+            const float s = warp_relu_sum<K, D>(key_at, qs, p.heads, buf0, lane);
+            if (b < end) out[b] = b >= v ? __uint_as_float(0xff800000u) : finish_score(s, bad_page, p.scale);
         }
         __syncthreads();  // qs and row_state are rewritten for the next row
     }

@@ -38,22 +38,6 @@ static_assert(FS_BLOCK == 512, "grid_crossing: one 16-byte histogram load per th
 static_assert(GRID_SMALL <= FS_HOST_GRID_SMALL, "the host sizes each row's list for k + FS_HOST_GRID_SMALL");
 static_assert(GRID_STATE_WORDS == FS_HOST_GRID_STATE_WORDS, "the host's state layout differs");
 
-// The row's CTAs meet: returns when all `chunks` of them have arrived
-// `target / chunks` times. Writes (and atomics) before it, by any thread of
-// these CTAs, are visible to every thread of them after it: bar.sync, then
-// thread 0's release add; its acquire poll, then bar.sync.
-__device__ __forceinline__ void grid_barrier(u32* counter, u32 target) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        red_release_add(counter, 1u);
-        const unsigned long long t0 = global_ns();
-        while (ld_acquire_u32(counter) < target) {
-            if (global_ns() - t0 > 4000000000ull) __trap();
-        }
-    }
-    __syncthreads();
-}
-
 struct GridShared {
     u32 hist[GRID_BINS];
     u32 part[WARPS];

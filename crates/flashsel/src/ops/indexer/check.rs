@@ -10,6 +10,7 @@
 use cudarc::driver::{CudaSlice, DevicePtr};
 use half::bf16;
 
+use super::device::{decode_plan, IndexerPath};
 use super::{BlockKeys, DeviceBlockKeys, DeviceQsaScores, KeyElem, QsaIndexerSpec, QsaScoresSpec, QueryElem, F8E4M3};
 use crate::contract::error::cuda_err;
 use crate::contract::{DType, Result, ScoresView};
@@ -142,6 +143,25 @@ pub fn cases(quick: bool) -> Vec<IndexerCase> {
         c.order = [OutputOrder::Index, OutputOrder::Score][j];
         out.push(c);
     }
+    // The fused decode kernel: waves of rows (40 rows of 65,536 blocks: two
+    // waves), a relu-zero plateau crossing many CTAs in score order, k at
+    // DECODE_MAX_K, paged keys with random V.
+    let more = [
+        (40usize, 65_536usize, DType::BF16, Values::Normal, None, OutputOrder::Index, 512usize),
+        (1, 131_072, DType::F32, Values::Ties, None, OutputOrder::Score, 512),
+        (1, 65_536, DType::BF16, Values::Ties, Some(64), OutputOrder::Score, 4096),
+        (5, 100_000, DType::F8E4M3, Values::Ties, Some(16), OutputOrder::Index, 1000),
+    ];
+    for (j, &(rows, blocks, k, values, pages, order, kb)) in more.iter().enumerate() {
+        if quick && j == 0 {
+            continue;
+        }
+        let mut c = base(rows, blocks, 4, 128, DType::BF16, k, values);
+        c.k_blocks = Some(kb);
+        c.page_size = pages;
+        c.order = order;
+        out.push(c);
+    }
     // Edge positions and the engine's own grouping, every row ranked or copied.
     let mut c = base(12, 3000, 2, 128, DType::BF16, DType::F32, Values::Ties);
     c.k_blocks = Some(300);
@@ -263,17 +283,33 @@ fn run_typed<Q: QueryElem + From32, K: KeyElem + From32>(
     let Some(k) = c.k_blocks else { return Ok((true, String::new())) };
     let ispec = c.indexer_spec(k);
     let want = super::qsa_indexer(&q, &keys, &positions, &ispec, map.as_ref())?;
-    let group = c.group.unwrap_or_else(|| super::device::indexer_group_rows(&ispec));
-    let (fused, _) = e.indexer_host_grouped(&q, &keys, &positions, &ispec, map.as_ref(), 0, group)?;
-    let (ok, d) = crate::ops::qsa::check::compare(&want, &fused);
-    if !ok {
-        return Ok((false, format!("fused vs cpu: {d}")));
-    }
     // The unfused chain on the device: qsa_select over the device's scores.
     let view = ScoresView::new(&got, c.rows, c.blocks)?;
     let chain = e.qsa_select_host(&view, &positions, &ispec.select_spec(), map.as_ref())?;
-    let (ok, d) = crate::ops::qsa::check::compare(&chain, &fused);
-    Ok((ok, if ok { String::new() } else { format!("fused vs device chain: {d}") }))
+    for path in case_paths(e, c, &ispec) {
+        let (fused, _) = e.time_qsa_indexer_on(&q, &keys, &positions, &ispec, map.as_ref(), 0, path)?;
+        let (ok, d) = crate::ops::qsa::check::compare(&want, &fused);
+        if !ok {
+            return Ok((false, format!("{path:?} vs cpu: {d}")));
+        }
+        let (ok, d) = crate::ops::qsa::check::compare(&chain, &fused);
+        if !ok {
+            return Ok((false, format!("{path:?} vs device chain: {d}")));
+        }
+    }
+    Ok((true, String::new()))
+}
+
+/// The device indexer paths a case runs: the grouped path (the case's
+/// groups, or the engine's), and the fused decode kernel where its plan
+/// takes the shape.
+fn case_paths(e: &CudaEngine, c: &IndexerCase, ispec: &QsaIndexerSpec) -> Vec<IndexerPath> {
+    let rows = c.group.unwrap_or_else(|| super::device::indexer_group_rows(ispec));
+    let mut out = vec![IndexerPath::Grouped { rows }];
+    if let Some(p) = decode_plan(ispec, &e.props()) {
+        out.push(IndexerPath::Decode(p));
+    }
+    out
 }
 
 /// Runs one case with fresh data from `rng`.
@@ -294,7 +330,12 @@ pub fn run_case(e: &CudaEngine, c: &IndexerCase, rng: &mut Rng) -> Result<Outcom
         (_, DType::BF16) => run_typed::<bf16, bf16>(e, c, rng)?,
         _ => run_typed::<bf16, F8E4M3>(e, c, rng)?,
     };
-    Ok(Outcome { case: c.describe(), path, ctas_per_row: 0, grid_items: 0, ok, detail })
+    let decode = c.k_blocks.and_then(|k| decode_plan(&c.indexer_spec(k), &e.props()));
+    let case = match decode {
+        Some(p) => format!("{} decode={}x{}", c.describe(), p.ctas, p.slots),
+        None => c.describe(),
+    };
+    Ok(Outcome { case, path, ctas_per_row: decode.map_or(0, |p| p.ctas as u32), grid_items: 0, ok, detail })
 }
 
 /// The name of [`bad_values_check`].
@@ -380,46 +421,50 @@ pub fn bad_values_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {
     let width = ispec.width();
     let ids: CudaSlice<i32> = s.alloc_zeros(7 * width).map_err(cuda_err)?;
     let counts: CudaSlice<i32> = s.alloc_zeros(7).map_err(cuda_err)?;
-    let wb = e.qsa_indexer_workspace_bytes(&ispec)?;
-    let ws: CudaSlice<u8> = s.alloc_zeros(wb.max(256)).map_err(cuda_err)?;
-    let iargs = super::DeviceQsaIndexer {
-        spec: ispec,
-        q_dtype: DType::F32,
-        q: args.q,
-        keys,
-        positions: args.positions,
-        ids: ids.device_ptr(s).0,
-        counts: Some(counts.device_ptr(s).0),
-        slots: None,
-        workspace: ws.device_ptr(s).0,
-        workspace_bytes: wb,
-        stream: args.stream,
-    };
-    // SAFETY: as above; outputs sized for the spec.
-    unsafe {
-        crate::cuda::launch::poison(iargs.ids, 0x5a, 7 * width * 4, s.cu_stream())?;
-        crate::cuda::launch::poison(counts.device_ptr(s).0, 0x5a, 7 * 4, s.cu_stream())?;
-        e.qsa_indexer_device(&iargs)?;
-    }
-    let h_ids = s.clone_dtoh(&ids).map_err(cuda_err)?;
-    let h_counts = s.clone_dtoh(&counts).map_err(cuda_err)?;
-    s.synchronize().map_err(cuda_err)?;
-    for r in [1, 2, 3, 4] {
-        if h_counts[r] != 0 || h_ids[r * width..(r + 1) * width].iter().any(|&x| x != -1) {
-            bad.push(format!("indexer row {r}: count {}, not all padding", h_counts[r]));
+    let mut paths = vec![IndexerPath::Grouped { rows: 7 }];
+    paths.extend(decode_plan(&ispec, &e.props()).map(IndexerPath::Decode));
+    for path in paths {
+        let wb = e.qsa_indexer_workspace_bytes_on(&ispec, path)?;
+        let ws: CudaSlice<u8> = s.alloc_zeros(wb.max(256)).map_err(cuda_err)?;
+        let iargs = super::DeviceQsaIndexer {
+            spec: ispec,
+            q_dtype: DType::F32,
+            q: args.q,
+            keys,
+            positions: args.positions,
+            ids: ids.device_ptr(s).0,
+            counts: Some(counts.device_ptr(s).0),
+            slots: None,
+            workspace: ws.device_ptr(s).0,
+            workspace_bytes: wb,
+            stream: args.stream,
+        };
+        // SAFETY: as above; outputs sized for the spec.
+        unsafe {
+            crate::cuda::launch::poison(iargs.ids, 0x5a, 7 * width * 4, s.cu_stream())?;
+            crate::cuda::launch::poison(counts.device_ptr(s).0, 0x5a, 7 * 4, s.cu_stream())?;
+            e.qsa_indexer_device_on(&iargs, path)?;
         }
-    }
-    for r in [0, 6] {
-        let one_map = PageMap::new(&fixed, max_pages, ps, &seq_ids[r..r + 1])?;
-        let want = super::qsa_indexer(
-            &q[r * heads * dim..(r + 1) * heads * dim],
-            &BlockKeys::Paged { kbar: &kbar, pages: one_map },
-            &[positions[r] as i64],
-            &QsaIndexerSpec { rows: 1, ..ispec },
-            None,
-        )?;
-        if want.counts[0] != h_counts[r] || want.ids[..] != h_ids[r * width..(r + 1) * width] {
-            bad.push(format!("indexer row {r} differs from the CPU"));
+        let h_ids = s.clone_dtoh(&ids).map_err(cuda_err)?;
+        let h_counts = s.clone_dtoh(&counts).map_err(cuda_err)?;
+        s.synchronize().map_err(cuda_err)?;
+        for r in [1, 2, 3, 4] {
+            if h_counts[r] != 0 || h_ids[r * width..(r + 1) * width].iter().any(|&x| x != -1) {
+                bad.push(format!("indexer {path:?} row {r}: count {}, not all padding", h_counts[r]));
+            }
+        }
+        for r in [0, 6] {
+            let one_map = PageMap::new(&fixed, max_pages, ps, &seq_ids[r..r + 1])?;
+            let want = super::qsa_indexer(
+                &q[r * heads * dim..(r + 1) * heads * dim],
+                &BlockKeys::Paged { kbar: &kbar, pages: one_map },
+                &[positions[r] as i64],
+                &QsaIndexerSpec { rows: 1, ..ispec },
+                None,
+            )?;
+            if want.counts[0] != h_counts[r] || want.ids[..] != h_ids[r * width..(r + 1) * width] {
+                bad.push(format!("indexer {path:?} row {r} differs from the CPU"));
+            }
         }
     }
     let ok = bad.is_empty();

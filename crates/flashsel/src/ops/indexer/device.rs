@@ -11,18 +11,28 @@
 //!   work follows each row's `V`. Its bytes are those of `qsa_select` over
 //!   `qsa_scores` on the same device, because both halves are exact per row.
 //!
+//! - The fused decode kernel (kernels/indexer/qsa/decode.cuh) for batches
+//!   of at most [`DECODE_MAX_ROWS`] rows whose scores fit the GPU's shared
+//!   memory ([`decode_plan`]): each row's scores stay on chip, selected
+//!   exactly across the row's CTAs (a cooperative launch); nothing of
+//!   `[T, NB]` is written. Its bytes are the grouped path's: both are
+//!   `qsa_select(qsa_scores(..))` exactly ([`IndexerPath`]).
+//!
 //! # Workspace bound (the device form)
 //! Rows go in groups of `G = max(1, 64 MiB / (4 * NB))` (the device cannot
 //! see the positions before the launch, so a group is sized by `NB`, not by
 //! its rows' `V`): the score scratch is at most `max(64 MiB, 4 * NB)` bytes
 //! (a decode step at 1M tokens and ratio 4: 1 MiB a row), beside the
 //! selection's own workspace for `G` rows
-//! ([`CudaEngine::qsa_indexer_workspace_bytes`]).
+//! ([`CudaEngine::qsa_indexer_workspace_bytes`]). The fused decode kernel
+//! needs only its per-row state: [`DECODE_STATE_BYTES`] a row, plus `8 *
+//! k_blocks` bytes a row in score order.
 
 use cudarc::driver::{CudaSlice, DevicePtr};
 
 use super::{check_request, BlockKeys, KeyElem, QsaIndexerSpec, QsaScoresSpec, QueryElem, INDEXER_SCRATCH_BYTES};
 use crate::contract::error::cuda_err;
+use crate::contract::NanPolicy;
 use crate::contract::{DType, Error, Result};
 use crate::cuda::compile::Module;
 use crate::cuda::host::bytes_of;
@@ -32,7 +42,9 @@ use crate::cuda::{timing, CudaEngine, KernelId};
 use crate::ops::pages::PageMap;
 use crate::ops::qsa::device::DeviceQsaSelect;
 use crate::ops::qsa::{check_positions, QsaSelection};
-use crate::ops::select::device::{DevicePages, PagesCopy};
+use crate::ops::select::device::{DevicePages, PagesCopy, Tokens};
+use crate::ops::select::plan::DeviceProps;
+use crate::ops::select::OutputOrder;
 
 /// Threads per CTA of the score kernels (`qsa::SCORE_THREADS`).
 pub const SCORE_THREADS: usize = 256;
@@ -76,6 +88,12 @@ fn score_entry(q: DType, k: DType, dim: usize) -> &'static str {
     SCORE_ENTRIES[qi * 9 + ki * 3 + di]
 }
 
+/// The fused decode kernel of a query dtype, key dtype and head width.
+fn decode_entry(q: DType, k: DType, dim: usize) -> &'static str {
+    let i = SCORE_ENTRIES.iter().position(|&e| e == score_entry(q, k, dim)).unwrap_or(0);
+    DECODE_ENTRIES[i]
+}
+
 /// `qsa::ScoreParams` in kernels/indexer/qsa/score.cuh.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
@@ -104,6 +122,131 @@ struct ScoreParams {
 // SAFETY: #[repr(C)], the kernel's layout (size asserted here and there).
 unsafe impl KernelParams for ScoreParams {}
 const _: () = assert!(std::mem::size_of::<ScoreParams>() == 112);
+
+/// Every fused decode kernel, in [`SCORE_ENTRIES`]' order.
+pub(crate) const DECODE_ENTRIES: [&str; 18] = [
+    "qsa_decode_qf32_kf32_d64",
+    "qsa_decode_qf32_kf32_d128",
+    "qsa_decode_qf32_kf32_d256",
+    "qsa_decode_qf32_kbf16_d64",
+    "qsa_decode_qf32_kbf16_d128",
+    "qsa_decode_qf32_kbf16_d256",
+    "qsa_decode_qf32_ke4m3_d64",
+    "qsa_decode_qf32_ke4m3_d128",
+    "qsa_decode_qf32_ke4m3_d256",
+    "qsa_decode_qbf16_kf32_d64",
+    "qsa_decode_qbf16_kf32_d128",
+    "qsa_decode_qbf16_kf32_d256",
+    "qsa_decode_qbf16_kbf16_d64",
+    "qsa_decode_qbf16_kbf16_d128",
+    "qsa_decode_qbf16_kbf16_d256",
+    "qsa_decode_qbf16_ke4m3_d64",
+    "qsa_decode_qbf16_ke4m3_d128",
+    "qsa_decode_qbf16_ke4m3_d256",
+];
+
+/// `qsa::DecodeParams` in kernels/indexer/qsa/decode.cuh.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct DecodeParams {
+    s: ScoreParams,
+    tok: Tokens,
+    ids: u64,
+    state: u64,
+    list: u64,
+    lengths: u64,
+    cols: i32,
+    k: i32,
+    ctas: i32,
+    slots: i32,
+    tile_cap: i32,
+    nan_largest: i32,
+    order_index: i32,
+    pad: i32,
+}
+// SAFETY: #[repr(C)], the kernel's layout (size asserted here and there).
+unsafe impl KernelParams for DecodeParams {}
+const _: () = assert!(std::mem::size_of::<DecodeParams>() == 240);
+
+/// The most rows the fused decode kernel takes (more go in groups).
+pub const DECODE_MAX_ROWS: usize = 64;
+/// The most `k_blocks` the fused decode kernel takes (`qsa::DEC_MAX_K`).
+pub const DECODE_MAX_K: usize = 4096;
+/// Words of a row's state (`qsa::DEC_STATE_WORDS`): the barrier line, three
+/// passes' histograms of 2,048 bins, two counts for each of up to 1,024 CTAs.
+const DECODE_STATE_WORDS: usize = 32 + 3 * 2048 + 2 * DECODE_MAX_CTAS;
+/// Bytes of a row's state in the fused decode kernel's workspace.
+pub const DECODE_STATE_BYTES: usize = 4 * DECODE_STATE_WORDS;
+/// The most CTAs a row (`qsa::DEC_MAX_CTAS`).
+const DECODE_MAX_CTAS: usize = 1024;
+/// A row's CTAs hold at least this many blocks each (one a thread) when the
+/// row allows: fewer CTAs meet faster.
+const DECODE_MIN_CHUNK: usize = 256;
+/// Dynamic shared memory of a fused decode CTA beside its chunk's keys: the
+/// queries, the stage buffers, the scratch (`qsa::DecShared`, rounded up).
+fn decode_fixed_smem(heads: usize, dim: usize) -> usize {
+    score_smem(heads, dim) + 128
+}
+
+/// The fused decode kernel's geometry: `ctas` CTAs a row, `slots` rows in
+/// flight (the grid is `ctas * slots` CTAs, two an SM, all resident), each
+/// CTA's chunk of a row at most `tile_cap` blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodePlan {
+    pub ctas: usize,
+    pub slots: usize,
+    pub tile_cap: usize,
+    /// Dynamic shared memory a CTA, bytes.
+    pub smem: usize,
+}
+
+/// How the device indexer runs a request (every path returns the same bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexerPath {
+    /// The fused decode kernel: scores on chip, never in memory.
+    Decode(DecodePlan),
+    /// Groups of `rows` rows: scored into the workspace, then selected by
+    /// `qsa_select`'s kernels.
+    Grouped { rows: usize },
+}
+
+/// The fused decode kernel's plan for `spec` on a device, or `None` when the
+/// request is not a decode batch it takes: more than [`DECODE_MAX_ROWS`]
+/// rows, `k_blocks > DECODE_MAX_K`, or a row whose scores do not fit the
+/// GPU's shared memory at two CTAs an SM. A pure function of the shape and
+/// the device (not of the positions: the device cannot see them), so the
+/// chunks are sized by `NB`; the kernel splits each row by its own `V`.
+pub fn decode_plan(spec: &QsaIndexerSpec, dev: &DeviceProps) -> Option<DecodePlan> {
+    if spec.rows == 0 || spec.rows > DECODE_MAX_ROWS || spec.k_blocks > DECODE_MAX_K || spec.blocks == 0 {
+        return None;
+    }
+    let total = 2 * dev.sm_count as usize;
+    let per_cta = (dev.smem_per_sm as usize / 2).saturating_sub(1024).min(dev.max_smem_per_block as usize);
+    let fixed = decode_fixed_smem(spec.heads, spec.dim);
+    let tile_max = (per_cta.checked_sub(fixed)? / 4) & !7;
+    if tile_max < 8 {
+        return None;
+    }
+    let min_ctas = spec.blocks.div_ceil(tile_max);
+    let max_slots = total / min_ctas;
+    if max_slots == 0 || min_ctas > DECODE_MAX_CTAS {
+        return None;
+    }
+    let waves = spec.rows.div_ceil(max_slots.min(spec.rows));
+    let slots = spec.rows.div_ceil(waves);
+    let ctas = (total / slots).min(DECODE_MAX_CTAS).min(spec.blocks.div_ceil(DECODE_MIN_CHUNK).max(min_ctas));
+    let tile_cap = spec.blocks.div_ceil(ctas).next_multiple_of(8);
+    debug_assert!(tile_cap <= tile_max && ctas * slots <= total);
+    Some(DecodePlan { ctas, slots, tile_cap, smem: fixed + 4 * tile_cap })
+}
+
+/// The device indexer's path for `spec` on a device.
+pub fn indexer_path(spec: &QsaIndexerSpec, dev: &DeviceProps) -> IndexerPath {
+    match decode_plan(spec, dev) {
+        Some(p) => IndexerPath::Decode(p),
+        None => IndexerPath::Grouped { rows: indexer_group_rows(spec) },
+    }
+}
 
 /// The block keys on the device.
 #[derive(Debug, Clone, Copy)]
@@ -344,7 +487,30 @@ impl CudaEngine {
     /// score scratch of [`indexer_group_rows`] rows and the selection's
     /// workspace for a group.
     pub fn qsa_indexer_workspace_bytes(&self, spec: &QsaIndexerSpec) -> Result<usize> {
-        self.indexer_workspace(spec, indexer_group_rows(spec))
+        self.qsa_indexer_workspace_bytes_on(spec, self.qsa_indexer_path(spec))
+    }
+
+    /// The path [`CudaEngine::qsa_indexer_device`] takes for `spec` on this
+    /// device ([`indexer_path`]).
+    pub fn qsa_indexer_path(&self, spec: &QsaIndexerSpec) -> IndexerPath {
+        indexer_path(spec, &self.props())
+    }
+
+    /// Workspace of [`CudaEngine::qsa_indexer_device_on`] with `path`, bytes.
+    pub fn qsa_indexer_workspace_bytes_on(&self, spec: &QsaIndexerSpec, path: IndexerPath) -> Result<usize> {
+        match path {
+            IndexerPath::Grouped { rows } => self.indexer_workspace(spec, rows.clamp(1, spec.rows.max(1))),
+            IndexerPath::Decode(_) => {
+                spec.scores_spec().validate()?;
+                spec.select_spec().validate()?;
+                let mut r = Regions::new();
+                r.add((spec.rows * DECODE_STATE_BYTES) as u64);
+                if spec.order == OutputOrder::Score {
+                    r.add((spec.rows * spec.k_blocks * 8) as u64);
+                }
+                Ok(r.total() as usize)
+            }
+        }
     }
 
     /// The workspace of groups of `g` rows.
@@ -371,19 +537,22 @@ impl CudaEngine {
     /// As [`CudaEngine::qsa_scores_device`] and
     /// [`CudaEngine::qsa_select_device`].
     pub unsafe fn qsa_indexer_device(&self, args: &DeviceQsaIndexer) -> Result<()> {
-        self.indexer_grouped(args, indexer_group_rows(&args.spec))
+        self.qsa_indexer_device_on(args, self.qsa_indexer_path(&args.spec))
     }
 
-    /// [`CudaEngine::qsa_indexer_device`] in groups of `g` rows (the checks
-    /// force small groups; the answer never depends on `g`).
-    pub(crate) unsafe fn indexer_grouped(&self, args: &DeviceQsaIndexer, g: usize) -> Result<()> {
+    /// [`CudaEngine::qsa_indexer_device`] on a given path (the checks and the
+    /// benchmarks run each; the answer never depends on the path). The
+    /// workspace is [`CudaEngine::qsa_indexer_workspace_bytes_on`]'s.
+    ///
+    /// # Safety
+    /// As [`CudaEngine::qsa_indexer_device`].
+    pub unsafe fn qsa_indexer_device_on(&self, args: &DeviceQsaIndexer, path: IndexerPath) -> Result<()> {
         let spec = &args.spec;
-        let g = g.clamp(1, spec.rows.max(1));
         let sspec = spec.scores_spec();
         self.check_keys(&sspec, args.q_dtype, args.q, &args.keys)?;
         let qspec = spec.select_spec();
         qspec.validate()?;
-        let need = self.indexer_workspace(spec, g)?;
+        let need = self.qsa_indexer_workspace_bytes_on(spec, path)?;
         if args.workspace_bytes < need {
             return Err(Error::BufferSize { what: "workspace (bytes)", got: args.workspace_bytes, need });
         }
@@ -404,6 +573,19 @@ impl CudaEngine {
         if let Some(p) = &args.slots {
             p.validate()?;
         }
+        match path {
+            IndexerPath::Decode(plan) => self.launch_decode(args, &plan),
+            IndexerPath::Grouped { rows } => self.indexer_grouped(args, rows),
+        }
+    }
+
+    /// The grouped path: groups of `g` rows scored into the workspace, then
+    /// selected (arguments checked by the caller).
+    unsafe fn indexer_grouped(&self, args: &DeviceQsaIndexer, g: usize) -> Result<()> {
+        let spec = &args.spec;
+        let g = g.clamp(1, spec.rows.max(1));
+        let sspec = spec.scores_spec();
+        let qspec = spec.select_spec();
         let mut r = Regions::new();
         let scores = args.workspace + r.add((g * spec.blocks * 4) as u64);
         let positions = args.workspace + r.add((g * 4) as u64);
@@ -443,6 +625,131 @@ impl CudaEngine {
             at += n;
         }
         Ok(())
+    }
+
+    /// The fused decode launch (arguments checked by the caller): the rows'
+    /// state zeroed, then one cooperative grid of `plan.ctas * plan.slots`
+    /// CTAs.
+    unsafe fn launch_decode(&self, args: &DeviceQsaIndexer, plan: &DecodePlan) -> Result<()> {
+        let spec = &args.spec;
+        if spec.rows == 0 {
+            return Ok(());
+        }
+        let fixed = decode_fixed_smem(spec.heads, spec.dim);
+        if spec.k_blocks > DECODE_MAX_K
+            || plan.ctas == 0
+            || plan.ctas > DECODE_MAX_CTAS
+            || plan.slots == 0
+            || plan.tile_cap % 8 != 0
+            || plan.tile_cap < spec.blocks.div_ceil(plan.ctas.max(1)).next_multiple_of(8)
+            || plan.smem < fixed + 4 * plan.tile_cap
+        {
+            return Err(Error::InvalidOption {
+                what: "decode plan",
+                value: format!("{plan:?} for {} x {} blocks, k_blocks {}", spec.rows, spec.blocks, spec.k_blocks),
+                expected: "a plan that covers every block (decode_plan)",
+            });
+        }
+        let f = self.function(KernelId {
+            module: Module::IndexerQsaDecode,
+            global_buffer: false,
+            entry: decode_entry(args.q_dtype, args.keys.dtype, spec.dim),
+        })?;
+        self.context().bind_to_thread().map_err(cuda_err)?;
+        // Every CTA must be resident at once (the row barriers).
+        let mut per_sm = 0i32;
+        launch::check(
+            cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut per_sm,
+                f.cu_function(),
+                SCORE_THREADS as i32,
+                plan.smem,
+            ),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+        )?;
+        let grid = plan.ctas * plan.slots;
+        if grid > per_sm.max(0) as usize * self.props().sm_count as usize {
+            return Err(Error::InvalidOption {
+                what: "decode plan",
+                value: format!("{grid} CTAs of {} bytes", plan.smem),
+                expected: "a grid whose CTAs are all resident at once",
+            });
+        }
+        let (page_table, max_pages, per_page, sequences) = match &args.keys.pages {
+            Some(p) => (p.table, p.max_pages, p.page_size / spec.ratio, p.sequences),
+            None => (0, 0, 1, 0),
+        };
+        let mut r = Regions::new();
+        let state = args.workspace + r.add((spec.rows * DECODE_STATE_BYTES) as u64);
+        let list = if spec.order == OutputOrder::Score {
+            args.workspace + r.add((spec.rows * spec.k_blocks * 8) as u64)
+        } else {
+            0
+        };
+        let s = ScoreParams {
+            q: args.q,
+            kbar: args.keys.kbar,
+            positions: args.positions,
+            out: 0,
+            page_table,
+            seq_ids: args.keys.pages.map_or(0, |p| p.seq_ids),
+            positions_out: 0,
+            out_stride: 0,
+            rows: fits_i32("rows", spec.rows)?,
+            heads: spec.heads as i32,
+            blocks: fits_i32("blocks", spec.blocks)?,
+            ratio: fits_i32("ratio", spec.ratio)?,
+            max_pages: fits_i32("page table pages", max_pages)?,
+            per_page: fits_i32("blocks a page", per_page)?,
+            cache_pages: fits_i32("cache pages", args.keys.cache_pages)?,
+            sequences: fits_i32("sequences", sequences)?,
+            skip_upto: -1,
+            scale: spec.scores_spec().scale(),
+            blocks_per_cta: 0,
+            pad: 0,
+        };
+        let tok = Tokens {
+            positions: args.positions,
+            counts: args.counts.unwrap_or(0),
+            ratio: s.ratio,
+            width: fits_i32("width", spec.width())?,
+            ..Tokens::default()
+        }
+        .with_pages(args.slots.as_ref());
+        let params = DecodeParams {
+            s,
+            tok,
+            ids: args.ids,
+            state,
+            list,
+            lengths: 0,
+            cols: s.blocks,
+            k: spec.k_blocks as i32,
+            ctas: plan.ctas as i32,
+            slots: plan.slots as i32,
+            tile_cap: plan.tile_cap as i32,
+            nan_largest: i32::from(spec.nan == NanPolicy::Largest),
+            order_index: i32::from(spec.order == OutputOrder::Index),
+            pad: 0,
+        };
+        launch::check(
+            cudarc::driver::sys::cuMemsetD32Async(
+                state,
+                0,
+                spec.rows * DECODE_STATE_WORDS,
+                args.stream as cudarc::driver::sys::CUstream,
+            ),
+            "cuMemsetD32Async",
+        )?;
+        let l = Launch {
+            grid: (grid as u32, 1),
+            block: SCORE_THREADS as u32,
+            smem: plan.smem as u32,
+            stream: args.stream,
+            programmatic: false,
+            cooperative: true,
+        };
+        l.run(&f, &params)
     }
 
     /// [`crate::cpu::qsa_scores`] on this device from host data: the CPU's
@@ -520,12 +827,12 @@ impl CudaEngine {
         slots: Option<&PageMap<'_>>,
         iters: usize,
     ) -> Result<(QsaSelection, Vec<f64>)> {
-        self.indexer_host_grouped(q, keys, positions, spec, slots, iters, indexer_group_rows(spec))
+        self.time_qsa_indexer_on(q, keys, positions, spec, slots, iters, self.qsa_indexer_path(spec))
     }
 
-    /// [`CudaEngine::time_qsa_indexer`] in groups of `g` rows.
+    /// [`CudaEngine::time_qsa_indexer`] on a given path.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn indexer_host_grouped<Q: QueryElem, K: KeyElem>(
+    pub fn time_qsa_indexer_on<Q: QueryElem, K: KeyElem>(
         &self,
         q: &[Q],
         keys: &BlockKeys<'_, K>,
@@ -533,9 +840,8 @@ impl CudaEngine {
         spec: &QsaIndexerSpec,
         slots: Option<&PageMap<'_>>,
         iters: usize,
-        g: usize,
+        path: IndexerPath,
     ) -> Result<(QsaSelection, Vec<f64>)> {
-        let g = g.clamp(1, spec.rows.max(1));
         check_request(q.len(), keys, positions, &spec.scores_spec())?;
         check_positions(positions, &spec.select_spec(), DType::F32, slots)?;
         let d = IndexerData::upload(self, q, keys, positions, spec.dim, spec.ratio)?;
@@ -544,7 +850,7 @@ impl CudaEngine {
         let ids: CudaSlice<i32> = s.alloc_zeros((spec.rows * width).max(1)).map_err(cuda_err)?;
         let counts: CudaSlice<i32> = s.alloc_zeros(spec.rows.max(1)).map_err(cuda_err)?;
         let slot_copy = slots.map(|p| PagesCopy::upload(self, p)).transpose()?;
-        let wb = self.indexer_workspace(spec, g)?;
+        let wb = self.qsa_indexer_workspace_bytes_on(spec, path)?;
         let ws: CudaSlice<u8> = s.alloc_zeros(wb.max(256)).map_err(cuda_err)?;
         let args = DeviceQsaIndexer {
             spec: *spec,
@@ -565,7 +871,7 @@ impl CudaEngine {
             launch::poison(args.ids, 0x5a, ids.len() * 4, cs)?;
             launch::poison(counts.device_ptr(s).0, 0x5a, counts.len() * 4, cs)?;
             launch::poison(args.workspace, 0xa5, ws.len(), cs)?;
-            self.indexer_grouped(&args, g)?;
+            self.qsa_indexer_device_on(&args, path)?;
         }
         let mut h_ids = s.clone_dtoh(&ids).map_err(cuda_err)?;
         let mut h_counts = s.clone_dtoh(&counts).map_err(cuda_err)?;
@@ -573,7 +879,7 @@ impl CudaEngine {
         h_ids.truncate(spec.rows * width);
         h_counts.truncate(spec.rows);
         // SAFETY: as above.
-        let times = timing::time_on_stream(s, iters, || unsafe { self.indexer_grouped(&args, g) })?;
+        let times = timing::time_on_stream(s, iters, || unsafe { self.qsa_indexer_device_on(&args, path) })?;
         Ok((QsaSelection { rows: spec.rows, width, ids: h_ids, counts: h_counts }, times))
     }
 }
@@ -662,6 +968,53 @@ mod tests {
         assert_eq!(indexer_group_rows(&QsaIndexerSpec::new(16, 262_144)), 16);
         assert_eq!(indexer_group_rows(&QsaIndexerSpec::new(1, 1 << 25)), 1); // one row past 64 MiB
         assert_eq!(indexer_group_rows(&QsaIndexerSpec::new(0, 10)), 1);
+    }
+
+    #[test]
+    fn decode_entries_are_the_modules() {
+        assert_eq!(Module::IndexerQsaDecode.entry_points(), &DECODE_ENTRIES[..]);
+        assert_eq!(decode_entry(DType::BF16, DType::BF16, 128), "qsa_decode_qbf16_kbf16_d128");
+        assert_eq!(decode_entry(DType::F32, DType::F8E4M3, 64), "qsa_decode_qf32_ke4m3_d64");
+        assert_eq!(std::mem::size_of::<DecodeParams>(), 240);
+        assert_eq!(std::mem::offset_of!(DecodeParams, tok), 112);
+        assert_eq!(std::mem::offset_of!(DecodeParams, ids), 176);
+        assert_eq!(std::mem::offset_of!(DecodeParams, cols), 208);
+        assert_eq!(std::mem::offset_of!(DecodeParams, order_index), 232);
+    }
+
+    /// The paths of the shapes on an H200 (132 SMs): decode batches
+    /// take the fused kernel, prefill goes in groups.
+    #[test]
+    fn decode_batches_take_the_fused_kernel() {
+        let h200 = DeviceProps::hopper(132);
+        let plan = |rows, blocks| decode_plan(&QsaIndexerSpec::new(rows, blocks), &h200);
+        for (rows, blocks) in
+            [(1usize, 1024usize), (1, 32_768), (1, 262_144), (16, 262_144), (32, 32_768), (64, 65_536)]
+        {
+            let p = plan(rows, blocks).unwrap_or_else(|| panic!("{rows} x {blocks}: no decode plan"));
+            assert!(p.ctas * p.slots <= 264, "{rows} x {blocks}: {p:?}");
+            assert!(p.slots <= rows && rows.div_ceil(p.slots) * p.slots - rows < rows.div_ceil(p.slots), "{p:?}");
+            assert!(p.tile_cap * p.ctas >= blocks && p.tile_cap % 8 == 0, "{p:?}");
+            assert!(p.smem <= 233_472 / 2 - 1024, "{p:?}");
+            assert!(blocks.div_ceil(p.ctas) >= DECODE_MIN_CHUNK.min(blocks) || p.ctas == 1, "{p:?}");
+        }
+        // 1M tokens, one row: spread over every SM, about 1,000 blocks a CTA.
+        let p = plan(1, 262_144).unwrap();
+        assert_eq!((p.ctas, p.slots), (264, 1));
+        // 16 rows of 1M: two waves of 8 rows.
+        let p = plan(16, 262_144).unwrap();
+        assert_eq!(p.slots, 8);
+        // Not decode batches: too many rows, too large a k, rows past the chip.
+        assert_eq!(plan(65, 1024), None);
+        assert_eq!(plan(8192, 65_536), None);
+        assert_eq!(decode_plan(&QsaIndexerSpec::new(1, 65_536).with_k_blocks(4097), &h200), None);
+        assert_eq!(plan(1, 1 << 25), None);
+        assert!(matches!(indexer_path(&QsaIndexerSpec::new(1, 262_144), &h200), IndexerPath::Decode(_)));
+        assert_eq!(indexer_path(&QsaIndexerSpec::new(8192, 65_536), &h200), IndexerPath::Grouped { rows: 256 });
+        // 16 heads of 256 leave less room for the chunk: more CTAs a row.
+        let wide = QsaIndexerSpec::new(1, 262_144).with_heads(16).with_dim(256);
+        let p = decode_plan(&wide, &h200).unwrap();
+        assert!(p.smem <= 233_472 / 2 - 1024 && p.tile_cap * p.ctas >= 262_144);
     }
 
     #[test]

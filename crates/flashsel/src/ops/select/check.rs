@@ -661,6 +661,32 @@ pub fn run_suite(
     Ok(rep)
 }
 
+/// The indexer's cases alone (`flashsel check --only indexer`): every
+/// [`crate::ops::indexer::check::cases`] case on each device path, then the
+/// device values out of range.
+pub fn run_indexer_suite(
+    e: &CudaEngine,
+    quick: bool,
+    seed: u64,
+    mut progress: impl FnMut(usize, usize, &Outcome),
+) -> Result<Report> {
+    let mut rng = Rng::new(seed);
+    let indexer = crate::ops::indexer::check::cases(quick);
+    let total = indexer.len() + 1;
+    let mut rep = Report::default();
+    for (i, c) in indexer.iter().enumerate() {
+        let o = crate::ops::indexer::check::run_case(e, c, &mut rng)
+            .unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
+        rep.record(&o);
+        progress(i + 1, total, &o);
+    }
+    let o = crate::ops::indexer::check::bad_values_check(e, &mut rng)
+        .unwrap_or_else(|err| Outcome::error(crate::ops::indexer::check::bad_values_case(), Path::Row, err));
+    rep.record(&o);
+    progress(total, total, &o);
+    Ok(rep)
+}
+
 const CHAINED_CALLS: usize = 4;
 
 fn chained_case(rows: usize, cols: usize, k: usize) -> String {

@@ -1,0 +1,353 @@
+// The fused decode indexer: a row's block scores (score.cuh's arithmetic,
+// the same bits) kept in shared memory, selected exactly across the row's
+// CTAs, and written as token ids: the [rows, NB] scores never reach global
+// memory. Its bytes are qsa_select(qsa_scores(...)) on the same inputs
+// (ops/indexer/device.rs; the ids contract is select/tokens.cuh's).
+//
+// Grid: P CTAs a row (`ctas`), R rows in flight (`slots`): CTA x serves
+// rows x / P, x / P + R, ...; the launch is cooperative (every CTA
+// resident), so a row's CTAs can wait on each other.
+//
+// Algorithm, per row with V > k (the selection's length; other rows select
+// nothing and write only their tail tokens or -1):
+//   1. SCORE: the CTA's chunk of [0, V) (chunk_range: work follows V, not
+//      the buffer) is scored by score.cuh's warp loop into shared memory as
+//      order keys (the selection's order_key<32> of the f32 score).
+//   2. SELECT: MSD radix passes over the 32-bit keys, digits of 11, 11 and
+//      10 bits: each CTA's histogram of the keys under the decided prefix
+//      goes to the row's global histogram of the pass (atomics), the row's
+//      CTAs meet (grid_barrier), and every CTA finds the same crossing bin
+//      from the top. The passes stop when the crossing bin is wanted whole
+//      or is one key. Then each CTA publishes its count of keys above the
+//      crossing bin (gt) and in it (eq), and the row's CTAs meet once more:
+//      the crossing bin's r wanted keys are its lowest columns, and chunks
+//      are column ranges in CTA order, so CTA p takes
+//      min(eq_p, r - min(r, sum of eq before p)) of its own, lowest first.
+//   3. WRITE: index order: CTA p's selected blocks, in column order, at
+//      slots from (gt and taken before p), found by one ordered scan of its
+//      chunk. Score order: the same scan writes the row's composites (key,
+//      column) to a list, the CTAs meet, and each ranks its share of the
+//      list against all of it (the entries above it: a unique rank, the
+//      select contract's order). Then each CTA writes its share of the tail
+//      tokens and -1 padding; CTA 0 the count.
+//
+// Invariants: exact on every input (the radix passes count every key, no
+// bound or sample decides anything); a row's CTAs agree on every uniform
+// decision (all read the same positions and the same global histograms);
+// the state (per row, DEC_STATE_WORDS words) is zeroed before the launch;
+// device values out of range pad the row (score.cuh's and tokens.cuh's
+// rules, in the chain's order) and read nothing out of bounds.
+//
+// Cost: the scorer's (each visible block's key read once) plus, per row,
+// 2 to 4 row barriers and, per CTA, three to five passes over its chunk in
+// shared memory; global traffic besides the keys is the histograms' bins,
+// the ids, and (score order) the k composites.
+#ifndef FLASHSEL_INDEXER_QSA_DECODE_CUH
+#define FLASHSEL_INDEXER_QSA_DECODE_CUH
+
+#include "common/keys.cuh"
+#include "common/sync.cuh"
+#include "indexer/qsa/score.cuh"
+#include "select/tokens.cuh"
+
+namespace qsa {
+
+enum : int {
+    DEC_THREADS = SCORE_THREADS,
+    DEC_WARPS = DEC_THREADS / 32,
+    DEC_BINS = 2048,      // the widest digit, 11 bits
+    DEC_PASSES = 3,       // digits of 11, 11 and 10 bits
+    DEC_MAX_CTAS = 1024,  // CTAs a row (the per-CTA counts' room)
+    DEC_HDR = 32,         // the barrier counter's 128-byte line
+    DEC_STATE_WORDS = DEC_HDR + DEC_PASSES * DEC_BINS + 2 * DEC_MAX_CTAS,
+    DEC_MAX_K = 4096,     // score order stages k composites in the stage buffers
+};
+static_assert(DEC_MAX_K * 8 <= SCORE_WARPS * 2 * BUF_BYTES, "the staged list fits the stage buffers");
+static_assert(DEC_BINS * 4 <= SCORE_WARPS * 2 * BUF_BYTES, "the histogram fits the stage buffers");
+
+// The launch's parameter block (ops/indexer/device.rs DecodeParams).
+// tok_row (select/tokens.cuh) reads tok, lengths, cols and k.
+struct DecodeParams {
+    ScoreParams s;        // the scorer's (out, positions_out and blocks_per_cta unused)
+    Tokens tok;           // the ids (tok.positions == s.positions)
+    int* ids;             // i32 [rows, tok.width]
+    u32* state;           // [rows, DEC_STATE_WORDS], zero at the launch
+    u64* list;            // score order: [rows, k] composites; else unused
+    const int* lengths;   // null (tok_row's range rows only)
+    int cols;             // NB
+    int k;                // k_blocks (<= DEC_MAX_K)
+    int ctas;             // P, CTAs a row (<= DEC_MAX_CTAS)
+    int slots;            // R, rows in flight: gridDim.x == P * R
+    int tile_cap;         // the most blocks a CTA's chunk holds (a multiple of 8)
+    int nan_largest;
+    int order_index;
+    int pad_;
+};
+static_assert(sizeof(DecodeParams) == 240, "DecodeParams layout (ops/indexer/device.rs)");
+
+// Scratch after the chunk's keys in dynamic shared memory.
+struct DecShared {
+    TokRow tr;
+    int key_seq;
+    u32 part_a[DEC_WARPS], part_b[DEC_WARPS];
+    u32 bin, above, cnt, pad_;
+};
+
+// Every thread gets the CTA's sums of a and b (two barriers).
+__device__ __forceinline__ void dec_sum2(DecShared& sh, u32& a, u32& b) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u32 wa = __reduce_add_sync(FULL_MASK, a), wb = __reduce_add_sync(FULL_MASK, b);
+    if (lane == 0) {
+        sh.part_a[warp] = wa;
+        sh.part_b[warp] = wb;
+    }
+    __syncthreads();
+    a = 0;
+    b = 0;
+#pragma unroll
+    for (int w = 0; w < DEC_WARPS; ++w) {
+        a += sh.part_a[w];
+        b += sh.part_b[w];
+    }
+    __syncthreads();
+}
+
+// The crossing bin of the row's global histogram `gh` (nb bins, 1024 or
+// 2048) from the top: the bin b with above < r <= above + cnt, above the
+// count in the bins above b. Every thread returns the same triple.
+__device__ __forceinline__ void dec_crossing(DecShared& sh, const u32* gh, u32 nb, u32 r, u32& b, u32& above,
+                                             u32& cnt) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const u32 per = nb / DEC_THREADS;  // 8 or 4: thread t holds bins [t * per, t * per + per)
+    u32 c[8];
+    u32 s = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        c[j] = (u32)j < per ? __ldcg(gh + tid * per + j) : 0u;
+        s += c[j];
+    }
+    // Suffix sums: the bins of the threads above this one.
+    u32 incl = s;  // this thread's and the higher lanes' of the warp
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const u32 y = __shfl_down_sync(FULL_MASK, incl, o);
+        if (lane + o < 32) incl += y;
+    }
+    if (lane == 0) sh.part_a[warp] = incl;  // the warp's total
+    __syncthreads();
+    u32 higher = 0;  // the warps above this one
+#pragma unroll
+    for (int w = 0; w < DEC_WARPS; ++w) higher += w > warp ? sh.part_a[w] : 0u;
+    const u32 top = higher + incl - s;  // above this thread's bins
+    if (top < r && r <= top + s) {
+        u32 acc = top;
+#pragma unroll
+        for (int j = 7; j >= 0; --j) {
+            if ((u32)j < per && acc < r && r <= acc + c[j]) {
+                sh.bin = tid * per + j;
+                sh.above = acc;
+                sh.cnt = c[j];
+            }
+            if ((u32)j < per) acc += c[j];
+        }
+    }
+    __syncthreads();
+    b = sh.bin;
+    above = sh.above;
+    cnt = sh.cnt;
+    __syncthreads();
+}
+
+// Row `row`'s selection of its k best blocks among [0, V), the CTA's part
+// (steps 1 to 3 of the header); returns after its ids are written.
+template <bool Q_BF16, class K, int D>
+__device__ __forceinline__ void decode_select(const DecodeParams& P, int row, int cta, const TokRow& tr, int key_seq,
+                                              float* qs, unsigned char* bufs, u32* sk, DecShared& sh) {
+    const ScoreParams& p = P.s;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int len = tr.len;
+    const u32 m = (u32)P.k;
+    const u32 lenm1 = (u32)len - 1u;
+    u32 start, end;
+    chunk_range(len, P.ctas, cta, start, end);
+    const u32 n = end - start;
+    if (n > (u32)P.tile_cap) __trap();  // the host sizes tile_cap for every chunk
+
+    // 1. SCORE into sk as order keys.
+    load_queries<Q_BF16, D>(p, row, qs);
+    __syncthreads();
+    const int* table = (const int*)p.page_table + (long long)key_seq * p.max_pages;
+    unsigned char* buf0 = bufs + (2 * warp) * BUF_BYTES;
+#pragma unroll 1
+    for (u32 g0 = start + (u32)warp * 32u; g0 < end; g0 += SCORE_WARPS * 32) {
+        const int b = (int)g0 + lane;
+        bool bad_page;
+        const unsigned char* key_at = key_address<K, D>(p, table, b, (int)end, bad_page);
+        const float s = warp_relu_sum<K, D>(key_at, qs, p.heads, buf0, lane);
+        if ((u32)b < end) sk[b - start] = order_key<32>(__float_as_uint(finish_score(s, bad_page, p.scale)), P.nan_largest);
+    }
+    __syncthreads();
+
+    // 2. SELECT: the radix passes.
+    u32* st = P.state + (long long)row * DEC_STATE_WORDS;
+    u32* bar = st;
+    u32 arrivals = 0;
+    u32* hist = reinterpret_cast<u32*>(bufs);  // the stage buffers are free now
+    u32 r = m, prefix = 0;
+    int hi = 32;
+#pragma unroll 1
+    for (int pass = 0; pass < DEC_PASSES; ++pass) {
+        const int lo = pass == 0 ? 21 : pass == 1 ? 10 : 0;
+        const u32 nb = 1u << (hi - lo);
+        for (u32 i = tid; i < nb; i += DEC_THREADS) hist[i] = 0u;
+        __syncthreads();
+        for (u32 i = tid; i < n; i += DEC_THREADS) {
+            const u32 x = sk[i];
+            if (hi >= 32 || (x >> hi) == prefix) atomicAdd(&hist[(x >> lo) & (nb - 1u)], 1u);
+        }
+        __syncthreads();
+        u32* gh = st + DEC_HDR + pass * DEC_BINS;
+        for (u32 i = tid; i < nb; i += DEC_THREADS) {
+            const u32 c = hist[i];
+            if (c) atomicAdd(gh + i, c);
+        }
+        arrivals += (u32)P.ctas;
+        grid_barrier(bar, arrivals);
+        u32 b, above, cnt;
+        dec_crossing(sh, gh, nb, r, b, above, cnt);
+        r -= above;
+        prefix = (prefix << (hi - lo)) | b;
+        hi = lo;
+        if (cnt == r) break;  // uniform: the bin is wanted whole
+    }
+    // Keys with (key >> hi) > prefix are selected; of those == prefix (the
+    // crossing bin), r: the lowest columns.
+    u32 gt = 0, eq = 0;
+    for (u32 i = tid; i < n; i += DEC_THREADS) {
+        const u32 top = sk[i] >> hi;
+        gt += top > prefix;
+        eq += top == prefix;
+    }
+    dec_sum2(sh, gt, eq);
+    u32* gts = st + DEC_HDR + DEC_PASSES * DEC_BINS;
+    u32* eqs = gts + DEC_MAX_CTAS;
+    if (tid == 0) {
+        gts[cta] = gt;
+        eqs[cta] = eq;
+    }
+    arrivals += (u32)P.ctas;
+    grid_barrier(bar, arrivals);
+    u32 gt_before = 0, eq_before = 0;
+    for (int q = tid; q < cta; q += DEC_THREADS) {
+        gt_before += __ldcg(gts + q);
+        eq_before += __ldcg(eqs + q);
+    }
+    dec_sum2(sh, gt_before, eq_before);
+    const u32 taken_before = eq_before < r ? eq_before : r;
+    const u32 take = eq < r - taken_before ? eq : r - taken_before;  // this CTA's crossing-bin keys selected
+    const u32 base = gt_before + taken_before;                         // this CTA's first slot
+    int* out_row = P.ids + (long long)row * P.tok.width;
+    u64* list = P.list + (long long)row * P.k;
+
+    // 3. WRITE: one ordered scan of the chunk (rounds of DEC_THREADS keys).
+    if (gt + take > 0) {  // uniform
+        u32 gt_run = 0, eq_run = 0;  // the CTA's keys above / in the bin before this round
+        const u32 lt_mask = (1u << lane) - 1u;
+#pragma unroll 1
+        for (u32 i0 = 0; i0 < n; i0 += DEC_THREADS) {
+            const u32 i = i0 + tid;
+            const u32 x = i < n ? sk[i] : 0u;
+            const u32 top = x >> hi;
+            const bool g = i < n && top > prefix, e = i < n && top == prefix;
+            const u32 bg = __ballot_sync(FULL_MASK, g), be = __ballot_sync(FULL_MASK, e);
+            if (lane == 0) {
+                sh.part_a[warp] = __popc(bg);
+                sh.part_b[warp] = __popc(be);
+            }
+            __syncthreads();
+            u32 og = gt_run, oe = eq_run, tg = 0, te = 0;
+#pragma unroll
+            for (int w = 0; w < DEC_WARPS; ++w) {
+                const u32 a = sh.part_a[w], c = sh.part_b[w];
+                og += w < warp ? a : 0u;
+                oe += w < warp ? c : 0u;
+                tg += a;
+                te += c;
+            }
+            __syncthreads();
+            const u32 gb = og + __popc(bg & lt_mask), eb = oe + __popc(be & lt_mask);
+            if (g || (e && eb < take)) {
+                const u32 slot = base + gb + (eb < take ? eb : take);  // the selected keys before it, plus base
+                const u32 col = start + i;
+                if (P.order_index)
+                    tok_put(P.tok, tr, out_row, slot, col);
+                else
+                    list[slot] = composite(x, col);
+            }
+            gt_run += tg;
+            eq_run += te;
+            if (gt_run == gt && eq_run >= take) break;  // uniform: nothing selected further on
+        }
+    }
+    if (!P.order_index) {
+        // Score order: rank this CTA's share of the row's list against all of it.
+        arrivals += (u32)P.ctas;
+        grid_barrier(bar, arrivals);
+        u64* stage = reinterpret_cast<u64*>(bufs);
+        for (u32 j = tid; j < m; j += DEC_THREADS) stage[j] = __ldcg(list + j);
+        __syncthreads();
+        const u32 e_lo = (u32)((u64)m * cta / P.ctas), e_hi = (u32)((u64)m * (cta + 1) / P.ctas);
+#pragma unroll 1
+        for (u32 e = e_lo + warp; e < e_hi; e += DEC_WARPS) {  // a warp an entry
+            const u64 x = stage[e];
+            u32 above_x = 0;
+            for (u32 j = lane; j < m; j += 32) above_x += stage[j] > x;
+            above_x = __reduce_add_sync(FULL_MASK, above_x);
+            const int base_tok = tr.start + (int)composite_col(x) * P.tok.ratio;
+            for (int t = lane; t < P.tok.ratio; t += 32)
+                out_row[above_x * (u32)P.tok.ratio + t] = tok_id(P.tok, tr, base_tok + t);
+        }
+    }
+}
+
+// The kernel body: Q the query dtype (true: bf16), K the key type.
+template <bool Q_BF16, class K, int D>
+__device__ __forceinline__ void decode_impl(const DecodeParams& P) {
+    const ScoreParams& p = P.s;
+    const int tid = threadIdx.x;
+    const int cta = (int)blockIdx.x % P.ctas, slot = (int)blockIdx.x / P.ctas;
+    // Dynamic shared memory (the host's decode_smem): the row's queries, the
+    // stage buffers (then the histogram or the staged list), the chunk's
+    // keys, the scratch.
+    float* qs = reinterpret_cast<float*>(dyn_smem);
+    unsigned char* bufs = reinterpret_cast<unsigned char*>(qs + p.heads * D);
+    u32* sk = reinterpret_cast<u32*>(bufs + SCORE_WARPS * 2 * BUF_BYTES);
+    DecShared& sh = *reinterpret_cast<DecShared*>(sk + P.tile_cap);
+#pragma unroll 1
+    for (int row = slot; row < p.rows; row += P.slots) {
+        if (tid == 0) {
+            // The chain's order: the scorer's checks (a bad row: padding),
+            // then the selection's (tok_row).
+            int seq;
+            const int v = row_visible(p, row, seq);
+            sh.tr = v < 0 ? TokRow{0, 0, 0, 0, 0} : tok_row(P, row);
+            sh.key_seq = seq;
+        }
+        __syncthreads();
+        const TokRow tr = sh.tr;
+        const int key_seq = sh.key_seq;
+        const u32 m = tr.len > 0 ? (u32)P.k : 0u;  // tr.len: V when V > k, else 0
+        if (m > 0) decode_select<Q_BF16, K, D>(P, row, cta, tr, key_seq, qs, bufs, sk, sh);
+        // This CTA's share of what follows the selection: tail tokens, -1.
+        int* out_row = P.ids + (long long)row * P.tok.width;
+        const u32 sel = m * (u32)P.tok.ratio, rest = (u32)P.tok.width - sel;
+        const u32 p_lo = (u32)((u64)rest * cta / P.ctas), p_hi = (u32)((u64)rest * (cta + 1) / P.ctas);
+        for (u32 j = p_lo + tid; j < p_hi; j += DEC_THREADS) out_row[sel + j] = tok_rest(P.tok, tr, j);
+        if (cta == 0 && tid == 0 && P.tok.counts) P.tok.counts[row] = tok_count(P.tok, tr, m);
+        __syncthreads();  // sh and the shared buffers are rewritten for the next row
+    }
+}
+
+}  // namespace qsa
+
+#endif  // FLASHSEL_INDEXER_QSA_DECODE_CUH
