@@ -31,10 +31,14 @@
 //      select contract's order). Then each CTA writes its share of the tail
 //      tokens and -1 padding; CTA 0 the count.
 //
+// The host zeroes the rows' state with fs_grid_init_all just before; on
+// sm_90+ this kernel launches programmatically, scores, and waits for the
+// zeroes (PDL_WAIT) before its first use of the state.
+//
 // Invariants: exact on every input (the radix passes count every key, no
 // bound or sample decides anything); a row's CTAs agree on every uniform
 // decision (all read the same positions and the same global histograms);
-// the state (per row, DEC_STATE_WORDS words) is zeroed before the launch;
+// the state (per row, DEC_STATE_WORDS words) is zeroed before its use;
 // device values out of range pad the row (score.cuh's and tokens.cuh's
 // rules, in the chain's order) and read nothing out of bounds.
 //
@@ -46,6 +50,7 @@
 #define FLASHSEL_INDEXER_QSA_DECODE_CUH
 
 #include "common/keys.cuh"
+#include "common/pdl.cuh"
 #include "common/sync.cuh"
 #include "indexer/qsa/score.cuh"
 #include "select/tokens.cuh"
@@ -119,13 +124,12 @@ __device__ __forceinline__ void dec_crossing(DecShared& sh, const u32* gh, u32 n
                                              u32& cnt) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const u32 per = nb / DEC_THREADS;  // 8 or 4: thread t holds bins [t * per, t * per + per)
-    u32 c[8];
+    const uint4 v0 = ld_relaxed_v4(gh + tid * per);
+    const uint4 v1 = per == 8 ? ld_relaxed_v4(gh + tid * per + 4) : make_uint4(0u, 0u, 0u, 0u);
+    const u32 c[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
     u32 s = 0;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        c[j] = (u32)j < per ? __ldcg(gh + tid * per + j) : 0u;
-        s += c[j];
-    }
+    for (int j = 0; j < 8; ++j) s += c[j];
     // Suffix sums: the bins of the threads above this one.
     u32 incl = s;  // this thread's and the higher lanes' of the warp
 #pragma unroll
@@ -195,6 +199,7 @@ __device__ __forceinline__ void decode_select(const DecodeParams& P, int row, in
     u32* hist = reinterpret_cast<u32*>(bufs);  // the stage buffers are free now
     u32 r = m, prefix = 0;
     int hi = 32;
+    PDL_WAIT();  // the state's zeroes (fs_grid_init_all) before its first use
 #pragma unroll 1
     for (int pass = 0; pass < DEC_PASSES; ++pass) {
         const int lo = pass == 0 ? 21 : pass == 1 ? 10 : 0;

@@ -732,21 +732,17 @@ impl CudaEngine {
             order_index: i32::from(spec.order == OutputOrder::Index),
             pad: 0,
         };
-        launch::check(
-            cudarc::driver::sys::cuMemsetD32Async(
-                state,
-                0,
-                spec.rows * DECODE_STATE_WORDS,
-                args.stream as cudarc::driver::sys::CUstream,
-            ),
-            "cuMemsetD32Async",
-        )?;
+        // The rows' state zeroed, then the kernel, which may start early
+        // (PDL: it scores first and waits for the zeroes before its first
+        // use of the state).
+        let pdl = self.pdl();
+        crate::ops::select::device::zero_state(self, state, spec.rows * DECODE_STATE_WORDS, args.stream, pdl)?;
         let l = Launch {
             grid: (grid as u32, 1),
             block: SCORE_THREADS as u32,
             smem: plan.smem as u32,
             stream: args.stream,
-            programmatic: false,
+            programmatic: pdl,
             cooperative: true,
         };
         l.run(&f, &params)

@@ -188,6 +188,28 @@ struct GridParams {
 // SAFETY: as ScanParams.
 unsafe impl KernelParams for GridParams {}
 
+/// Zeroes `words` words of cross-CTA state at `state` on `stream`
+/// (`fs_grid_init_all`: it waits for the stream's previous kernel, then lets
+/// a programmatic successor start, which must `PDL_WAIT` before it touches
+/// the state). The grid path's and the fused decode indexer's.
+///
+/// # Safety
+/// `state .. state + 4 * words` must lie in a live allocation of the
+/// stream's context.
+pub(crate) unsafe fn zero_state(
+    e: &CudaEngine,
+    state: u64,
+    words: usize,
+    stream: u64,
+    programmatic: bool,
+) -> Result<()> {
+    let init = e.function(KernelId { module: Module::SelectGrid, global_buffer: false, entry: "fs_grid_init_all" })?;
+    let block = plan::BLOCK as u32;
+    let ctas = (words as u64).div_ceil(block as u64 * 8).clamp(1, 1024) as u32;
+    let l = Launch { grid: (ctas, 1), block, smem: 0, stream, programmatic, cooperative: false };
+    l.run(&init, &GridInitParams { state, words: words as i64 })
+}
+
 /// `GridInitParams` in kernels/select/: `fs_grid_init_all`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -467,11 +489,7 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &Job) -> Result<()> {
         // Zero every row's barrier counters and histograms, then the
         // cooperative selection (which may start early with PDL and waits
         // for the zeroes before its first global write).
-        let words = (g.state_bytes / 4) as i64;
-        let init_ctas = (words as u64).div_ceil(plan.block() as u64 * 8).clamp(1, 1024) as u32;
-        let init =
-            e.function(KernelId { module: Module::SelectGrid, global_buffer: false, entry: "fs_grid_init_all" })?;
-        on((init_ctas, 1), 0, pdl, false).run(&init, &GridInitParams { state: at(g.state), words })?;
+        zero_state(e, at(g.state), (g.state_bytes / 4) as usize, a.stream, pdl)?;
         let kern = e.function(grid_kernel(g.items, spec.dtype, is_tok))?;
         return on((g.ctas_per_row, g.row_slots), g.smem_bytes, pdl, true).run(&kern, &gp);
     }
