@@ -146,11 +146,15 @@ def qsa_indexer(
     decode at 1M tokens uses 1 MiB. The CUDA engine (a CUDA ``q``: one
     asynchronous call on the current stream, no host synchronisation,
     capturable in a CUDA graph, its workspace from torch's caching
-    allocator) scores groups of ``max(1, 64 MiB / (4 * NB))`` rows into that
-    workspace, skipping the rows with ``V <= k_blocks`` and every block past
-    a row's ``V``, and selects each group with :func:`qsa_select`'s kernels:
-    score scratch at most ``max(64 MiB, 4 * NB)`` bytes, beside the
-    selection's own workspace. Device values as in :func:`qsa_scores`: a row
+    allocator) runs a decode batch (at most 64 queries, ``k_blocks <= 4096``,
+    rows whose scores fit the GPU's shared memory) as one fused kernel that
+    keeps the scores on chip and never writes them (workspace: 32,896 bytes
+    a query, plus ``8 * k_blocks`` in score order); larger batches are scored
+    in groups of ``max(1, 64 MiB / (4 * NB))`` rows into that workspace,
+    skipping the rows with ``V <= k_blocks`` and every block past a row's
+    ``V``, and each group selected with :func:`qsa_select`'s kernels: score
+    scratch at most ``max(64 MiB, 4 * NB)`` bytes, beside the selection's own
+    workspace. Both give the same bytes. Device values as in :func:`qsa_scores`: a row
     whose position, sequence id or pages are out of range is all ``-1`` with
     count 0.
 
