@@ -640,7 +640,7 @@ impl CudaEngine {
             || plan.ctas == 0
             || plan.ctas > DECODE_MAX_CTAS
             || plan.slots == 0
-            || plan.tile_cap % 8 != 0
+            || !plan.tile_cap.is_multiple_of(8)
             || plan.tile_cap < spec.blocks.div_ceil(plan.ctas.max(1)).next_multiple_of(8)
             || plan.smem < fixed + 4 * plan.tile_cap
         {

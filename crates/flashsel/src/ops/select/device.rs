@@ -204,7 +204,7 @@ pub(crate) unsafe fn zero_state(
     programmatic: bool,
 ) -> Result<()> {
     let init = e.function(KernelId { module: Module::SelectGrid, global_buffer: false, entry: "fs_grid_init_all" })?;
-    let block = plan::BLOCK as u32;
+    let block = plan::BLOCK;
     let ctas = (words as u64).div_ceil(block as u64 * 8).clamp(1, 1024) as u32;
     let l = Launch { grid: (ctas, 1), block, smem: 0, stream, programmatic, cooperative: false };
     l.run(&init, &GridInitParams { state, words: words as i64 })
