@@ -68,7 +68,7 @@ enum : int {
     DEC_MAX_K = 4096,     // score order stages k composites in the stage buffers
 };
 static_assert(DEC_MAX_K * 8 <= SCORE_WARPS * 2 * BUF_BYTES, "the staged list fits the stage buffers");
-static_assert(DEC_BINS * 4 <= SCORE_WARPS * 2 * BUF_BYTES, "the histogram fits the stage buffers");
+static_assert(DEC_BINS * 4 + DEC_MAX_K * 4 <= SCORE_WARPS * 2 * BUF_BYTES, "the histogram and the picked columns fit the stage buffers");
 
 // The launch's parameter block (ops/indexer/device.rs DecodeParams).
 // tok_row (select/tokens.cuh) reads tok, lengths, cols and k.
@@ -254,8 +254,14 @@ __device__ __forceinline__ void decode_select(const DecodeParams& P, int row, in
     int* out_row = P.ids + (long long)row * P.tok.width;
     u64* list = P.list + (long long)row * P.k;
 
-    // 3. WRITE: one ordered scan of the chunk (rounds of DEC_THREADS keys).
-    if (gt + take > 0) {  // uniform
+    // 3. WRITE: one ordered scan of the chunk (rounds of DEC_THREADS keys)
+    // puts the CTA's selected columns in order (index order: into shared
+    // memory, then written by every thread at once, so the page-table loads
+    // of mapped ids overlap instead of waiting a round each; score order:
+    // the composites into the row's list).
+    u32* picked = reinterpret_cast<u32*>(bufs) + DEC_BINS;  // after the histogram: <= k columns
+    const u32 mine = gt + take;
+    if (mine > 0) {  // uniform
         u32 gt_run = 0, eq_run = 0;  // the CTA's keys above / in the bin before this round
         const u32 lt_mask = (1u << lane) - 1u;
 #pragma unroll 1
@@ -282,16 +288,24 @@ __device__ __forceinline__ void decode_select(const DecodeParams& P, int row, in
             __syncthreads();
             const u32 gb = og + __popc(bg & lt_mask), eb = oe + __popc(be & lt_mask);
             if (g || (e && eb < take)) {
-                const u32 slot = base + gb + (eb < take ? eb : take);  // the selected keys before it, plus base
+                const u32 at = gb + (eb < take ? eb : take);  // the CTA's selected keys before it
                 const u32 col = start + i;
                 if (P.order_index)
-                    tok_put(P.tok, tr, out_row, slot, col);
+                    picked[at] = col;
                 else
-                    list[slot] = composite(x, col);
+                    list[base + at] = composite(x, col);
             }
             gt_run += tg;
             eq_run += te;
             if (gt_run == gt && eq_run >= take) break;  // uniform: nothing selected further on
+        }
+        if (P.order_index) {
+            __syncthreads();
+            const u32 ratio = (u32)P.tok.ratio;
+            for (u32 j = tid; j < mine * ratio; j += DEC_THREADS) {
+                const u32 e = j / ratio, t = j - e * ratio;
+                out_row[(base + e) * ratio + t] = tok_id(P.tok, tr, tr.start + (int)(picked[e] * ratio + t));
+            }
         }
     }
     if (!P.order_index) {
