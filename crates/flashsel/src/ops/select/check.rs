@@ -634,23 +634,14 @@ pub fn run_suite(
     let o = crate::ops::qsa::check::bad_rows_check(e, &mut rng)
         .unwrap_or_else(|err| Outcome::error(crate::ops::qsa::check::bad_rows_case(), Path::Grid, err));
     rep.record(&o);
-    progress(total - indexer.len() - 2, total, &o);
+    let done = done + qsa.len() + 2; // the QSA cases, bad rows, parity
+    progress(done - 1, total, &o);
     let o = crate::ops::qsa::check::parity_check(e, &mut rng)
         .unwrap_or_else(|err| Outcome::error(crate::ops::qsa::check::parity_case(), Path::Row, err));
     rep.record(&o);
-    let done = total - indexer.len() - 1;
     progress(done, total, &o);
-    for (i, c) in indexer.iter().enumerate() {
-        let o = crate::ops::indexer::check::run_case(e, c, &mut rng)
-            .unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
-        rep.record(&o);
-        progress(done + i + 1, total, &o);
-    }
-    let o = crate::ops::indexer::check::bad_values_check(e, &mut rng)
-        .unwrap_or_else(|err| Outcome::error(crate::ops::indexer::check::bad_values_case(), Path::Row, err));
-    rep.record(&o);
+    indexer_cases(e, &indexer, &mut rng, &mut rep, done, total, &mut progress);
     let done = total - shard.len();
-    progress(done, total, &o);
     // The context-parallel merge of simulated ranks (ops/shard/check.rs).
     for (i, c) in shard.iter().enumerate() {
         let o = crate::ops::shard::check::run_case(e, c, &mut rng)
@@ -674,17 +665,30 @@ pub fn run_indexer_suite(
     let indexer = crate::ops::indexer::check::cases(quick);
     let total = indexer.len() + 1;
     let mut rep = Report::default();
-    for (i, c) in indexer.iter().enumerate() {
-        let o = crate::ops::indexer::check::run_case(e, c, &mut rng)
-            .unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
-        rep.record(&o);
-        progress(i + 1, total, &o);
-    }
-    let o = crate::ops::indexer::check::bad_values_check(e, &mut rng)
-        .unwrap_or_else(|err| Outcome::error(crate::ops::indexer::check::bad_values_case(), Path::Row, err));
-    rep.record(&o);
-    progress(total, total, &o);
+    indexer_cases(e, &indexer, &mut rng, &mut rep, 0, total, &mut progress);
     Ok(rep)
+}
+
+/// The indexer cases, then the device values out of range: cases
+/// `done + 1 ..= done + cases.len() + 1` of `total`.
+fn indexer_cases(
+    e: &CudaEngine,
+    cases: &[crate::ops::indexer::check::IndexerCase],
+    rng: &mut Rng,
+    rep: &mut Report,
+    done: usize,
+    total: usize,
+    progress: &mut impl FnMut(usize, usize, &Outcome),
+) {
+    use crate::ops::indexer::check as ic;
+    for (i, c) in cases.iter().enumerate() {
+        let o = ic::run_case(e, c, rng).unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
+        rep.record(&o);
+        progress(done + i + 1, total, &o);
+    }
+    let o = ic::bad_values_check(e, rng).unwrap_or_else(|err| Outcome::error(ic::bad_values_case(), Path::Row, err));
+    rep.record(&o);
+    progress(done + cases.len() + 1, total, &o);
 }
 
 const CHAINED_CALLS: usize = 4;
