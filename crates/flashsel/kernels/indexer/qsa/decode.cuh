@@ -23,13 +23,14 @@
 //      the crossing bin's r wanted keys are its lowest columns, and chunks
 //      are column ranges in CTA order, so CTA p takes
 //      min(eq_p, r - min(r, sum of eq before p)) of its own, lowest first.
-//   3. WRITE: index order: CTA p's selected blocks, in column order, at
-//      slots from (gt and taken before p), found by one ordered scan of its
-//      chunk. Score order: the same scan writes the row's composites (key,
-//      column) to a list, the CTAs meet, and each ranks its share of the
-//      list against all of it (the entries above it: a unique rank, the
-//      select contract's order). Then each CTA writes its share of the tail
-//      tokens and -1 padding; CTA 0 the count.
+//   3. WRITE: index order: one ordered scan of the chunk collects CTA p's
+//      selected blocks in column order in shared memory; then every thread
+//      writes their ids at slots from (gt and taken before p), so the
+//      page-table loads of mapped ids overlap. Score order: the same scan
+//      writes the row's composites (key, column) to a list, the CTAs meet,
+//      and each ranks its share of the list against all of it (the entries
+//      above it: a unique rank, the select contract's order). Then each CTA
+//      writes its share of the tail tokens and -1 padding; CTA 0 the count.
 //
 // The host zeroes the rows' state with fs_grid_init_all just before; on
 // sm_90+ this kernel launches programmatically, scores, and waits for the
@@ -45,7 +46,9 @@
 // Cost: the scorer's (each visible block's key read once) plus, per row,
 // 2 to 4 row barriers and, per CTA, three to five passes over its chunk in
 // shared memory; global traffic besides the keys is the histograms' bins,
-// the ids, and (score order) the k composites.
+// the ids, and (score order) the k composites. Measured (perf-log v37):
+// the selection adds ~11 us to the scoring at 1M tokens (264 CTAs), its
+// passes' latency chains.
 #ifndef FLASHSEL_INDEXER_QSA_DECODE_CUH
 #define FLASHSEL_INDEXER_QSA_DECODE_CUH
 
@@ -301,11 +304,8 @@ __device__ __forceinline__ void decode_select(const DecodeParams& P, int row, in
         }
         if (P.order_index) {
             __syncthreads();
-            const u32 ratio = (u32)P.tok.ratio;
-            for (u32 j = tid; j < mine * ratio; j += DEC_THREADS) {
-                const u32 e = j / ratio, t = j - e * ratio;
-                out_row[(base + e) * ratio + t] = tok_id(P.tok, tr, tr.start + (int)(picked[e] * ratio + t));
-            }
+#pragma unroll 1
+            for (u32 e = tid; e < mine; e += DEC_THREADS) tok_put(P.tok, tr, out_row, base + e, picked[e]);
         }
     }
     if (!P.order_index) {
