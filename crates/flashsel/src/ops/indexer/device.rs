@@ -74,6 +74,12 @@ pub(crate) const SCORE_ENTRIES: [&str; 18] = [
 
 /// The kernel of a query dtype, key dtype and head width (checked before).
 fn score_entry(q: DType, k: DType, dim: usize) -> &'static str {
+    SCORE_ENTRIES[entry_index(q, k, dim)]
+}
+
+/// The index of a query dtype, key dtype and head width in
+/// [`SCORE_ENTRIES`] and [`DECODE_ENTRIES`].
+fn entry_index(q: DType, k: DType, dim: usize) -> usize {
     let qi = usize::from(q == DType::BF16);
     let ki = match k {
         DType::F32 => 0,
@@ -85,13 +91,12 @@ fn score_entry(q: DType, k: DType, dim: usize) -> &'static str {
         128 => 1,
         _ => 2,
     };
-    SCORE_ENTRIES[qi * 9 + ki * 3 + di]
+    qi * 9 + ki * 3 + di
 }
 
 /// The fused decode kernel of a query dtype, key dtype and head width.
 fn decode_entry(q: DType, k: DType, dim: usize) -> &'static str {
-    let i = SCORE_ENTRIES.iter().position(|&e| e == score_entry(q, k, dim)).unwrap_or(0);
-    DECODE_ENTRIES[i]
+    DECODE_ENTRIES[entry_index(q, k, dim)]
 }
 
 /// `qsa::ScoreParams` in kernels/indexer/qsa/score.cuh.
@@ -210,6 +215,12 @@ pub enum IndexerPath {
     Grouped { rows: usize },
 }
 
+/// The most dynamic shared memory a fused decode CTA may take: two CTAs an
+/// SM (each with the 1 KB the hardware reserves a CTA).
+fn decode_cta_smem(dev: &DeviceProps) -> usize {
+    (dev.smem_per_sm as usize / 2).saturating_sub(1024).min(dev.max_smem_per_block as usize)
+}
+
 /// The fused decode kernel's plan for `spec` on a device, or `None` when the
 /// request is not a decode batch it takes: more than [`DECODE_MAX_ROWS`]
 /// rows, `k_blocks > DECODE_MAX_K`, or a row whose scores do not fit the
@@ -221,7 +232,7 @@ pub fn decode_plan(spec: &QsaIndexerSpec, dev: &DeviceProps) -> Option<DecodePla
         return None;
     }
     let total = 2 * dev.sm_count as usize;
-    let per_cta = (dev.smem_per_sm as usize / 2).saturating_sub(1024).min(dev.max_smem_per_block as usize);
+    let per_cta = decode_cta_smem(dev);
     let fixed = decode_fixed_smem(spec.heads, spec.dim);
     let tile_max = (per_cta.checked_sub(fixed)? / 4) & !7;
     if tile_max < 8 {
@@ -656,23 +667,16 @@ impl CudaEngine {
             entry: decode_entry(args.q_dtype, args.keys.dtype, spec.dim),
         })?;
         self.context().bind_to_thread().map_err(cuda_err)?;
-        // Every CTA must be resident at once (the row barriers).
-        let mut per_sm = 0i32;
-        launch::check(
-            cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                &mut per_sm,
-                f.cu_function(),
-                SCORE_THREADS as i32,
-                plan.smem,
-            ),
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-        )?;
+        // Every CTA must be resident at once (the row barriers): the plan's
+        // bound, two CTAs an SM within half an SM's shared memory (the
+        // cooperative launch refuses anything else).
         let grid = plan.ctas * plan.slots;
-        if grid > per_sm.max(0) as usize * self.props().sm_count as usize {
+        let dev = self.props();
+        if grid > 2 * dev.sm_count as usize || plan.smem > decode_cta_smem(&dev) {
             return Err(Error::InvalidOption {
                 what: "decode plan",
                 value: format!("{grid} CTAs of {} bytes", plan.smem),
-                expected: "a grid whose CTAs are all resident at once",
+                expected: "at most two CTAs an SM, each within half an SM's shared memory (decode_plan)",
             });
         }
         let (page_table, max_pages, per_page, sequences) = match &args.keys.pages {
