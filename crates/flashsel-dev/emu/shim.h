@@ -20,6 +20,7 @@ struct dim3 { unsigned x = 0, y = 0, z = 0; };
 inline thread_local dim3 threadIdx;
 inline dim3 blockIdx;
 struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
 struct float2 { float x, y; };
 struct float4 { float x, y, z, w; };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }

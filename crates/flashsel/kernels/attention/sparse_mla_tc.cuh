@@ -78,6 +78,8 @@ constexpr int TC_KT = 32;    // positions per tile
 constexpr int TC_LD = 584;   // bf16 per q / k row in shared memory (576 + 8)
 constexpr int TC_PLD = 40;   // bf16 per p row (32 + 8)
 constexpr int TC_SLD = 40;   // f32 per partial-logit row (32 + 8)
+constexpr int FP8_TOKEN = 656;              // bytes of a V3.2 fp8 token
+constexpr int FP8_CHUNKS = FP8_TOKEN / 16;  // its 16-byte chunks
 
 template <int MT>
 struct TcShape {
@@ -95,6 +97,10 @@ struct TcShape {
 };
 static_assert(TcShape<2>::SMEM == 100992 && TcShape<1>::SMEM == 79552, "host: ops/mla/device.rs, tc_smem_bytes");
 static_assert(TcShape<2>::SMEM <= 99 * 1024, "fits sm_86 / sm_89");
+// The fp8 gather stages a tile's raw tokens over the partial logits and P
+// (free from the tile's first barrier until B0).
+static_assert(TcShape<1>::S_BYTES + TcShape<1>::P_BYTES >= TC_KT * FP8_TOKEN, "fp8 staging fits");
+static_assert(TcShape<2>::S_BYTES + TcShape<2>::P_BYTES >= TC_KT * FP8_TOKEN, "fp8 staging fits");
 static_assert(TcShape<1>::ROWS * WARPS == 16 && TcShape<2>::NB == 16, "the warp mappings below");
 
 // Two e4m3 codes (low byte first) times `s`, as a packed bf16 pair (round
@@ -112,53 +118,97 @@ __device__ __forceinline__ u32 e4m3x2_to_bf16x2(u32 x, float s) {
 #endif
 }
 
+// Eight e4m3 codes (lo first, low byte first) times `s`: four packed bf16 pairs.
+__device__ __forceinline__ uint4 e4m3x8_to_bf16(u32 lo, u32 hi, float s) {
+    return make_uint4(e4m3x2_to_bf16x2(lo & 0xffffu, s), e4m3x2_to_bf16x2(lo >> 16, s), e4m3x2_to_bf16x2(hi & 0xffffu, s),
+                      e4m3x2_to_bf16x2(hi >> 16, s));
+}
+
 // The tile's attended rows into k_s ([TC_KT][TC_LD] bf16); zeros for the
-// others. cp.async copies are waited for before return.
+// others. Thread t serves token t / 8 of the tile and its 16-byte chunks
+// t % 8 + 8 m (no divisions; each 8 threads read 128 contiguous bytes of a
+// row). The copies are visible to the CTA only after the caller's barrier
+// (B0). fp8 with a 16-byte aligned cache first stages the raw tokens in
+// raw_s ([TC_KT][656] bytes, cp.async, one barrier) and decodes from shared
+// memory, so that a thread's global loads are all in flight at once; an
+// unaligned cache decodes from global loads.
 template <int KF>
-__device__ __forceinline__ void tc_gather(u16* k_s, const i64* off_s, const CacheGeom& g, int d_qk) {
+__device__ __forceinline__ void tc_gather(u16* k_s, u8* raw_s, const i64* off_s, const CacheGeom& g, int d_qk) {
+    static_assert(BLOCK == 8 * TC_KT, "8 threads a token");
+    const int j = (int)threadIdx.x >> 3, u = (int)threadIdx.x & 7;
+    const i64 off = off_s[j];
+    u16* row = k_s + j * TC_LD;
+    const u8* src = g.base + (off < 0 ? 0 : off);
     if (KF == FMT_BF16) {
-        const int chunks = d_qk / 8;
-#pragma unroll 1
-        for (int i = threadIdx.x; i < TC_KT * chunks; i += BLOCK) {
-            const int j = i / chunks, c = i - j * chunks;
-            const i64 off = off_s[j];
-            u16* dst = k_s + j * TC_LD + 8 * c;
+        const int chunks = d_qk / 8;  // 64 or 72
+#pragma unroll
+        for (int m = 0; m < 9; ++m) {
+            const int c = u + 8 * m;
+            if (c >= chunks) break;
+            u16* dst = row + 8 * c;
             if (off < 0) {
                 *(uint4*)dst = make_uint4(0u, 0u, 0u, 0u);
             } else if (g.aligned) {
-                cp_async16(smem_addr(dst), g.base + off + 16 * c);
+                cp_async16(smem_addr(dst), src + 16 * c);
             } else {
-                *(uint4*)dst = ld16(g.base + off + 16 * c, false);
+                *(uint4*)dst = ld16(src + 16 * c, false);
             }
         }
         cp_async_wait_all();
-    } else {
-        // 72 items per token: c < 64 -> e4m3 values 8c .. 8c + 7 (one 16-byte
-        // bf16 store; small items keep the live registers few), else rope
-        // chunk c - 64 (8 bf16).
-#pragma unroll 1
-        for (int i = threadIdx.x; i < TC_KT * 72; i += BLOCK) {
-            const int j = i / 72, c = i - j * 72;
-            const i64 off = off_s[j];
-            const bool rope = c >= 64;
-            u16* dst = k_s + j * TC_LD + (rope ? 512 + 8 * (c - 64) : 8 * c);
-            uint4 w = make_uint4(0u, 0u, 0u, 0u);
-            if (off >= 0) {
-                const u8* tok = g.base + off;
-                if (rope) {
-                    w = ld16(tok + 528 + 16 * (c - 64), g.aligned);
-                } else {
-                    const float s = __uint_as_float(ld4(tok + 512 + 4 * (c >> 4), g.aligned));
-                    const u32 x0 = ld4(tok + 8 * c, g.aligned), x1 = ld4(tok + 8 * c + 4, g.aligned);
-                    w.x = e4m3x2_to_bf16x2(x0 & 0xffffu, s);
-                    w.y = e4m3x2_to_bf16x2(x0 >> 16, s);
-                    w.z = e4m3x2_to_bf16x2(x1 & 0xffffu, s);
-                    w.w = e4m3x2_to_bf16x2(x1 >> 16, s);
-                }
-            }
-            *(uint4*)dst = w;
-        }
+        return;
     }
+    // fp8: value chunk c (c < 32) is codes 16c .. 16c + 15 with scale c / 8,
+    // columns 16c ..; rope chunk u is bf16 columns 512 + 8u ...
+    if (g.aligned) {
+        u8* raw = raw_s + j * FP8_TOKEN;
+        if (off >= 0) {
+#pragma unroll
+            for (int m = 0; m < 6; ++m) {
+                const int c = u + 8 * m;
+                if (c < FP8_CHUNKS) cp_async16(smem_addr(raw + 16 * c), src + 16 * c);
+            }
+        }
+        cp_async_wait_all();
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            const int c = u + 8 * m;
+            uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0;
+            if (off >= 0) {
+                const uint4 x = *(const uint4*)(raw + 16 * c);
+                const float s = *(const float*)(raw + 512 + 4 * m);
+                w0 = e4m3x8_to_bf16(x.x, x.y, s);
+                w1 = e4m3x8_to_bf16(x.z, x.w, s);
+            }
+            *(uint4*)(row + 16 * c) = w0;
+            *(uint4*)(row + 16 * c + 8) = w1;
+        }
+        *(uint4*)(row + 512 + 8 * u) = off >= 0 ? *(const uint4*)(raw + 528 + 16 * u) : make_uint4(0u, 0u, 0u, 0u);
+        return;
+    }
+#pragma unroll 1
+    for (int m = 0; m < 4; ++m) {
+        const int c = u + 8 * m;
+        uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0;
+        if (off >= 0) {
+            const uint4 x = ld16(src + 16 * c, false);
+            const float s = __uint_as_float(ld4(src + 512 + 4 * m, false));
+            w0 = e4m3x8_to_bf16(x.x, x.y, s);
+            w1 = e4m3x8_to_bf16(x.z, x.w, s);
+        }
+        *(uint4*)(row + 16 * c) = w0;
+        *(uint4*)(row + 16 * c + 8) = w1;
+    }
+    *(uint4*)(row + 512 + 8 * u) = off >= 0 ? ld16(src + 528 + 16 * u, false) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+// One k16 step of S = Q K^T: this warp's A fragment (16 heads) times the B
+// fragments of the tile's 32 keys (two ldmatrix.x4, two n8 tiles each).
+__device__ __forceinline__ void qk_mma(float (&acc)[4][4], const u32 (&a)[4], const u32 (&b0)[4], const u32 (&b1)[4]) {
+    mma_bf16_16816(acc[0], a, b0[0], b0[1]);
+    mma_bf16_16816(acc[1], a, b0[2], b0[3]);
+    mma_bf16_16816(acc[2], a, b1[0], b1[1]);
+    mma_bf16_16816(acc[3], a, b1[2], b1[3]);
 }
 
 // The cache geometry, rebuilt from the parameter block at each use (the
@@ -248,25 +298,40 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
     const u32 pa = smem_addr(p_s + (16 * mt + a_row) * TC_PLD + a_col);
     const u32 vb = smem_addr(k_s + a_row * TC_LD + slice * CW + a_col);
 
+    // Threads < TC_KT hold the next tile's index entries, loaded a tile ahead.
+    int entry = tile_entry<TC_KT>(idx_row, (int)start, lim);
     for (int t0 = (int)start; t0 < lim; t0 += TC_KT) {
-        if (!tile_offsets<TC_KT>(off_s, idx_row, t0, lim, geom_of(P))) continue;
-        tc_gather<KF>(k_s, off_s, geom_of(P), d_qk);
+        const int cur = entry;
+        entry = tile_entry<TC_KT>(idx_row, t0 + TC_KT, lim);
+        if (!tile_offsets_of<TC_KT>(off_s, cur, geom_of(P))) continue;
+        tc_gather<KF>(k_s, (u8*)sp_s, off_s, geom_of(P), d_qk);
         __syncthreads();  // B0
         {
             float acc[4][4];
 #pragma unroll
             for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+            // Step ks + 1's A and first B fragments are loaded before step
+            // ks's products, its second B fragment after them (a full second
+            // set would spill at MT 2); k_lo < k_hi always (>= 4 steps a slice).
+            u32 a0[4], b00[4], b10[4], a1[4], b01[4];
+            ldsm_x4(a0, qa + 32 * k_lo);
+            ldsm_x4(b00, kb + 32 * k_lo);
 #pragma unroll 1
-            for (int ks = k_lo; ks < k_hi; ++ks) {
-                const u32 d = 32 * ks;  // bytes
-                u32 a[4], b0[4], b1[4];
-                ldsm_x4(a, qa + d);
-                ldsm_x4(b0, kb + d);
-                ldsm_x4(b1, kb + 32 * TC_LD + d);
-                mma_bf16_16816(acc[0], a, b0[0], b0[1]);
-                mma_bf16_16816(acc[1], a, b0[2], b0[3]);
-                mma_bf16_16816(acc[2], a, b1[0], b1[1]);
-                mma_bf16_16816(acc[3], a, b1[2], b1[3]);
+            for (int ks = k_lo; ks < k_hi; ks += 2) {
+                ldsm_x4(b10, kb + 32 * TC_LD + 32 * ks);
+                if (ks + 1 < k_hi) {
+                    ldsm_x4(a1, qa + 32 * (ks + 1));
+                    ldsm_x4(b01, kb + 32 * (ks + 1));
+                }
+                qk_mma(acc, a0, b00, b10);
+                if (ks + 1 < k_hi) {
+                    ldsm_x4(b10, kb + 32 * TC_LD + 32 * (ks + 1));
+                    if (ks + 2 < k_hi) {
+                        ldsm_x4(a0, qa + 32 * (ks + 2));
+                        ldsm_x4(b00, kb + 32 * (ks + 2));
+                    }
+                    qk_mma(acc, a1, b01, b10);
+                }
             }
             float* sp = sp_s + (slice * MR + 16 * mt + gid) * TC_SLD + 2 * tig;
 #pragma unroll
@@ -278,21 +343,28 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
         __syncthreads();  // B1
         {
             const bool att = off_s[lane] >= 0;
+            float l[ROWS], m[ROWS], sum[ROWS], alpha[ROWS], p[ROWS];
 #pragma unroll
             for (int i = 0; i < ROWS; ++i) {
                 const int row = warp + WARPS * i;
                 float dot = 0.f;
 #pragma unroll
                 for (int sl = 0; sl < NDQ; ++sl) dot += sp_s[(sl * MR + row) * TC_SLD + lane];
-                float alpha, m = st_s[MR + row], sum = st_s[2 * MR + row];
-                const float p = softmax_step(att ? dot * scale : -fsa_inf(), m, sum, &alpha);
-                const u16 hi = f32_to_bf16_bits(p);
+                l[i] = att ? dot * scale : -fsa_inf();
+                m[i] = st_s[MR + row];
+                sum[i] = st_s[2 * MR + row];
+            }
+            softmax_steps<ROWS>(l, m, sum, alpha, p);
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i) {
+                const int row = warp + WARPS * i;
+                const u16 hi = f32_to_bf16_rn(p[i]);
                 p_s[row * TC_PLD + lane] = hi;
-                p_s[(MR + row) * TC_PLD + lane] = f32_to_bf16_bits(p - bf16_bits_to_f32(hi));
+                p_s[(MR + row) * TC_PLD + lane] = f32_to_bf16_rn(p[i] - bf16_bits_to_f32(hi));
                 if (lane == 0) {
-                    st_s[row] = alpha;
-                    st_s[MR + row] = m;
-                    st_s[2 * MR + row] = sum;
+                    st_s[row] = alpha[i];
+                    st_s[MR + row] = m[i];
+                    st_s[2 * MR + row] = sum[i];
                 }
             }
         }
@@ -306,19 +378,24 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
                 o[n][2] *= a1;
                 o[n][3] *= a1;
             }
+            // Each O tile takes P hi then P lo per k16 step, as the contract's
+            // order: the two tiles of a column pair take their hi products,
+            // then their lo products (no product waits on the one just
+            // issued), and pair np + 1's V fragment is loaded before them.
 #pragma unroll 1
             for (int kk = 0; kk < TC_KT / 16; ++kk) {
-                u32 a[4], al[4];
+                u32 a[4], al[4], b[2][4];
                 ldsm_x4(a, pa + 32 * kk);
                 ldsm_x4(al, pa + 2 * MR * TC_PLD + 32 * kk);
+                ldsm_x4_trans(b[0], vb + 32 * kk * TC_LD);
 #pragma unroll
                 for (int np = 0; np < NB / 2; ++np) {
-                    u32 b[4];
-                    ldsm_x4_trans(b, vb + 32 * kk * TC_LD + 32 * np);
-                    mma_bf16_16816(o[2 * np], a, b[0], b[1]);
-                    mma_bf16_16816(o[2 * np], al, b[0], b[1]);
-                    mma_bf16_16816(o[2 * np + 1], a, b[2], b[3]);
-                    mma_bf16_16816(o[2 * np + 1], al, b[2], b[3]);
+                    const u32(&bc)[4] = b[np & 1];
+                    if (np + 1 < NB / 2) ldsm_x4_trans(b[(np + 1) & 1], vb + 32 * kk * TC_LD + 32 * (np + 1));
+                    mma_bf16_16816(o[2 * np], a, bc[0], bc[1]);
+                    mma_bf16_16816(o[2 * np + 1], a, bc[2], bc[3]);
+                    mma_bf16_16816(o[2 * np], al, bc[0], bc[1]);
+                    mma_bf16_16816(o[2 * np + 1], al, bc[2], bc[3]);
                 }
             }
         }

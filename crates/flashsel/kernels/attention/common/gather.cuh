@@ -3,8 +3,9 @@
 //
 // ALGORITHM
 //   tile_offsets: thread j < KT reads position p = t0 + j of the row's index
-//   list; the entry is attended iff p < lim (the row's length, clipped to the
-//   CTA's split) and 0 <= idx < bound. Its byte offset in the cache (slot
+//   list (tile_entry; tile_offsets_of takes the entry already loaded); the
+//   entry is attended iff p < lim (the row's length, clipped to the CTA's
+//   split) and 0 <= idx < bound. Its byte offset in the cache (slot
 //   idx: page idx / page_size, token idx % page_size; prefill passes one page
 //   of s_kv tokens) goes to off_s[j], -1 when not attended. Returns, to every
 //   thread, whether any entry of the tile is attended (one barrier).
@@ -42,23 +43,36 @@ struct CacheGeom {
     bool aligned;      // base and both strides are multiples of 16 bytes
 };
 
+// tile_offsets from an entry already loaded: thread j < KT passes entry t0 +
+// j of the list (-1 past lim). Kernels that load the next tile's entries a
+// tile ahead call this one.
 template <int KT>
-__device__ __forceinline__ bool tile_offsets(i64* off_s, const int* idx_row, int t0, int lim, const CacheGeom& g) {
+__device__ __forceinline__ bool tile_offsets_of(i64* off_s, int entry, const CacheGeom& g) {
     bool v = false;
     if (threadIdx.x < KT) {
-        const int p = t0 + (int)threadIdx.x;
+        const i64 idx = (i64)entry;
         i64 off = -1;
-        if (p < lim) {
-            const i64 idx = (i64)__ldg(idx_row + p);
-            if (idx >= 0 && idx < g.bound) {
-                const i64 page = idx / g.page_size;
-                off = page * g.page_stride + (idx - page * g.page_size) * g.token_stride;
-                v = true;
-            }
+        if (idx >= 0 && idx < g.bound) {
+            // 0 <= idx < 2^31: a 32-bit division when the page size fits.
+            const i64 page = g.page_size <= 0x7fffffff ? (i64)((u32)idx / (u32)g.page_size) : idx / g.page_size;
+            off = page * g.page_stride + (idx - page * g.page_size) * g.token_stride;
+            v = true;
         }
         off_s[threadIdx.x] = off;
     }
     return __syncthreads_or(v) != 0;
+}
+
+// Entry t0 + j of the list for thread j < KT, -1 past lim or for other threads.
+template <int KT>
+__device__ __forceinline__ int tile_entry(const int* idx_row, int t0, int lim) {
+    const int p = t0 + (int)threadIdx.x;
+    return threadIdx.x < KT && p < lim ? __ldg(idx_row + p) : -1;
+}
+
+template <int KT>
+__device__ __forceinline__ bool tile_offsets(i64* off_s, const int* idx_row, int t0, int lim, const CacheGeom& g) {
+    return tile_offsets_of<KT>(off_s, tile_entry<KT>(idx_row, t0, lim), g);
 }
 
 __device__ __forceinline__ void store4(float* d, float a, float b, float c, float e) {

@@ -35,6 +35,19 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
 #endif
 }
 
+// f32 -> bf16 bits, round to nearest even: one cvt.rn.bf16.f32 on the
+// device; the bits of f32_to_bf16_bits for every value but a NaN's payload
+// (a canonical NaN gives 0x7fff either way).
+__device__ __forceinline__ u16 f32_to_bf16_rn(float f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    u16 d;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(d) : "f"(f));
+    return d;
+#else
+    return f32_to_bf16_bits(f);
+#endif
+}
+
 #ifndef FSA_HOST_EMU
 // The 32-bit shared-memory address of a generic pointer into shared memory.
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }

@@ -24,18 +24,51 @@
 
 namespace fsattn {
 
-// One warp's step of a head over a tile of 32 logits (lane j holds logit j):
-// updates (m, sum) in place (every lane the same bits) and returns lane's
-// probability exp(l - m'); *alpha gets the rescale of O.
+// One warp's step of R heads over a tile of 32 logits each (lane j holds
+// logit j of every head): updates each head's (m, sum) in place (every lane
+// the same bits), sets p[r] to the lane's probability exp(l - m') and
+// alpha[r] to the rescale of O. The R heads' butterflies are interleaved
+// (straight-line code, selects instead of branches), so their shuffle
+// latencies overlap; each head's values are those of a step of its own.
+// exp(0) = 1 and exp(-inf) = 0 exactly, so a head with nothing attended yet
+// gets alpha 1 and p 0 without a branch.
+template <int R>
+__device__ __forceinline__ void softmax_steps(const float (&l)[R], float (&m)[R], float (&sum)[R], float (&alpha)[R],
+                                              float (&p)[R]) {
+    float t[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) t[r] = l[r];
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) t[r] = nan_max(t[r], __shfl_xor_sync(FSA_FULL, t[r], o));
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const float m_new = nan_max(m[r], t[r]);
+        const bool none = m_new == -fsa_inf();
+        alpha[r] = expf(none ? 0.f : m[r] - m_new);
+        p[r] = expf(none ? -fsa_inf() : l[r] - m_new);
+        m[r] = m_new;
+        t[r] = p[r];
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) t[r] += __shfl_xor_sync(FSA_FULL, t[r], o);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) sum[r] = sum[r] * alpha[r] + t[r];
+}
+
+// One head's step (softmax_steps of one).
 __device__ __forceinline__ float softmax_step(float l, float& m, float& sum, float* alpha) {
-    const float m_new = nan_max(m, warp_max_nan(l));
-    const bool none = m_new == -fsa_inf();
-    const float a = none ? 1.f : expf(m - m_new);
-    const float p = none ? 0.f : expf(l - m_new);
-    sum = sum * a + warp_sum(p);
-    m = m_new;
-    *alpha = a;
-    return p;
+    float ls[1] = {l}, ms[1] = {m}, ss[1] = {sum}, as[1], ps[1];
+    softmax_steps<1>(ls, ms, ss, as, ps);
+    m = ms[0];
+    sum = ss[0];
+    *alpha = as[0];
+    return ps[0];
 }
 
 // The output scale of a head with final state (m, sum): lse, and the factor

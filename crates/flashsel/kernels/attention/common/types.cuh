@@ -46,10 +46,10 @@ __device__ __forceinline__ float e4m3_to_f32(u32 c) {
 
 // max that propagates NaN (fmaxf drops it): a NaN logit makes the row NaN,
 // as the reference's max does.
+// Selects, not branches: a warp's reduction stays straight-line code.
 __device__ __forceinline__ float nan_max(float a, float b) {
-    if (a != a) return a;
-    if (b != b) return b;
-    return fmaxf(a, b);
+    const float r = b != b ? b : fmaxf(a, b);
+    return a != a ? a : r;
 }
 
 // Butterfly reductions over a warp: every lane ends with the same bits (each
