@@ -54,7 +54,7 @@ static Out reference(const Prob& p) {
             if (keys.empty()) { o.lse[li] = INFINITY; o.maxl[mi] = -INFINITY; continue; }
             std::vector<double> l(keys.size());
             double m = -INFINITY;
-            for (size_t j = 0; j < keys.size(); ++j) { double d = 0; for (int x = 0; x < p.d_qk; ++x) d += qval(p, ((long long)r * p.h_q + h) * p.d_qk + x) * keys[j][x]; l[j] = (double)p.scale * d; m = std::max(m, l[j]); }
+            for (size_t j = 0; j < keys.size(); ++j) { double d = 0; for (int x = 0; x < p.d_qk; ++x) d += qval(p, ((long long)r * p.h_q + h) * p.d_qk + x) * keys[j][x]; l[j] = (double)p.scale * d; m = std::isnan(m) || std::isnan(l[j]) ? NAN : std::max(m, l[j]); }
             double sum = 0; for (double x : l) sum += std::exp(x - m);
             double lse = m + std::log(sum);
             double f = p.has_sink ? 1.0 / (1.0 + std::exp((double)p.sink[h] - lse)) : 1.0;
@@ -177,12 +177,25 @@ static void poison(Prob& p, long long slots) {
     for (long long s = 0; s < slots; ++s) if (!used[s]) memset(p.kv.data() + offset(p, s), 0xff, w);
 }
 
-static void test(const char* name, Prob p, long long slots, int lens_mode, bool sink, int force = 0) {
+// nan_key: a NaN in the first value of row 0's first attended key (its
+// logits are NaN: the row's heads come out NaN, the other rows as usual).
+static void test(const char* name, Prob p, long long slots, int lens_mode, bool sink, int force = 0, bool nan_key = false) {
     std::printf("%s", name);
     put_q(p); put_idx(p);
     if (lens_mode) { p.has_lens = true; int n = p.per_row ? p.rows : p.rows / p.s_q_div; p.lens.resize(n); for (auto& l : p.lens) l = below(p.topk + 1); }
     if (sink) { p.has_sink = true; p.sink.resize(p.h_q); for (int h = 0; h < p.h_q; ++h) p.sink[h] = h == 1 ? INFINITY : h == 2 ? -INFINITY : nrm(); }
     put_kv(p, slots); poison(p, slots);
+    if (nan_key) {
+        int L = p.has_lens ? p.lens[0] : p.topk;
+        for (int j = 0; j < L; ++j) {
+            long long i = p.idx[j];
+            if (i < 0 || i >= p.bound) continue;
+            unsigned char* t = p.kv.data() + offset(p, i);
+            if (p.fmt_kv == 2) t[0] = 0x7f; else if (p.fmt_kv == 1) { t[0] = 0xc0; t[1] = 0x7f; } else { float f = NAN; memcpy(t, &f, 4); }
+            std::printf(" (NaN key at slot %lld)", i);
+            break;
+        }
+    }
     Out w = reference(p);
     const bool both = p.fmt_q == 1 && p.fmt_kv != 0;
     if (both) {  // the f32 kernel on the same problem
@@ -249,6 +262,9 @@ int main() {
         test("tc decode fp8 h33 auto", p, p.bound, 0, true, 0);
         p.h_q = 128; p.rows = 1; p.s_q_div = 1;
         test("tc decode fp8 h128 split 3", p, p.bound, 0, true, 3);
+        test("tc decode fp8 h128 NaN key", p, p.bound, 0, false, 1, true);
+        Prob b{}; b.rows = 3; b.h_q = 32; b.d_qk = 576; b.topk = 64; b.fmt_q = 1; b.fmt_kv = 1; b.bound = 200; b.page_size = 200; b.page_stride = 0; b.token_stride = 576 * 2; b.scale = 1 / 24.f;
+        test("tc prefill bf16 h32 NaN key", b, 200, 0, false, 1, true);
     }
     std::printf("fails %d\n", fails);
     return fails != 0;

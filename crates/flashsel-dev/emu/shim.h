@@ -56,6 +56,17 @@ inline float __shfl_xor_sync(unsigned, float v, int m) {
     g_warp[t >> 5]->arrive_and_wait();
     return r;
 }
+inline int g_vote[256];
+// __any_sync over the calling warp.
+inline bool __any_sync(unsigned, bool v) {
+    int t = threadIdx.x, w = t & ~31;
+    g_vote[t] = v;
+    g_warp[t >> 5]->arrive_and_wait();
+    bool r = false;
+    for (int i = 0; i < 32; ++i) r = r || g_vote[w + i];
+    g_warp[t >> 5]->arrive_and_wait();
+    return r;
+}
 inline std::mutex g_mu;
 inline int atomicMax(int* p, int v) { std::lock_guard<std::mutex> l(g_mu); int o = *p; if (v > o) *p = v; return o; }
 template <class P>

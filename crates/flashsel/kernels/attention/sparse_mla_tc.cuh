@@ -140,18 +140,24 @@ __device__ __forceinline__ void tc_gather(u16* k_s, u8* raw_s, const i64* off_s,
     u16* row = k_s + j * TC_LD;
     const u8* src = g.base + (off < 0 ? 0 : off);
     if (KF == FMT_BF16) {
-        const int chunks = d_qk / 8;  // 64 or 72
+        // Chunks u + 8m: m < 8 always (d_qk >= 512), m = 8 for d_qk 576.
+        const bool ninth = d_qk > 512;
+        if (off < 0) {
 #pragma unroll
-        for (int m = 0; m < 9; ++m) {
-            const int c = u + 8 * m;
-            if (c >= chunks) break;
-            u16* dst = row + 8 * c;
-            if (off < 0) {
-                *(uint4*)dst = make_uint4(0u, 0u, 0u, 0u);
-            } else if (g.aligned) {
-                cp_async16(smem_addr(dst), src + 16 * c);
-            } else {
-                *(uint4*)dst = ld16(src + 16 * c, false);
+            for (int m = 0; m < 9; ++m) {
+                if (m < 8 || ninth) *(uint4*)(row + 8 * (u + 8 * m)) = make_uint4(0u, 0u, 0u, 0u);
+            }
+        } else if (g.aligned) {
+            const u32 dst = smem_addr(row + 8 * u);
+            const u8* at = src + 16 * u;
+#pragma unroll
+            for (int m = 0; m < 9; ++m) {
+                if (m < 8 || ninth) cp_async16(dst + 128 * m, at + 128 * m);
+            }
+        } else {
+#pragma unroll 1
+            for (int m = 0; m < 9; ++m) {
+                if (m < 8 || ninth) *(uint4*)(row + 8 * (u + 8 * m)) = ld16(src + 16 * (u + 8 * m), false);
             }
         }
         cp_async_wait_all();
@@ -282,6 +288,8 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
     for (int n = 0; n < NB; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     const int ksteps = d_qk / 16;
     const int k_lo = slice * ksteps / NDQ, k_hi = (slice + 1) * ksteps / NDQ;
+    // Steps a slice: KMIN at d_qk 512, KMIN or KMIN + 1 at 576.
+    constexpr int KMIN = 32 / NDQ;
     const float scale = P.sm_scale;
     // ldmatrix row addresses: A (16 rows x 16 cols at (row0, col0)): lane
     // gives row row0 + (lane & 15), col col0 + 8 (lane >> 4). B from a
@@ -310,28 +318,23 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
             float acc[4][4];
 #pragma unroll
             for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-            // Step ks + 1's A and first B fragments are loaded before step
-            // ks's products, its second B fragment after them (a full second
-            // set would spill at MT 2); k_lo < k_hi always (>= 4 steps a slice).
-            u32 a0[4], b00[4], b10[4], a1[4], b01[4];
-            ldsm_x4(a0, qa + 32 * k_lo);
-            ldsm_x4(b00, kb + 32 * k_lo);
-#pragma unroll 1
-            for (int ks = k_lo; ks < k_hi; ks += 2) {
-                ldsm_x4(b10, kb + 32 * TC_LD + 32 * ks);
-                if (ks + 1 < k_hi) {
-                    ldsm_x4(a1, qa + 32 * (ks + 1));
-                    ldsm_x4(b01, kb + 32 * (ks + 1));
-                }
-                qk_mma(acc, a0, b00, b10);
-                if (ks + 1 < k_hi) {
-                    ldsm_x4(b10, kb + 32 * TC_LD + 32 * (ks + 1));
-                    if (ks + 2 < k_hi) {
-                        ldsm_x4(a0, qa + 32 * (ks + 2));
-                        ldsm_x4(b00, kb + 32 * (ks + 2));
-                    }
-                    qk_mma(acc, a1, b01, b10);
-                }
+            // KMIN steps unrolled (ptxas schedules their loads ahead as
+            // registers allow), then d_qk 576's extra step where this slice
+            // has one.
+#pragma unroll
+            for (int s = 0; s < KMIN; ++s) {
+                u32 a[4], b0[4], b1[4];
+                ldsm_x4(a, qa + 32 * (k_lo + s));
+                ldsm_x4(b0, kb + 32 * (k_lo + s));
+                ldsm_x4(b1, kb + 32 * TC_LD + 32 * (k_lo + s));
+                qk_mma(acc, a, b0, b1);
+            }
+            if (k_hi - k_lo > KMIN) {
+                u32 a[4], b0[4], b1[4];
+                ldsm_x4(a, qa + 32 * (k_hi - 1));
+                ldsm_x4(b0, kb + 32 * (k_hi - 1));
+                ldsm_x4(b1, kb + 32 * TC_LD + 32 * (k_hi - 1));
+                qk_mma(acc, a, b0, b1);
             }
             float* sp = sp_s + (slice * MR + 16 * mt + gid) * TC_SLD + 2 * tig;
 #pragma unroll

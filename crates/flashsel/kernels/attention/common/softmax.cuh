@@ -30,22 +30,30 @@ namespace fsattn {
 // alpha[r] to the rescale of O. The R heads' butterflies are interleaved
 // (straight-line code, selects instead of branches), so their shuffle
 // latencies overlap; each head's values are those of a step of its own.
+// m is NaN-propagating (a NaN logit makes the head NaN, as the reference's
+// max does).
 // exp(0) = 1 and exp(-inf) = 0 exactly, so a head with nothing attended yet
 // gets alpha 1 and p 0 without a branch.
 template <int R>
 __device__ __forceinline__ void softmax_steps(const float (&l)[R], float (&m)[R], float (&sum)[R], float (&alpha)[R],
                                               float (&p)[R]) {
+    // The tile's maximum: fmaxf butterflies, then NaN if any lane's logit is
+    // (the logits are arithmetic results, so a NaN one is the canonical NaN).
     float t[R];
+    bool nan[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) t[r] = l[r];
+    for (int r = 0; r < R; ++r) {
+        t[r] = l[r];
+        nan[r] = __any_sync(FSA_FULL, l[r] != l[r]);
+    }
 #pragma unroll
     for (int o = 16; o >= 1; o >>= 1) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) t[r] = nan_max(t[r], __shfl_xor_sync(FSA_FULL, t[r], o));
+        for (int r = 0; r < R; ++r) t[r] = fmaxf(t[r], __shfl_xor_sync(FSA_FULL, t[r], o));
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-        const float m_new = nan_max(m[r], t[r]);
+        const float m_new = nan_max(m[r], nan[r] ? fsa_nan() : t[r]);
         const bool none = m_new == -fsa_inf();
         alpha[r] = expf(none ? 0.f : m[r] - m_new);
         p[r] = expf(none ? -fsa_inf() : l[r] - m_new);

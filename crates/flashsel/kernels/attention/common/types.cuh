@@ -21,6 +21,8 @@ typedef unsigned long long u64;
 enum : int { FMT_F32 = 0, FMT_BF16 = 1, FMT_FP8 = 2 };
 
 __device__ __forceinline__ float fsa_inf() { return __int_as_float(0x7f800000); }
+// The NaN that the GPU's f32 arithmetic returns.
+__device__ __forceinline__ float fsa_nan() { return __int_as_float(0x7fffffff); }
 
 // bf16 bits -> f32 (exact).
 __device__ __forceinline__ float bf16_bits_to_f32(u32 b) { return __uint_as_float(b << 16); }
@@ -53,16 +55,10 @@ __device__ __forceinline__ float nan_max(float a, float b) {
 }
 
 // Butterfly reductions over a warp: every lane ends with the same bits (each
-// step adds the same two operands on both lanes of a pair; + and fmaxf are
-// commutative).
+// step adds the same two operands on both lanes of a pair; + is commutative).
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o >= 1; o >>= 1) v += __shfl_xor_sync(FSA_FULL, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max_nan(float v) {
-#pragma unroll
-    for (int o = 16; o >= 1; o >>= 1) v = nan_max(v, __shfl_xor_sync(FSA_FULL, v, o));
     return v;
 }
 
