@@ -12,18 +12,21 @@
 //   any h_q in 1..128 runs unpadded by the caller. Prologue: q's block into
 //   shared memory (bf16), the row's length L as in sparse_mla.cu. Then per
 //   tile of KT = 32 positions of the split:
-//     1. tile_offsets (gather.cuh): attended entries and their offsets; a
-//        tile without one is skipped.
-//     2. gather: the attended rows into k_s as bf16, cp.async for a bf16
-//        cache with 16-byte aligned rows (else plain loads); an fp8 token is
-//        decoded to bf16 (e4m3 x its 128-column f32 scale, rounded to
-//        nearest even: exact for the power-of-two scales of the V3.2
-//        quantizer; the rope values are bf16 already). Unattended rows are
-//        zeros.
+//     1. tile_offsets_of (gather.cuh): attended entries and their offsets
+//        from the index entries threads < 32 loaded a tile ahead; a tile
+//        without one is skipped.
+//     2. tc_gather: the attended rows into k_s as bf16, thread t serving
+//        token t / 8; cp.async for a bf16 cache with 16-byte aligned rows
+//        (else plain loads); an aligned fp8 cache is staged raw by cp.async
+//        over sp_s / p_s (free until B0) and decoded from shared memory
+//        (e4m3 x its 128-column f32 scale, rounded to nearest even: exact
+//        for the power-of-two scales of the V3.2 quantizer; the rope values
+//        are bf16 already). Unattended rows are zeros.
 //     3. S = Q K^T: warp w takes m-tile w % MT and the w / MT-th of the
 //        d_qk / 16 k-steps (NDQ = 8 / MT slices), all 32 keys (4 n8 tiles,
 //        ldmatrix x4 for A and B); its partial S goes to sp_s[slice].
-//     4. softmax (softmax.cuh: softmax_step): warp w owns rows w + 8i; lane
+//     4. softmax (softmax.cuh: softmax_steps over the warp's rows at once,
+//        their butterflies interleaved): warp w owns rows w + 8i; lane
 //        j sums key j's NDQ partials in slice order, times sm_scale (-inf
 //        when not attended), updates the row's f32 (m, sum) and writes p =
 //        exp(l - m) to p_s as two bf16 terms, hi = bf16(p) and lo = bf16(p -
@@ -51,8 +54,9 @@
 //     zeros and nothing is written for them.
 //   - Every barrier is reached by all threads (uniform loop bounds and skip
 //     test). Per tile: tile_offsets' barrier orders the previous tile's
-//     reads of k_s / p_s / alpha before this tile's writes; B0 (after the
-//     gather's cp.async wait), B1 (after the partial logits) and B2 (after
+//     reads of k_s / p_s / alpha before this tile's writes (the fp8 staging
+//     into sp_s / p_s included; its own barrier orders the raw bytes before
+//     their decode); B0 (after the gather's cp.async wait), B1 (after the partial logits) and B2 (after
 //     the probabilities) order each stage's writes before the next stage's
 //     reads.
 //   - Shared-memory rows are padded to an odd number of 16-byte chunks
@@ -68,8 +72,11 @@
 //   token decoded) once per head block: ceil(h_q / 32) CTAs per row for h_q
 //   > 16. Shared memory 100,992 B at MT 2, 79,552 B at MT 1 (fits sm_86/89's
 //   99 KB; two CTAs per SM on sm_80 and sm_90); one KV buffer, the second
-//   CTA hides the gather. Registers: O is 32 MT f32 per thread; 128 at MT 2,
-//   86-88 at MT 1 (__launch_bounds__(256, 2) caps at 128), no spills.
+//   CTA hides the gather. Registers: O is 32 MT f32 per thread; 126-128 at
+//   MT 2, 94-118 at MT 1 (__launch_bounds__(256, 2) caps at 128), no
+//   spills. Measured (H200, h_q 128 prefill): ~5,300 warp instructions a
+//   CTA-tile, 800 of them mma; bound by shared-memory traffic, the gather's
+//   latency and the four barriers a tile (docs/perf-log.md v38).
 #include "attention/common/mma.cuh"
 
 namespace {
@@ -358,6 +365,9 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
                 sum[i] = st_s[2 * MR + row];
             }
             softmax_steps<ROWS>(l, m, sum, alpha, p);
+            // Every lane's reads of the rows' (m, sum) above happen before lane
+            // 0 overwrites them below (the shuffles order no memory).
+            __syncwarp();
 #pragma unroll
             for (int i = 0; i < ROWS; ++i) {
                 const int row = warp + WARPS * i;
