@@ -3,6 +3,9 @@
 // against a float64 reference written here: prefill and decode, every
 // format, strides, splits, sinks, lengths, and the derived-length bit test.
 // No GPU needed: bash crates/flashsel-dev/emu/run.sh
+// Each run prints a digest of its result's bits (#xxxxxxxx): a kernel change
+// meant to keep the bits (reordered independent work) must leave every
+// digest as it was.
 #include "shim.h"
 namespace { alignas(16) float smem[30000]; }
 #include "kern.cpp"  // kernels/attention/sparse_mla.cu, rewritten by run.sh
