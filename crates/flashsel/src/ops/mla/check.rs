@@ -66,6 +66,11 @@ pub struct MlaCase {
     /// Check only this many rows (spread over the batch) against the
     /// reference; `None`: all.
     pub sample: Option<usize>,
+    /// Prefill: a NaN in the first attended key of the first row that
+    /// attends one (its logits are NaN, so every head of every row that
+    /// attends that key is NaN: lse, out and max_logits, as in the
+    /// reference).
+    pub nan_key: bool,
 }
 
 impl MlaCase {
@@ -82,6 +87,7 @@ impl MlaCase {
             sink: false,
             kv_pad: 0,
             sample: None,
+            nan_key: false,
         }
     }
     fn rows(&self) -> usize {
@@ -124,8 +130,8 @@ impl MlaCase {
             self.dtype.name(),
             self.lengths,
             self.sink,
-            self.sample.map_or(String::new(), |n| format!(" ({n} rows checked)"))
-        )
+            self.sample.map_or(String::new(), |n| format!(" ({n} rows checked)")),
+        ) + if self.nan_key { " nan_key" } else { "" }
     }
 }
 
@@ -281,9 +287,24 @@ fn run_prefill<T: MlaElem>(e: &CudaEngine, c: &MlaCase, rng: &mut Rng) -> Result
             *x = f32::NAN;
         }
     }
+    let mut planted = false;
+    if c.nan_key {
+        // The first attended key of the first row that attends one.
+        for (r, row) in idx.chunks_exact(c.topk).enumerate() {
+            let l = lens.as_ref().map_or(c.topk, |l| l[r] as usize);
+            if let Some(&i) = row[..l].iter().find(|&&i| i >= 0 && (i as usize) < c.s_kv) {
+                kvf[i as usize * kv_stride] = f32::NAN;
+                planted = true;
+                break;
+            }
+        }
+    }
     let kv: Vec<T> = cast(&kvf);
     drop(kvf);
     let mut fails = Vec::new();
+    if c.nan_key && !planted {
+        fails.push("no row attends a key to make NaN (the case would test nothing)".to_string());
+    }
     let plan = e.sparse_mla_prefill_plan(&spec)?;
     if plan != c.plan() {
         fails.push(format!("the engine's plan {plan:?} is not the expected {:?}", c.plan()));
@@ -525,6 +546,7 @@ pub fn cases(quick: bool) -> Vec<MlaCase> {
         sink: false,
         kv_pad: 0,
         sample: None,
+        nan_key: false,
     };
     let formats = [CacheFormat::Fp8V32, CacheFormat::BF16, CacheFormat::F32];
     let geoms: &[(usize, usize, usize, usize, usize)] = &[
@@ -552,6 +574,12 @@ pub fn cases(quick: bool) -> Vec<MlaCase> {
             }
             out.push(c);
         }
+    }
+    // A NaN attended key, on both kernel families.
+    for (h_q, dtype) in [(64, DType::BF16), (8, DType::F32)] {
+        let mut c = MlaCase::prefill(6, 300, h_q, 576, 128, dtype);
+        c.nan_key = true;
+        out.push(c);
     }
     // The decode bench shape (sampled requests).
     let mut c = dec(if quick { 16 } else { 128 }, 2, 128, 576, 2048, CacheFormat::Fp8V32, 64, 32_768);
@@ -625,6 +653,7 @@ pub fn small_cases() -> Vec<MlaCase> {
             sink: i == 0,
             kv_pad: 0,
             sample: None,
+            nan_key: false,
         });
     }
     out
