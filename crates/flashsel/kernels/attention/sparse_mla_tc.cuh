@@ -56,9 +56,9 @@
 //     test). Per tile: tile_offsets' barrier orders the previous tile's
 //     reads of k_s / p_s / alpha before this tile's writes (the fp8 staging
 //     into sp_s / p_s included; its own barrier orders the raw bytes before
-//     their decode); B0 (after the gather's cp.async wait), B1 (after the partial logits) and B2 (after
-//     the probabilities) order each stage's writes before the next stage's
-//     reads.
+//     their decode); B0 (after the gather's cp.async wait), B1 (after the
+//     partial logits) and B2 (after the probabilities) order each stage's
+//     writes before the next stage's reads.
 //   - Shared-memory rows are padded to an odd number of 16-byte chunks
 //     (q / k rows 584 bf16, p rows 40 bf16), so the 8 row addresses of an
 //     ldmatrix hit 8 distinct bank groups.
@@ -131,6 +131,32 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16(u32 lo, u32 hi, float s) {
                       e4m3x2_to_bf16x2(hi >> 16, s));
 }
 
+// Thread u's part of one fp8 token as bf16 into `row` (zeros when not
+// attended): value chunks u + 8m (codes 16c .. 16c + 15, scale m = c / 8,
+// columns 16c ..) and rope chunk u (bf16 columns 512 + 8u ..). The token's
+// bytes are read from shared memory (STAGED) or, unaligned, from the cache.
+template <bool STAGED>
+__device__ __forceinline__ void fp8_token_to_bf16(u16* row, const u8* tok, bool attended, int u) {
+    auto ld = [&](int at) { return STAGED ? *(const uint4*)(tok + at) : ld16(tok + at, false); };
+    auto scale = [&](int m) {
+        return STAGED ? *(const float*)(tok + 512 + 4 * m) : __uint_as_float(ld4(tok + 512 + 4 * m, false));
+    };
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const int c = u + 8 * m;
+        uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0;
+        if (attended) {
+            const uint4 x = ld(16 * c);
+            const float s = scale(m);
+            w0 = e4m3x8_to_bf16(x.x, x.y, s);
+            w1 = e4m3x8_to_bf16(x.z, x.w, s);
+        }
+        *(uint4*)(row + 16 * c) = w0;
+        *(uint4*)(row + 16 * c + 8) = w1;
+    }
+    *(uint4*)(row + 512 + 8 * u) = attended ? ld(528 + 16 * u) : make_uint4(0u, 0u, 0u, 0u);
+}
+
 // The tile's attended rows into k_s ([TC_KT][TC_LD] bf16); zeros for the
 // others. Thread t serves token t / 8 of the tile and its 16-byte chunks
 // t % 8 + 8 m (no divisions; each 8 threads read 128 contiguous bytes of a
@@ -170,8 +196,7 @@ __device__ __forceinline__ void tc_gather(u16* k_s, u8* raw_s, const i64* off_s,
         cp_async_wait_all();
         return;
     }
-    // fp8: value chunk c (c < 32) is codes 16c .. 16c + 15 with scale c / 8,
-    // columns 16c ..; rope chunk u is bf16 columns 512 + 8u ...
+    // fp8: the token's 41 chunks staged by its 8 threads, then decoded.
     if (g.aligned) {
         u8* raw = raw_s + j * FP8_TOKEN;
         if (off >= 0) {
@@ -183,41 +208,19 @@ __device__ __forceinline__ void tc_gather(u16* k_s, u8* raw_s, const i64* off_s,
         }
         cp_async_wait_all();
         __syncthreads();
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-            const int c = u + 8 * m;
-            uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0;
-            if (off >= 0) {
-                const uint4 x = *(const uint4*)(raw + 16 * c);
-                const float s = *(const float*)(raw + 512 + 4 * m);
-                w0 = e4m3x8_to_bf16(x.x, x.y, s);
-                w1 = e4m3x8_to_bf16(x.z, x.w, s);
-            }
-            *(uint4*)(row + 16 * c) = w0;
-            *(uint4*)(row + 16 * c + 8) = w1;
-        }
-        *(uint4*)(row + 512 + 8 * u) = off >= 0 ? *(const uint4*)(raw + 528 + 16 * u) : make_uint4(0u, 0u, 0u, 0u);
+        fp8_token_to_bf16<true>(row, raw, off >= 0, u);
         return;
     }
-#pragma unroll 1
-    for (int m = 0; m < 4; ++m) {
-        const int c = u + 8 * m;
-        uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0;
-        if (off >= 0) {
-            const uint4 x = ld16(src + 16 * c, false);
-            const float s = __uint_as_float(ld4(src + 512 + 4 * m, false));
-            w0 = e4m3x8_to_bf16(x.x, x.y, s);
-            w1 = e4m3x8_to_bf16(x.z, x.w, s);
-        }
-        *(uint4*)(row + 16 * c) = w0;
-        *(uint4*)(row + 16 * c + 8) = w1;
-    }
-    *(uint4*)(row + 512 + 8 * u) = off >= 0 ? ld16(src + 528 + 16 * u, false) : make_uint4(0u, 0u, 0u, 0u);
+    fp8_token_to_bf16<false>(row, src, off >= 0, u);
 }
 
-// One k16 step of S = Q K^T: this warp's A fragment (16 heads) times the B
-// fragments of the tile's 32 keys (two ldmatrix.x4, two n8 tiles each).
-__device__ __forceinline__ void qk_mma(float (&acc)[4][4], const u32 (&a)[4], const u32 (&b0)[4], const u32 (&b1)[4]) {
+// One k16 step ks of S = Q K^T: this warp's A fragment (16 heads) times the
+// B fragments of the tile's 32 keys (two ldmatrix.x4, two n8 tiles each).
+__device__ __forceinline__ void qk_step(float (&acc)[4][4], u32 qa, u32 kb, int ks) {
+    u32 a[4], b0[4], b1[4];
+    ldsm_x4(a, qa + 32 * ks);
+    ldsm_x4(b0, kb + 32 * ks);
+    ldsm_x4(b1, kb + 32 * TC_LD + 32 * ks);
     mma_bf16_16816(acc[0], a, b0[0], b0[1]);
     mma_bf16_16816(acc[1], a, b0[2], b0[3]);
     mma_bf16_16816(acc[2], a, b1[0], b1[1]);
@@ -329,20 +332,8 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
             // registers allow), then d_qk 576's extra step where this slice
             // has one.
 #pragma unroll
-            for (int s = 0; s < KMIN; ++s) {
-                u32 a[4], b0[4], b1[4];
-                ldsm_x4(a, qa + 32 * (k_lo + s));
-                ldsm_x4(b0, kb + 32 * (k_lo + s));
-                ldsm_x4(b1, kb + 32 * TC_LD + 32 * (k_lo + s));
-                qk_mma(acc, a, b0, b1);
-            }
-            if (k_hi - k_lo > KMIN) {
-                u32 a[4], b0[4], b1[4];
-                ldsm_x4(a, qa + 32 * (k_hi - 1));
-                ldsm_x4(b0, kb + 32 * (k_hi - 1));
-                ldsm_x4(b1, kb + 32 * TC_LD + 32 * (k_hi - 1));
-                qk_mma(acc, a, b0, b1);
-            }
+            for (int s = 0; s < KMIN; ++s) qk_step(acc, qa, kb, k_lo + s);
+            if (k_hi - k_lo > KMIN) qk_step(acc, qa, kb, k_hi - 1);
             float* sp = sp_s + (slice * MR + 16 * mt + gid) * TC_SLD + 2 * tig;
 #pragma unroll
             for (int n = 0; n < 4; ++n) {

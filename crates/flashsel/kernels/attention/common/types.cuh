@@ -54,14 +54,6 @@ __device__ __forceinline__ float nan_max(float a, float b) {
     return a != a ? a : r;
 }
 
-// Butterfly reductions over a warp: every lane ends with the same bits (each
-// step adds the same two operands on both lanes of a pair; + is commutative).
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o >= 1; o >>= 1) v += __shfl_xor_sync(FSA_FULL, v, o);
-    return v;
-}
-
 // Reduce-scatter of 32 per-lane partial sums: on return lane l holds the sum
 // over the warp of entry l (31 shuffles instead of 32 x 5). The order of the
 // additions is fixed by the lane, so the result is deterministic.
