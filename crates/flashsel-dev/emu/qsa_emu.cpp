@@ -1,10 +1,13 @@
 // The QSA scorer (kernels/indexer/qsa/score.cuh, the 18 entries of
 // indexer/qsa_scores.cu) run on the host under shim.h, one CTA at a time with
-// 256 threads, real warp barriers and shuffles, and cp.async groups landed
-// early or late at random, against a reference written here from the
-// documented contract (ops/indexer: lane l sums the products of j = l, l + 8,
-// ... in increasing j, the lane tree, relu, heads left to right from +0.0,
+// 256 threads, real warp barriers and shuffles, and the tensor-core mma by
+// shim.h's model, against a reference written here from the documented
+// device order (score.cuh's header: the bf16 terms, the dimensions of each
+// 16-dimension step, the step and term order, relu, the pairwise head tree,
 // one scale; NaN canonical; -inf past V; a bad row NaN, a bad page NaN).
+// The model's sums are not the hardware's bits; what the digests prove is
+// the data movement: every fragment, dimension, term, head and row in its
+// place.
 // Every case compares bits: the plain form (every block written) and the
 // fused form (rows with V <= skip_upto and blocks past V untouched, the
 // positions the selection reads). Tiles of several groups a warp, rows
@@ -57,6 +60,18 @@ struct Data {
     int max_pages = 0, per_page = 1, cache_pages = 0, sequences = 0;
 };
 
+// A value's bf16 term i (0 hi, 1 mid, 2 lo: truncations, their sum the
+// value exactly; a NaN or an infinity is its hi term alone; bf16 and e4m3
+// values are their own hi term).
+float term(float x, int i) {
+    const unsigned b = __float_as_uint(x);
+    if (std::isnan(x)) return i == 0 ? NAN : 0.f;
+    if (std::isinf(x)) return i == 0 ? x : 0.f;
+    const float hi = __uint_as_float(b & 0xffff0000u), r = x - hi;
+    const float mid = __uint_as_float(__float_as_uint(r) & 0xffff0000u);
+    return i == 0 ? hi : i == 1 ? mid : r - mid;
+}
+
 float qval(const Case& c, const Data& x, long long i) {
     if (c.qb) { unsigned short b; std::memcpy(&b, &x.q[2 * i], 2); return __uint_as_float((unsigned)b << 16); }
     float f; std::memcpy(&f, &x.q[4 * i], 4); return f;
@@ -90,14 +105,32 @@ std::vector<unsigned> reference(const Case& c, const Data& x, float scale) {
                 if (page < 0 || page >= x.cache_pages) { o = NAN_BITS; continue; }
                 at = (long long)page * x.per_page + b % x.per_page;
             }
-            float s = 0.f;
+            // The device order: per head an f32 accumulator over the
+            // 16-dimension steps, one emulated mma (shim.h: the 16 exact
+            // products summed in double, then added in f32) per step and
+            // (key term, query term) pair; relu; the pairwise head tree.
+            const int hp = c.heads <= 1 ? 1 : c.heads <= 2 ? 2 : c.heads <= 4 ? 4 : c.heads <= 8 ? 8 : 16;
+            const int tq = c.qb ? 1 : 3, tk = c.kd == 0 ? 3 : 1;
+            float hs[16] = {};
             for (int h = 0; h < c.heads; ++h) {
-                float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-                for (int j = 0; j < c.d; ++j)
-                    a[j % 8] = a[j % 8] + qval(c, x, ((long long)r * c.heads + h) * c.d + j) * kval(c, x, at * c.d + j);
-                const float comb = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-                s = s + ((comb > 0.f || std::isnan(comb)) ? comb : 0.f);
+                float acc = 0.f;
+                for (int ks = 0; ks < c.d / 16; ++ks)
+                    for (int a = 0; a < tk; ++a)
+                        for (int e = 0; e < tq; ++e) {
+                            double sum = 0;
+                            for (int kk = 0; kk < 16; ++kk) {
+                                const int dim = 32 * (ks >> 1) + 8 * ((kk & 7) >> 1) + 4 * (ks & 1) + 2 * (kk >> 3) + (kk & 1);
+                                const float kv = kval(c, x, at * c.d + dim);
+                                const float qv = qval(c, x, ((long long)r * c.heads + h) * c.d + dim);
+                                sum += (double)term(kv, c.kd == 0 ? a : 0) * term(qv, c.qb ? 0 : e);
+                            }
+                            acc = (float)((double)acc + sum);
+                        }
+                hs[h] = (acc > 0.f || std::isnan(acc)) ? acc : 0.f;
             }
+            for (int w = 1; w < hp; w *= 2)
+                for (int h = 0; h < hp; h += 2 * w) hs[h] = hs[h] + hs[h + w];
+            const float s = hs[0];
             const float score = s * scale;
             o = std::isnan(score) ? NAN_BITS : __float_as_uint(score);
         }
@@ -236,9 +269,10 @@ int main() {
                        qb == 1, kd, d, 4, 3, 1700, 4, 768, 2, false, false, kd != 2 || d == 128};
                 cases.push_back(c);
             }
-    // Heads: 1, 5 (a partial group of four), 16 (four passes over a key).
-    for (int h : {1, 5, 16}) {
-        Case c{"qbf16 kbf16 d128 h" + std::to_string(h), true, 1, 128, h, 3, 1100, 4, 512, 3, false, false, true};
+    // Heads: every padded width (1, 2, 4, 8, 16) and partial ones (3, 5,
+    // 12), rows past one group (a group holds 16 / hp rows).
+    for (int h : {1, 2, 3, 5, 8, 12, 16}) {
+        Case c{"qbf16 kbf16 d128 h" + std::to_string(h), true, 1, 128, h, 19, 1100, 4, 512, 3, false, false, true};
         cases.push_back(c);
     }
     cases.push_back({"qf32 kf32 d256 h16 (8 stages x 4 passes)", false, 0, 256, 16, 2, 600, 4, 256, 2, false, false, true});

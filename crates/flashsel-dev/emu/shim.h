@@ -24,6 +24,7 @@ struct uint2 { unsigned x, y; };
 struct float2 { float x, y; };
 struct float4 { float x, y, z, w; };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
 inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 template <class T> inline T __ldg(const T* p) { return *p; }
@@ -157,6 +158,16 @@ inline unsigned long long __shfl_sync(unsigned, unsigned long long v, int src) {
     g_xch64[t] = v;
     g_warp[t >> 5]->arrive_and_wait();
     unsigned long long r = g_xch64[(t & ~31) + src];
+    g_warp[t >> 5]->arrive_and_wait();
+    return r;
+}
+// __ballot_sync over the calling warp.
+inline unsigned __ballot_sync(unsigned, bool v) {
+    int t = threadIdx.x, w = t & ~31;
+    g_vote[t] = v;
+    g_warp[t >> 5]->arrive_and_wait();
+    unsigned r = 0;
+    for (int i = 0; i < 32; ++i) r |= (unsigned)(g_vote[w + i] != 0) << i;
     g_warp[t >> 5]->arrive_and_wait();
     return r;
 }

@@ -10,13 +10,14 @@
 //! untimed call is the baseline, then the engine's timed runs
 //! (`CudaEngine::time_qsa_indexer`: inputs uploaded once, graph replays for
 //! short runs; the wall clock on the CPU), median reported. Checks: `det`
-//! (the timed call's first result equals the baseline), `cpu` (on a backend
-//! other than the CPU: the result equals `flashsel::cpu::qsa_indexer`, every
-//! row for decode; for prefill, on a deterministic sample of rows, the CPU
-//! engine run on those rows only, since every row of the fused result
-//! depends on that row's inputs alone), `ref` (sampled rows, all of small
-//! cases: the result equals `cpu::qsa_select(cpu::qsa_scores(...))` on those
-//! rows, the unfused composition the fused call is defined by).
+//! (the timed call's first result equals the baseline); on the GPU `chain`
+//! (the result equals `cpu::qsa_select` over the CUDA engine's own
+//! `qsa_scores`, every row for decode; for prefill on a deterministic sample
+//! of rows, scored alone, since every row depends on its own inputs only:
+//! the device's scores are its tensor-core order's, within their stated
+//! bound of the CPU's, so the CPU's selection may differ on near-ties); on
+//! the CPU `ref` (sampled rows: the result equals
+//! `cpu::qsa_select(cpu::qsa_scores(...))`, the unfused composition).
 //!
 //! Floor: the key bytes the rows read once (`V` blocks of each row that
 //! sees more than `k_blocks`; the others read none) at the device's measured
@@ -296,13 +297,15 @@ fn run_case<K: KeyElem>(ctx: &Ctx<'_>, c: &IdxCase, q: &[bf16], kbar: &[K], ci: 
     row
 }
 
-/// How the CPU engine computes the rows of a check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CpuForm {
-    /// `cpu::qsa_indexer`, the fused call.
-    Fused,
+/// How the rows of a check are computed (the selection on the CPU engine).
+#[derive(Clone, Copy)]
+enum CpuForm<'a> {
     /// `cpu::qsa_select(cpu::qsa_scores(...))`, the composition it equals.
     Composed,
+    /// `cpu::qsa_select` over the CUDA engine's `qsa_scores`: the chain a
+    /// CUDA `qsa_indexer` equals (its scores are the device's, within their
+    /// bound of the CPU's, not the CPU's bits).
+    DeviceChain(&'a flashsel::cuda::CudaEngine),
 }
 
 /// The selection of the case's rows `rows` on the CPU engine.
@@ -312,7 +315,7 @@ fn cpu_rows<K: KeyElem>(
     kbar: &[K],
     pages: Option<(&[i32], &[i32])>,
     rows: &[usize],
-    form: CpuForm,
+    form: CpuForm<'_>,
 ) -> Result<QsaSelection, String> {
     let pos_all = c.positions();
     let positions: Vec<i64> = rows.iter().map(|&r| pos_all[r]).collect();
@@ -329,9 +332,12 @@ fn cpu_rows<K: KeyElem>(
     };
     let fail = |e: flashsel::Error| format!("the CPU engine: {e}");
     match form {
-        CpuForm::Fused => flashsel::cpu::qsa_indexer(&qs, &keys, &positions, &spec, map.as_ref()).map_err(fail),
-        CpuForm::Composed => {
-            let scores = flashsel::cpu::qsa_scores(&qs, &keys, &positions, &spec.scores_spec()).map_err(fail)?;
+        CpuForm::Composed | CpuForm::DeviceChain(_) => {
+            let scores = match form {
+                CpuForm::DeviceChain(e) => e.qsa_scores_host(&qs, &keys, &positions, &spec.scores_spec()),
+                _ => flashsel::cpu::qsa_scores(&qs, &keys, &positions, &spec.scores_spec()),
+            }
+            .map_err(fail)?;
             let view = ScoresView::new(&scores, spec.rows, spec.blocks).map_err(|e| e.to_string())?;
             flashsel::cpu::qsa_select(&view, &positions, &spec.select_spec(), map.as_ref()).map_err(fail)
         }
@@ -460,25 +466,34 @@ fn measure<K: KeyElem>(
             format!("{what} {}/{} rows", sample.len(), c.rows())
         }
     };
-    if !matches!(backend, Backend::Cpu) {
-        let cpu = cpu_rows(c, q, kbar, pages, &sample, CpuForm::Fused)?;
-        if let Some(r) = mismatch(&first, &cpu, Some(&sample)) {
-            bad.push(format!("MISMATCH vs flashsel::cpu::qsa_indexer at row {r}"));
-        }
-        checks.push(part("cpu"));
-    }
-    // The reference: qsa_select(qsa_scores) on the CPU, on sampled rows (a
-    // decode case's few rows: all of them; 16 x 1M holds 16 MiB of scores).
     let ref_rows: Vec<usize> = sample.iter().copied().take(16).collect();
-    let composed = cpu_rows(c, q, kbar, pages, &ref_rows, CpuForm::Composed)?;
-    if let Some(r) = mismatch(&first, &composed, Some(&ref_rows)) {
-        bad.push(format!("MISMATCH vs qsa_select(qsa_scores) at row {r}"));
+    let all = |rows: &[usize], what: &str| {
+        if rows.len() == c.rows() {
+            format!("{what} all")
+        } else {
+            format!("{what} {}/{} rows", rows.len(), c.rows())
+        }
+    };
+    match backend {
+        Backend::Cuda(e) => {
+            // The chain the device's fused call equals: qsa_select (on the
+            // CPU) over the device's scores.
+            let chain = cpu_rows(c, q, kbar, pages, &sample, CpuForm::DeviceChain(e))?;
+            if let Some(r) = mismatch(&first, &chain, Some(&sample)) {
+                bad.push(format!("MISMATCH vs cpu::qsa_select(cuda qsa_scores) at row {r}"));
+            }
+            checks.push(part("chain"));
+        }
+        _ => {
+            // The reference: qsa_select(qsa_scores) on the CPU, on sampled
+            // rows (a decode case's few rows: all of them).
+            let composed = cpu_rows(c, q, kbar, pages, &ref_rows, CpuForm::Composed)?;
+            if let Some(r) = mismatch(&first, &composed, Some(&ref_rows)) {
+                bad.push(format!("MISMATCH vs qsa_select(qsa_scores) at row {r}"));
+            }
+            checks.push(all(&ref_rows, "ref"));
+        }
     }
-    checks.push(if ref_rows.len() == c.rows() {
-        "ref all".into()
-    } else {
-        format!("ref {}/{} rows", ref_rows.len(), c.rows())
-    });
     row.set_verified(checks, bad);
     Ok(())
 }

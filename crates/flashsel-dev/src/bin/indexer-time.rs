@@ -61,14 +61,10 @@ fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64
     }
     let mut ok = "unverified".to_string();
     if s.verify {
-        let s_cpu = flashsel::cpu::qsa_scores(&q, &keys, &positions, &sspec).unwrap();
-        let same = s_cpu.iter().zip(&s_gpu).all(|(a, b)| a.to_bits() == b.to_bits());
-        let i_cpu = flashsel::cpu::qsa_indexer(&q, &keys, &positions, &ispec, None).unwrap();
-        ok = format!(
-            "scores {} indexer {}",
-            if same { "ok" } else { "MISMATCH" },
-            if i_cpu == i_gpu { "ok" } else { "MISMATCH" }
-        );
+        // The fused call against qsa_select on the CPU over the device's scores.
+        let view = flashsel::ScoresView::new(&s_gpu, rows, nb).unwrap();
+        let chain = flashsel::cpu::qsa_select(&view, &positions, &ispec.select_spec(), None).unwrap();
+        ok = format!("indexer {}", if chain == i_gpu { "ok" } else { "MISMATCH" });
     }
     let per_row = (nb * d * std::mem::size_of::<K>()) as f64;
     let key_bytes = if s.paged { per_row * rows as f64 } else { per_row };

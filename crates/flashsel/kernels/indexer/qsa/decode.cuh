@@ -70,8 +70,9 @@ enum : int {
     DEC_STATE_WORDS = DEC_HDR + DEC_PASSES * DEC_BINS + 2 * DEC_MAX_CTAS,
     DEC_MAX_K = 4096,     // score order stages k composites in the stage buffers
 };
-static_assert(DEC_MAX_K * 8 <= SCORE_WARPS * 2 * BUF_BYTES, "the staged list fits the stage buffers");
-static_assert(DEC_BINS * 4 + DEC_MAX_K * 4 <= SCORE_WARPS * 2 * BUF_BYTES, "the histogram and the picked columns fit the stage buffers");
+enum : int { DEC_SCRATCH_BYTES = 32768 };  // the histogram and picked columns, or the staged list
+static_assert(DEC_MAX_K * 8 <= DEC_SCRATCH_BYTES, "the staged list fits the scratch");
+static_assert(DEC_BINS * 4 + DEC_MAX_K * 4 <= DEC_SCRATCH_BYTES, "the histogram and the picked columns fit the scratch");
 
 // The launch's parameter block (ops/indexer/device.rs DecodeParams).
 // tok_row (select/tokens.cuh) reads tok, lengths, cols and k.
@@ -167,9 +168,46 @@ __device__ __forceinline__ void dec_crossing(DecShared& sh, const u32* gh, u32 n
 
 // Row `row`'s selection of its k best blocks among [0, V), the CTA's part
 // (steps 1 to 3 of the header); returns after its ids are written.
+// The CTA's chunk [start, end) of row `row` scored into sk as order keys:
+// one column tile; more than eight heads in two passes (heads 0 .. 7, then
+// the rest), whose sums add as score.cuh's sixteen-head tree does (the pass
+// keeps its half in sk as f32 bits; the same lane writes both).
+template <bool Q_BF16, class K, int D>
+__device__ __forceinline__ void score_chunk(const DecodeParams& P, int row, int key_seq, u32 start, u32 end, uint2* qf,
+                                            u32* sk) {
+    const ScoreParams& p = P.s;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int* table = (const int*)p.page_table + (long long)key_seq * p.max_pages;
+    const int passes = p.heads > 8 ? 2 : 1;
+#pragma unroll 1
+    for (int pass = 0; pass < passes; ++pass) {
+        const int h0 = 8 * pass, hn = passes == 1 ? p.heads : min(8, p.heads - h0);
+        if (pass > 0) __syncthreads();  // every warp is done with the first half's fragments
+        load_query_frags<Q_BF16, D, 1>(p, row, 1, h0, hn, qf);
+        __syncthreads();
+#pragma unroll 1
+        for (u32 g0 = start + (u32)warp * 32u; g0 < end; g0 += SCORE_WARPS * 32) {
+            bool bad_page;
+            const unsigned char* key_at = key_address<K, D>(p, table, (int)g0 + lane, (int)end, bad_page);
+            const u32 bad = __ballot_sync(FULL_MASK, bad_page);
+            warp_scores<Q_BF16, K, D, 1>(key_at, qf, hn, lane, [&](int rr, int i, float s) {
+                const u32 b = g0 + (u32)i;
+                if (rr != 0 || b >= end) return;
+                u32& o = sk[b - start];
+                if (passes == 2 && pass == 0) {
+                    o = __float_as_uint(s);
+                    return;
+                }
+                if (passes == 2) s = __uint_as_float(o) + s;
+                o = order_key<32>(__float_as_uint(finish_score(s, (bad >> i) & 1u, p.scale)), P.nan_largest);
+            });
+        }
+    }
+}
+
 template <bool Q_BF16, class K, int D>
 __device__ __forceinline__ void decode_select(const DecodeParams& P, int row, int cta, const TokRow& tr, int key_seq,
-                                              float* qs, unsigned char* bufs, u32* sk, DecShared& sh) {
+                                              uint2* qf, unsigned char* bufs, u32* sk, DecShared& sh) {
     const ScoreParams& p = P.s;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int len = tr.len;
@@ -181,25 +219,14 @@ __device__ __forceinline__ void decode_select(const DecodeParams& P, int row, in
     if (n > (u32)P.tile_cap) __trap();  // the host sizes tile_cap for every chunk
 
     // 1. SCORE into sk as order keys.
-    load_queries<Q_BF16, D>(p, row, qs);
-    __syncthreads();
-    const int* table = (const int*)p.page_table + (long long)key_seq * p.max_pages;
-    unsigned char* buf0 = bufs + (2 * warp) * BUF_BYTES;
-#pragma unroll 1
-    for (u32 g0 = start + (u32)warp * 32u; g0 < end; g0 += SCORE_WARPS * 32) {
-        const int b = (int)g0 + lane;
-        bool bad_page;
-        const unsigned char* key_at = key_address<K, D>(p, table, b, (int)end, bad_page);
-        const float s = warp_relu_sum<K, D>(key_at, qs, p.heads, buf0, lane);
-        if ((u32)b < end) sk[b - start] = order_key<32>(__float_as_uint(finish_score(s, bad_page, p.scale)), P.nan_largest);
-    }
+    score_chunk<Q_BF16, K, D>(P, row, key_seq, start, end, qf, sk);
     __syncthreads();
 
     // 2. SELECT: the radix passes.
     u32* st = P.state + (long long)row * DEC_STATE_WORDS;
     u32* bar = st;
     u32 arrivals = 0;
-    u32* hist = reinterpret_cast<u32*>(bufs);  // the stage buffers are free now
+    u32* hist = reinterpret_cast<u32*>(bufs);  // the scratch
     u32 r = m, prefix = 0;
     int hi = 32;
     PDL_WAIT();  // the state's zeroes (fs_grid_init_all) before its first use
@@ -335,12 +362,12 @@ __device__ __forceinline__ void decode_impl(const DecodeParams& P) {
     const ScoreParams& p = P.s;
     const int tid = threadIdx.x;
     const int cta = (int)blockIdx.x % P.ctas, slot = (int)blockIdx.x / P.ctas;
-    // Dynamic shared memory (the host's decode_smem): the row's queries, the
-    // stage buffers (then the histogram or the staged list), the chunk's
-    // keys, the scratch.
-    float* qs = reinterpret_cast<float*>(dyn_smem);
-    unsigned char* bufs = reinterpret_cast<unsigned char*>(qs + p.heads * D);
-    u32* sk = reinterpret_cast<u32*>(bufs + SCORE_WARPS * 2 * BUF_BYTES);
+    // Dynamic shared memory (the host's decode_fixed_smem): the row's query
+    // fragments (one column tile), the scratch (the histogram or
+    // the staged list), the chunk's keys, DecShared.
+    uint2* qf = reinterpret_cast<uint2*>(dyn_smem);
+    unsigned char* bufs = reinterpret_cast<unsigned char*>(dyn_smem) + query_frag_bytes<Q_BF16, D, 1>();
+    u32* sk = reinterpret_cast<u32*>(bufs + DEC_SCRATCH_BYTES);
     DecShared& sh = *reinterpret_cast<DecShared*>(sk + P.tile_cap);
 #pragma unroll 1
     for (int row = slot; row < p.rows; row += P.slots) {
@@ -356,7 +383,7 @@ __device__ __forceinline__ void decode_impl(const DecodeParams& P) {
         const TokRow tr = sh.tr;
         const int key_seq = sh.key_seq;
         const u32 m = tr.len > 0 ? (u32)P.k : 0u;  // tr.len: V when V > k, else 0
-        if (m > 0) decode_select<Q_BF16, K, D>(P, row, cta, tr, key_seq, qs, bufs, sk, sh);
+        if (m > 0) decode_select<Q_BF16, K, D>(P, row, cta, tr, key_seq, qf, bufs, sk, sh);
         // This CTA's share of what follows the selection: tail tokens, -1.
         int* out_row = P.ids + (long long)row * P.tok.width;
         const u32 sel = m * (u32)P.tok.ratio, rest = (u32)P.tok.width - sel;

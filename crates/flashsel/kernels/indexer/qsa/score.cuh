@@ -1,55 +1,66 @@
-// The QSA indexer's block scores (ops/indexer: the contract and the CPU
-// engine this reproduces bit for bit):
+// The QSA indexer's block scores on the GPU (ops/indexer: the contract; its
+// "device order" section is the order written out here):
 //
 //   score[t, b] = sum over h of relu(q[t, h, :] . kbar[b, :]) * c,  b < V(t)
 //
-// Shared memory (dynamic): heads * d f32 of queries + SCORE_WARPS * 2 *
-// BUF_BYTES of stage buffers (74 KB at 4 heads of 128: three CTAs an SM).
+// Algorithm: tensor cores (mma.sync m16n8k16, bf16 in, f32 accumulate, sm_80+).
+// A CTA takes a group of rows (queries) and a tile of blocks_per_cta blocks;
+// its warps take groups of 32 consecutive blocks (two 16-row A tiles of keys)
+// against the group's query columns (B: NT tiles of 8 columns, each column
+// one (row, head); a row's heads padded to a power of two, hp). Keys go
+// straight from global memory into A fragments (a lane loads 16 contiguous
+// bytes of bf16 a row and 32-dimension chunk); the queries' B fragments are
+// built once per row group in shared memory, in the same dimension order.
 //
-// Algorithm: one CTA per (row, tile of blocks_per_cta blocks); each warp
-// takes groups of 32 consecutive blocks of the tile, one block a lane. The
-// row's queries are decoded once into shared memory as f32. A warp streams
-// its group's keys through shared memory in stages of 128 bytes a key
-// (cp.async, coalesced: eight lanes copy one key's 128 bytes; rows padded by
-// 16 bytes so that the lanes' reads hit distinct banks), two stages in
-// flight: while the lanes compute on one stage the next is arriving. Each
-// lane decodes its key's values exactly to f32 and accumulates, per head,
-// the contract's 8 lanes (lane l adds the products of j = l, l + 8, ... in
-// increasing j), then combines them as ((a0 + a1) + (a2 + a3)) + ((a4 + a5)
-// + (a6 + a7)), applies relu, sums the heads left to right from +0.0 and
-// scales once. Heads go four at a time (a pass over the key per four heads). Every multiply and add
-// is an explicit round-to-nearest f32 operation (__fmul_rn / __fadd_rn: no
-// contraction into FMA), so a score's bits depend on its inputs only: not
-// on the tile, the batch or the GPU.
+// Arithmetic (the device order, a pure function of the row's and the
+// block's values: the same bits in any batch, tile or group):
+//   - a value is split into bf16 terms whose sum is exactly its value: bf16
+//     and e4m3 (decoded exactly) one term, f32 three (truncations: hi, mid,
+//     lo); every product of terms is exact in f32.
+//   - dot_h: an f32 accumulator from +0.0 takes one mma per 16-dimension
+//     step ks = 0 .. d/16 - 1, and within a step one per (key term, query
+//     term) pair, key term outer; step ks holds the dimensions
+//     32 (ks / 2) + 8 t + 4 (ks % 2) + {0, 1, 2, 3}, t = 0 .. 3 (mma k
+//     slots 2t, 2t + 1, 2t + 8, 2t + 9). The tensor core's own summation
+//     inside one mma is the hardware's (deterministic, not round-to-nearest
+//     f32): the host states its error bound.
+//   - relu (NaN kept, -0 and negatives +0.0; heads past H count +0.0),
+//     then a pairwise tree over the padded heads: ((h0 + h1) + (h2 + h3)) +
+//     ((h4 + h5) + (h6 + h7)), sixteen heads as tree(0..7) + tree(8..15);
+//     one round-to-nearest multiply by c; a NaN written as 0x7fc00000.
 //
 // Invariants: no key past a row's V is read; a device value out of range
 // (a negative position, V > blocks, a sequence outside the page table, more
 // pages than a table row has) makes the whole row NaN, and a block whose
 // page entry is outside the cache scores NaN; no key outside the cache is
-// read. Fused use (skip_upto >= 0): rows with V <= skip_upto and blocks
-// past V are not written at all (qsa_select reads neither), and the CTAs of
-// tile 0 write each row's position to positions_out, or -1 for a row whose
-// device values are out of range (so the selection pads that row).
+// read. Rows of a group share their keys' loads when they share a key
+// source (contiguous keys, or one sequence); other groups run row by row.
+// Fused use (skip_upto >= 0): rows with V <= skip_upto and blocks past V
+// are not written at all (qsa_select reads neither), and the CTAs of tile 0
+// write each row's position to positions_out, or -1 for a row whose device
+// values are out of range (so the selection pads that row).
 //
-// Cost: each visible block's key is read once (d * sizeof(K) bytes) and the
-// query row once per CTA; d * H multiplies and adds per block.
+// Cost: each visible block's key is read once per row group (d * sizeof(K)
+// bytes); (d / 16) * terms mma per 16 blocks and 8 columns.
 #ifndef FLASHSEL_INDEXER_QSA_SCORE_CUH
 #define FLASHSEL_INDEXER_QSA_SCORE_CUH
 
 #include "common/types.cuh"
+#include "attention/common/mma.cuh"
 
 namespace qsa {
+
+#ifndef FSA_HOST_EMU
+using fsattn::mma_bf16_16816;
+#endif
 
 enum : int {
     SCORE_THREADS = 256,  // threads per CTA (the host's indexer SCORE_THREADS)
     SCORE_WARPS = SCORE_THREADS / 32,
     MAX_HEADS = 16,
     MAX_DIM = 256,
-    LANES = 8,            // the contract's lanes (ops/indexer LANES)
-    STAGE_BYTES = 128,    // bytes of one key a stage holds
-    ROW_BYTES = STAGE_BYTES + 16,      // a key's stage in shared memory, padded
-    BUF_BYTES = 32 * ROW_BYTES,        // one stage of a warp's 32 keys
-    HEAD_GROUP = 4,
+    GROUP_NT = 2,         // query column tiles of the plain scorer (the host's SCORE_NT)
+    MAX_GROUP_ROWS = 32,  // rows of a group: 8 NT / hp, at most 32 (hp 1)
 };
 
 // The launch's parameter block (ops/indexer/device.rs ScoreParams).
@@ -71,122 +82,112 @@ struct ScoreParams {
 };
 static_assert(sizeof(ScoreParams) == 112, "ScoreParams layout (ops/indexer/device.rs)");
 
-// Key element types: K::BYTES per value, decode(raw 16 bytes, i) -> exact f32.
-struct KeyF32 {
-    static constexpr int BYTES = 4;
-    static __device__ __forceinline__ float at(const uint4& v, int i) {
-        u32 w = i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-        return __uint_as_float(w);
+// An f32 split into bf16 terms hi + mid + lo == x exactly (truncations; a
+// NaN or an infinity is hi alone, a NaN made canonical). term(x, i): bits.
+__device__ __forceinline__ u32 f32_term(float x, int i) {
+    const u32 b = __float_as_uint(x);
+    const bool finite = (b & 0x7f800000u) != 0x7f800000u;
+    if (i == 0) return (b & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : b >> 16;
+    const float r = finite ? x - __uint_as_float(b & 0xffff0000u) : 0.f;  // exact: x's low 16 significand bits
+    const u32 rb = __float_as_uint(r);
+    return i == 1 ? rb >> 16 : __float_as_uint(r - __uint_as_float(rb & 0xffff0000u)) >> 16;  // exact, <= 8 bits
+}
+__device__ __forceinline__ u32 pack2(u32 lo, u32 hi) { return (lo & 0xffffu) | (hi << 16); }
+
+// Key element types: load() a lane's 8 values of one row and 32-dimension
+// chunk (dimensions 32 s + 8 t .. + 7); pair(raw, w, term): the bf16 pair
+// of values 2w, 2w + 1 (the lower in the low half) of one term.
+struct KeyBf16 {
+    static constexpr int BYTES = 2, TERMS = 1;
+    struct Raw { uint4 v; };
+    static __device__ __forceinline__ Raw load(const unsigned char* key, int s, int t) {
+        Raw r;
+        r.v = key ? *reinterpret_cast<const uint4*>(key + (32 * s + 8 * t) * 2) : make_uint4(0u, 0u, 0u, 0u);
+        return r;
+    }
+    static __device__ __forceinline__ u32 pair(const Raw& r, int w, int) {
+        return w == 0 ? r.v.x : w == 1 ? r.v.y : w == 2 ? r.v.z : r.v.w;
     }
 };
-struct KeyBf16 {
-    static constexpr int BYTES = 2;
-    static __device__ __forceinline__ float at(const uint4& v, int i) {
-        u32 w = (i >> 1) == 0 ? v.x : (i >> 1) == 1 ? v.y : (i >> 1) == 2 ? v.z : v.w;
-        return __uint_as_float((i & 1) ? (w & 0xffff0000u) : (w << 16));
+struct KeyF32 {
+    static constexpr int BYTES = 4, TERMS = 3;
+    struct Raw { uint4 a, b; };
+    static __device__ __forceinline__ Raw load(const unsigned char* key, int s, int t) {
+        Raw r;
+        const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+        const uint4* p = reinterpret_cast<const uint4*>(key + (32 * s + 8 * t) * 4);
+        r.a = key ? p[0] : z;
+        r.b = key ? p[1] : z;
+        return r;
+    }
+    static __device__ __forceinline__ u32 pair(const Raw& r, int w, int term) {
+        const uint4& h = w < 2 ? r.a : r.b;
+        const u32 lo = (w & 1) ? h.z : h.x, hi = (w & 1) ? h.w : h.y;
+        return pack2(f32_term(__uint_as_float(lo), term), f32_term(__uint_as_float(hi), term));
     }
 };
 struct KeyE4m3 {
-    static constexpr int BYTES = 1;
+    static constexpr int BYTES = 1, TERMS = 1;
+    struct Raw { uint2 v; };
+    static __device__ __forceinline__ Raw load(const unsigned char* key, int s, int t) {
+        Raw r;
+        r.v = key ? *reinterpret_cast<const uint2*>(key + 32 * s + 8 * t) : make_uint2(0u, 0u);
+        return r;
+    }
     // e4m3 (no infinities; 0x7f / 0xff NaN) exactly: its sign and 7 low bits
     // placed at the top of an f32 give the value times 2^-120 (normals and
-    // subnormals alike), and the product by 2^120 is exact.
-    static __device__ __forceinline__ float at(const uint4& v, int i) {
-        u32 w = (i >> 2) == 0 ? v.x : (i >> 2) == 1 ? v.y : (i >> 2) == 2 ? v.z : v.w;
-        u32 b = (w >> ((i & 3) * 8)) & 0xffu;
-        u32 sign = (b & 0x80u) << 24;
-        if ((b & 0x7fu) == 0x7fu) return __uint_as_float(sign | 0x7fc00000u);
-        return __fmul_rn(__uint_as_float(sign | ((b & 0x7fu) << 20)), 0x1p120f);
+    // subnormals alike), the product by 2^120 is exact, and the value has at
+    // most 4 significant bits, so its bf16 is the f32's top half.
+    static __device__ __forceinline__ u32 bf16_of(u32 b) {
+        const u32 v = __float_as_uint(__uint_as_float(((b & 0x80u) << 24) | ((b & 0x7fu) << 20)) * 0x1p120f) >> 16;
+        return (b & 0x7fu) == 0x7fu ? 0x7fc0u : v;
+    }
+    static __device__ __forceinline__ u32 pair(const Raw& r, int w, int) {
+        const u32 word = w < 2 ? r.v.x : r.v.y;
+        const int sh = (w & 1) * 16;
+        return pack2(bf16_of((word >> sh) & 0xffu), bf16_of((word >> (sh + 8)) & 0xffu));
     }
 };
+
+// Chunks a lane loads before its mma (bounded registers).
+template <class K, int D, int NT>
+__host__ __device__ constexpr int chunk_batch() {
+    return K::BYTES == 2 && NT == 1 ? 2 : 1;
+}
+
+// A row's heads padded to a power of two (1, 2, 4, 8 or 16).
+__device__ __forceinline__ int padded_heads(int h) { return h <= 1 ? 1 : h <= 2 ? 2 : h <= 4 ? 4 : h <= 8 ? 8 : 16; }
+// Rows of a group of NT column tiles.
+__device__ __forceinline__ int group_rows(int hp, int nt) { return hp <= 8 ? nt * 8 / hp : nt / 2; }
 
 // The contract's relu: x if x > 0, NaN if NaN, else +0.0.
 __device__ __forceinline__ float relu(float x) { return (x > 0.f || isnan(x)) ? x : 0.f; }
 
-// The contract's lane tree.
-__device__ __forceinline__ float combine(const float (&a)[LANES]) {
-    return __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[1]), __fadd_rn(a[2], a[3])),
-                     __fadd_rn(__fadd_rn(a[4], a[5]), __fadd_rn(a[6], a[7])));
-}
-
-// Bytes of one key a stage holds: at most 128 bytes and 64 values (fp8
-// keys: 64 bytes, to keep the decoded stage in registers).
-__host__ __device__ constexpr int stage_row(int d, int bytes) {
-    return d * bytes < (bytes == 1 ? 64 : STAGE_BYTES) ? d * bytes : (bytes == 1 ? 64 : STAGE_BYTES);
-}
-
-// cp.async (the host emulator, crates/flashsel-dev/emu, defines FSA_HOST_EMU
-// and its own: copies queued by commit group, landed by the waits).
-#ifndef FSA_HOST_EMU
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-#endif
-
-// Issues the copy of stage `stage` of the warp's 32 keys (key addresses in
-// `key_at`, a lane's own; a null key is skipped) into `buf`: each lane
-// copies 16-byte pieces p = lane + 32 i of the stage's 32 x PER_ROW pieces.
-template <int D, int BYTES>
-__device__ __forceinline__ void issue_stage(unsigned char* buf, const unsigned char* key_at, int stage, int lane) {
-    constexpr int ROW = stage_row(D, BYTES);
-    constexpr int PER_ROW = ROW / 16;
+// The B fragments of a group's query columns, in shared memory: entry
+// ((tq * KS + ks) * NT + nt) * 32 + lane holds lane's b0, b1 of step ks,
+// tile nt, query term tq. Rows row0 .. row0 + nrows - 1, heads head0 ..
+// head0 + heads - 1 (the other rows' and the padded heads' columns zero).
+// Every thread calls it.
+template <bool Q_BF16, int D, int NT>
+__device__ __forceinline__ void load_query_frags(const ScoreParams& p, int row0, int nrows, int head0, int heads,
+                                                 uint2* qf) {
+    constexpr int KS = D / 16, TQ = Q_BF16 ? 1 : 3;
+    const int hp = padded_heads(heads);
+    for (int i = threadIdx.x; i < TQ * KS * NT * 32; i += SCORE_THREADS) {
+        const int lane = i & 31, nt = (i >> 5) % NT, ks = ((i >> 5) / NT) % KS, tq = (i >> 5) / (NT * KS);
+        const int col = nt * 8 + (lane >> 2);
+        const int rr = hp <= 8 ? col / hp : col / 16, h = hp <= 8 ? col % hp : col % 16;
+        const int dim0 = 32 * (ks >> 1) + 8 * (lane & 3) + 4 * (ks & 1);
+        u32 v[4] = {0u, 0u, 0u, 0u};
+        if (rr < nrows && h < heads) {
+            const long long at = ((long long)(row0 + rr) * p.heads + head0 + h) * D + dim0;
 #pragma unroll
-    for (int i = 0; i < PER_ROW; ++i) {
-        const int p = lane + 32 * i;
-        const int r = p / PER_ROW, piece = p % PER_ROW;
-        const unsigned char* src = (const unsigned char*)__shfl_sync(FULL_MASK, (unsigned long long)key_at, r);
-        if (src != nullptr) cp_async16(buf + r * ROW_BYTES + piece * 16, src + stage * ROW + piece * 16);
-    }
-    cp_async_commit();
-}
-
-// Accumulates one stage (STAGE values of this lane's key, in `row`) into
-// the lanes of heads h0 .. h0 + 3 (their queries at qs, the stage's first
-// value j0).
-template <class K, int D>
-__device__ __forceinline__ void accumulate(const unsigned char* row, const float* qs, int h0, int heads, int j0,
-                                           float (&acc)[HEAD_GROUP][LANES]) {
-    constexpr int ROW = stage_row(D, K::BYTES);
-    constexpr int STAGE = ROW / K::BYTES;
-    constexpr int PER_LOAD = 16 / K::BYTES;
-    static_assert(STAGE % LANES == 0 && STAGE % PER_LOAD == 0, "whole lanes, whole loads");
-#pragma unroll
-    for (int c = 0; c < STAGE; c += LANES) {
-        float kv[LANES];
-#pragma unroll
-        for (int l = 0; l < LANES; l += PER_LOAD < LANES ? PER_LOAD : LANES) {
-            // The 16-byte piece holding values c + l ...
-            const uint4 raw = *reinterpret_cast<const uint4*>(row + ((c + l) / PER_LOAD) * 16);
-#pragma unroll
-            for (int m = 0; m < (PER_LOAD < LANES ? PER_LOAD : LANES); ++m) kv[l + m] = K::at(raw, (c + l + m) % PER_LOAD);
-        }
-#pragma unroll
-        for (int g = 0; g < HEAD_GROUP; ++g) {
-            if (h0 + g < heads) {
-                const float4* q4 = reinterpret_cast<const float4*>(qs + (h0 + g) * D + j0 + c);
-                const float4 qa = q4[0], qb = q4[1];
-                const float qv[LANES] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
-#pragma unroll
-                for (int l = 0; l < LANES; ++l) acc[g][l] = __fadd_rn(acc[g][l], __fmul_rn(qv[l], kv[l]));
+            for (int e = 0; e < 4; ++e) {
+                if (Q_BF16) v[e] = tq == 0 ? ((const unsigned short*)p.q)[at + e] : 0u;
+                else v[e] = f32_term(((const float*)p.q)[at + e], tq);
             }
         }
-    }
-}
-
-// The row's queries, decoded once into shared memory as f32 (qs: heads * D).
-template <bool Q_BF16, int D>
-__device__ __forceinline__ void load_queries(const ScoreParams& p, int row, float* qs) {
-    const int n = p.heads * D;
-    if (Q_BF16) {
-        const unsigned short* q = (const unsigned short*)p.q + (long long)row * n;
-        for (int i = threadIdx.x; i < n; i += SCORE_THREADS) qs[i] = __uint_as_float((u32)q[i] << 16);
-    } else {
-        const float* q = (const float*)p.q + (long long)row * n;
-        for (int i = threadIdx.x; i < n; i += SCORE_THREADS) qs[i] = q[i];
+        qf[i] = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
     }
 }
 
@@ -206,55 +207,98 @@ __device__ __forceinline__ const unsigned char* key_address(const ScoreParams& p
     return bad_page ? nullptr : (const unsigned char*)p.kbar + at * (D * K::BYTES);
 }
 
-// The warp's 32 keys (key_at, a lane's own; null: none) against the row's
-// queries: each lane's sum over heads of relu(q_h . key), unscaled, in the
-// contract's order. buf0: the warp's two stage buffers. Warp-uniform call.
-template <class K, int D>
-__device__ __forceinline__ float warp_relu_sum(const unsigned char* key_at, const float* qs, int heads,
-                                               unsigned char* buf0, int lane) {
-    constexpr int ROW = stage_row(D, K::BYTES);
-    constexpr int STAGES = D * K::BYTES / ROW;  // stages of one key
-    constexpr int STAGE = ROW / K::BYTES;       // values a stage holds
-    unsigned char* buf1 = buf0 + BUF_BYTES;
-    const int passes = (heads + HEAD_GROUP - 1) / HEAD_GROUP;
-    const int items = passes * STAGES;  // stages of one group of 32 keys
-    issue_stage<D, K::BYTES>(buf0, key_at, 0, lane);
-    float acc[HEAD_GROUP][LANES];
-    float s = 0.f;
+// The warp's 32 blocks (key_at: lane's own block's key, null: none) against
+// the group's query columns (qf): for each block and each of the group's
+// rows that a column tile holds, the relu sum of its heads in the device
+// order, unscaled, handed to emit(row in group, block in 32, sum) by one
+// lane. Warp-uniform call.
+template <bool Q_BF16, class K, int D, int NT, class Emit>
+__device__ __forceinline__ void warp_scores(const unsigned char* key_at, const uint2* qf, int heads, int lane,
+                                            Emit&& emit) {
+    constexpr int KS = D / 16, CH = D / 32, TQ = Q_BF16 ? 1 : 3, TK = K::TERMS;
+    constexpr int SB = chunk_batch<K, D, NT>();
+    const int g = lane >> 2, t = lane & 3;
+    // The four A rows this lane loads: blocks 16 m + g + 8 j (row index 2m + j).
+    const unsigned char* ra[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+        ra[r] = (const unsigned char*)__shfl_sync(FULL_MASK, (unsigned long long)key_at, 16 * (r >> 1) + g + 8 * (r & 1));
+    float acc[2][NT][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
 #pragma unroll 1
-    for (int it = 0; it < items; ++it) {
-        const int stage = it % STAGES, h0 = (it / STAGES) * HEAD_GROUP;
-        unsigned char* cur = (it & 1) ? buf1 : buf0;
-        unsigned char* nxt = (it & 1) ? buf0 : buf1;
-        if (it + 1 < items) {
-            issue_stage<D, K::BYTES>(nxt, key_at, (it + 1) % STAGES, lane);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncwarp();
-        if (stage == 0) {
+    for (int c0 = 0; c0 < CH; c0 += SB) {
+        typename K::Raw raw[SB][4];
 #pragma unroll
-            for (int g = 0; g < HEAD_GROUP; ++g)
+        for (int c = 0; c < SB; ++c)
 #pragma unroll
-                for (int l = 0; l < LANES; ++l) acc[g][l] = 0.f;
-        }
-        accumulate<K, D>(cur + lane * ROW_BYTES, qs, h0, heads, stage * STAGE, acc);
-        if (stage == STAGES - 1) {
+            for (int r = 0; r < 4; ++r) raw[c][r] = K::load(ra[r], c0 + c, t);
 #pragma unroll
-            for (int g = 0; g < HEAD_GROUP; ++g)
-                if (h0 + g < heads) s = __fadd_rn(s, relu(combine(acc[g])));
-        }
-        __syncwarp();  // every lane is done with `cur` before it is refilled
+        for (int c = 0; c < SB; ++c)
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int ks = 2 * (c0 + c) + u;
+#pragma unroll 1
+                for (int tk = 0; tk < TK; ++tk) {
+                    u32 a[2][4];
+#pragma unroll
+                    for (int m = 0; m < 2; ++m) {
+                        a[m][0] = K::pair(raw[c][2 * m], 2 * u, tk);
+                        a[m][1] = K::pair(raw[c][2 * m + 1], 2 * u, tk);
+                        a[m][2] = K::pair(raw[c][2 * m], 2 * u + 1, tk);
+                        a[m][3] = K::pair(raw[c][2 * m + 1], 2 * u + 1, tk);
+                    }
+#pragma unroll(TK == 1 ? TQ : 1)  // f32 keys and queries: registers
+                    for (int tq = 0; tq < TQ; ++tq)
+#pragma unroll
+                        for (int n = 0; n < NT; ++n) {
+                            const uint2 b = qf[((tq * KS + ks) * NT + n) * 32 + lane];
+#pragma unroll
+                            for (int m = 0; m < 2; ++m) mma_bf16_16816(acc[m][n], a[m], b.x, b.y);
+                        }
+                }
+            }
     }
-    return s;
+    // The heads' relu sums: lane (g, t) holds columns 2t, 2t + 1 of blocks
+    // 16 m + g (e 0, 1) and 16 m + g + 8 (e 2, 3).
+    const int hp = padded_heads(heads);
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int blk = 16 * m + g + 8 * j;
+            float prev = 0.f;  // sixteen heads: the first tile's tree
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const float x0 = acc[m][n][2 * j], x1 = acc[m][n][2 * j + 1];
+                const int col = 8 * n + 2 * t;
+                if (hp == 1) {
+                    emit(col, blk, relu(x0));
+                    emit(col + 1, blk, relu(x1));
+                    continue;
+                }
+                const int h0 = hp <= 8 ? col % hp : col % 16;
+                float s = (h0 < heads ? relu(x0) : 0.f) + (h0 + 1 < heads ? relu(x1) : 0.f);
+                if (hp >= 4) s = s + __shfl_xor_sync(FULL_MASK, s, 1);
+                if (hp >= 8) s = s + __shfl_xor_sync(FULL_MASK, s, 2);
+                if (hp == 2) emit(col / 2, blk, s);
+                else if (hp == 4) { if ((t & 1) == 0) emit(col / 4, blk, s); }
+                else if (hp == 8) { if (t == 0) emit(n, blk, s); }
+                else if (n & 1) { if (t == 0) emit(n / 2, blk, prev + s); }
+                else prev = s;
+            }
+        }
 }
 
 // A visible block's score from its relu sum: NaN for a page outside the
 // cache, else the scaled sum (NaN payloads made the one NaN).
 __device__ __forceinline__ float finish_score(float s, bool bad_page, float scale) {
     if (bad_page) return __uint_as_float(0x7fc00000u);
-    const float score = __fmul_rn(s, scale);
+    const float score = s * scale;
     return isnan(score) ? __uint_as_float(0x7fc00000u) : score;
 }
 
@@ -274,53 +318,83 @@ __device__ __forceinline__ int row_visible(const ScoreParams& p, int row, int& s
     return (int)v;
 }
 
-// The kernel body: Q the query dtype (true: bf16, false: f32), K the key type.
+// Bytes of the B fragments of NT column tiles (the host's query_frag_bytes).
+template <bool Q_BF16, int D, int NT>
+__host__ __device__ constexpr int query_frag_bytes() { return (Q_BF16 ? 1 : 3) * (D / 16) * NT * 32 * 8; }
+
+// The kernel body: Q the query dtype (true: bf16, false: f32), K the key
+// type. gridDim.y CTAs loop over the row groups (group_rows(hp, GROUP_NT)).
 template <bool Q_BF16, class K, int D>
 __device__ __forceinline__ void score_impl(const ScoreParams& p) {
-    // Dynamic shared memory (the host's score_smem): the row's queries, then
-    // two stage buffers a warp.
-    float* qs = reinterpret_cast<float*>(dyn_smem);
-    unsigned char* bufs = reinterpret_cast<unsigned char*>(qs + p.heads * D);
-    __shared__ int row_state[2];  // V (or -1: a bad row), the row's sequence
+    constexpr int NT = GROUP_NT;
+    uint2* qf = reinterpret_cast<uint2*>(dyn_smem);  // query_frag_bytes<Q_BF16, D, NT>()
+    __shared__ int vis[MAX_GROUP_ROWS], seqs[MAX_GROUP_ROWS];
+    __shared__ int run_len[MAX_GROUP_ROWS];  // a run's rows share the key source
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int tile0 = blockIdx.x * p.blocks_per_cta;
+    const int tile_end = min(tile0 + p.blocks_per_cta, p.blocks);
     const bool fused = p.skip_upto >= 0;
-    for (int row = blockIdx.y; row < p.rows; row += gridDim.y) {
-        if (tid == 0) {
+    const int gr = group_rows(padded_heads(p.heads), NT);
+    const int groups = (p.rows + gr - 1) / gr;
+    for (int grp = blockIdx.y; grp < groups; grp += gridDim.y) {
+        const int row0 = grp * gr, nrows = min(gr, p.rows - row0);
+        if (tid < nrows) {
+            const int row = row0 + tid;
             int seq;
             const int v = row_visible(p, row, seq);
-            row_state[0] = v;
-            row_state[1] = seq;
+            vis[tid] = v;
+            seqs[tid] = seq;
             if (fused && blockIdx.x == 0) ((int*)p.positions_out)[row] = v < 0 ? -1 : ((const int*)p.positions)[row];
+            // Rows to fill or skip need no keys; those that do form runs.
         }
         __syncthreads();
-        const int v = row_state[0], seq = row_state[1];
-        float* out = (float*)p.out + (long long)row * p.out_stride;
-        const int tile_end = min(tile0 + p.blocks_per_cta, p.blocks);
-        if (v < 0 || (fused && v <= p.skip_upto) || tile0 >= v) {
-            // Nothing to score in this tile: fill (plain form) or skip (fused).
-            if (!fused) {
-                const float fill = v < 0 ? __uint_as_float(0x7fc00000u) : __uint_as_float(0xff800000u);
-                for (int b = tile0 + tid; b < tile_end; b += SCORE_THREADS) out[b] = fill;
+        if (tid == 0) {
+            // Runs of consecutive rows that read keys from one source.
+            int i = 0;
+            while (i < nrows) {
+                int j = i + 1;
+                while (j < nrows && vis[i] >= 0 && vis[j] >= 0 && seqs[j] == seqs[i]) ++j;
+                run_len[i] = j - i;
+                i = j;
             }
-            __syncthreads();
-            continue;
         }
-        load_queries<Q_BF16, D>(p, row, qs);
         __syncthreads();
-        const int* table = (const int*)p.page_table + (long long)seq * p.max_pages;
-        const int end = fused ? min(tile_end, v) : tile_end;
-        const int scored_end = min(tile_end, v);
-        unsigned char* buf0 = bufs + (2 * warp) * BUF_BYTES;
-#pragma unroll 1
-        for (int g0 = tile0 + warp * 32; g0 < end; g0 += SCORE_WARPS * 32) {
-            const int b = g0 + lane;
-            bool bad_page;
-            const unsigned char* key_at = key_address<K, D>(p, table, b, scored_end, bad_page);
-            const float s = warp_relu_sum<K, D>(key_at, qs, p.heads, buf0, lane);
-            if (b < end) out[b] = b >= v ? __uint_as_float(0xff800000u) : finish_score(s, bad_page, p.scale);
+        // Rows with nothing to score in this tile: fill (plain form).
+        for (int rr = 0; rr < nrows; ++rr) {
+            const int v = vis[rr];
+            float* out = (float*)p.out + (long long)(row0 + rr) * p.out_stride;
+            if (fused) continue;
+            const int from = v < 0 ? tile0 : max(tile0, v);
+            const float fill = v < 0 ? __uint_as_float(0x7fc00000u) : __uint_as_float(0xff800000u);
+            for (int b = from + tid; b < tile_end; b += SCORE_THREADS) out[b] = fill;
         }
-        __syncthreads();  // qs and row_state are rewritten for the next row
+        for (int r0 = 0; r0 < nrows; r0 += run_len[r0]) {
+            const int len = run_len[r0];
+            int vmax = 0;
+            for (int rr = r0; rr < r0 + len; ++rr)
+                if (!(fused && vis[rr] <= p.skip_upto)) vmax = max(vmax, vis[rr]);
+            const int end = min(tile_end, vmax);
+            if (vis[r0] < 0 || end <= tile0) continue;
+            __syncthreads();  // the previous run's fragments are read
+            load_query_frags<Q_BF16, D, NT>(p, row0 + r0, len, 0, p.heads, qf);
+            __syncthreads();
+            const int* table = (const int*)p.page_table + (long long)seqs[r0] * p.max_pages;
+            float* out0 = (float*)p.out + (long long)(row0 + r0) * p.out_stride;
+            const int* vrun = vis + r0;
+            // Rows at or below skip_upto (fused) write nothing: their V as 0.
+            const int lim = fused ? p.skip_upto : -1;
+#pragma unroll 1
+            for (int g0 = tile0 + warp * 32; g0 < end; g0 += SCORE_WARPS * 32) {
+                bool bad_page;
+                const unsigned char* key_at = key_address<K, D>(p, table, g0 + lane, end, bad_page);
+                const u32 bad = __ballot_sync(FULL_MASK, bad_page);
+                warp_scores<Q_BF16, K, D, NT>(key_at, qf, p.heads, lane, [&](int rr, int i, float s) {
+                    const int b = g0 + i, v = rr < len ? vrun[rr] : 0;
+                    if (b < v && v > lim) out0[(long long)rr * p.out_stride + b] = finish_score(s, (bad >> i) & 1u, p.scale);
+                });
+            }
+        }
+        __syncthreads();  // vis, seqs, run_len and qf are rewritten for the next group
     }
 }
 

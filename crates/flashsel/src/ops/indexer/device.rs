@@ -1,8 +1,11 @@
 //! `qsa_scores` and `qsa_indexer` on the CUDA engine.
 //!
-//! - The scores: kernels/indexer/qsa/score.cuh, the CPU engine's arithmetic
-//!   bit for bit (explicit round-to-nearest f32 multiplies and adds in the
-//!   contract's lane order), so the GPU's scores are the CPU's bytes.
+//! - The scores: kernels/indexer/qsa/score.cuh, on tensor cores in the
+//!   device order of docs/semantics.md ("The CUDA engine"): a score's bits
+//!   depend on its row and block only (any batch, group or path), within
+//!   [`super::device_error_bound`] of the exact value, not the CPU's bits.
+//!   A CTA takes a group of [`score_group_rows`] rows that share their key
+//!   loads.
 //! - The indexer: the scores of a group of rows into the workspace, then
 //!   [`CudaEngine::qsa_select_device`]'s kernels over them, group after
 //!   group on the caller's stream (no host synchronisation: graph-capturable).
@@ -187,10 +190,14 @@ const DECODE_MAX_CTAS: usize = 1024;
 /// A row's CTAs hold at least this many blocks each (one a thread) when the
 /// row allows: fewer CTAs meet faster.
 const DECODE_MIN_CHUNK: usize = 256;
+/// The fused decode kernel's scratch for the histogram or the staged list
+/// (`qsa::DEC_SCRATCH_BYTES`).
+const DECODE_SCRATCH_BYTES: usize = 32_768;
 /// Dynamic shared memory of a fused decode CTA beside its chunk's keys: the
-/// queries, the stage buffers, the scratch (`qsa::DecShared`, rounded up).
-fn decode_fixed_smem(heads: usize, dim: usize) -> usize {
-    score_smem(heads, dim) + 128
+/// query fragments of one column tile (sized for f32 queries, the larger),
+/// the scratch, `qsa::DecShared` (rounded up).
+fn decode_fixed_smem(dim: usize) -> usize {
+    query_frag_bytes(DType::F32, dim, 1) + DECODE_SCRATCH_BYTES + 128
 }
 
 /// The fused decode kernel's geometry: `ctas` CTAs a row, `slots` rows in
@@ -233,7 +240,7 @@ pub fn decode_plan(spec: &QsaIndexerSpec, dev: &DeviceProps) -> Option<DecodePla
     }
     let total = 2 * dev.sm_count as usize;
     let per_cta = decode_cta_smem(dev);
-    let fixed = decode_fixed_smem(spec.heads, spec.dim);
+    let fixed = decode_fixed_smem(spec.dim);
     let tile_max = (per_cta.checked_sub(fixed)? / 4) & !7;
     if tile_max < 8 {
         return None;
@@ -326,19 +333,41 @@ pub fn indexer_group_rows(spec: &QsaIndexerSpec) -> usize {
     (INDEXER_SCRATCH_BYTES / (4 * spec.blocks.max(1))).clamp(1, spec.rows.max(1))
 }
 
+/// Column tiles of 8 (row, head) columns a score CTA holds
+/// (`qsa::GROUP_NT`).
+const SCORE_NT: usize = 2;
+
+/// A row's heads padded to a power of two (`qsa::padded_heads`).
+fn padded_heads(heads: usize) -> usize {
+    heads.max(1).next_power_of_two()
+}
+
+/// Rows a score CTA takes at once (`qsa::group_rows`): `8 * SCORE_NT`
+/// columns of (row, padded head).
+pub fn score_group_rows(heads: usize) -> usize {
+    (8 * SCORE_NT / padded_heads(heads)).max(1)
+}
+
+/// Bytes of the query fragments of `nt` column tiles
+/// (`qsa::query_frag_bytes`): a bf16 term a value for bf16 queries, three
+/// for f32; `dim / 16` steps of 32 lanes x 8 bytes a tile.
+fn query_frag_bytes(q: DType, dim: usize, nt: usize) -> usize {
+    let terms = if q == DType::BF16 { 1 } else { 3 };
+    terms * (dim / 16) * nt * 32 * 8
+}
+
 /// Blocks per CTA of the score kernel: one wave of about two CTAs an SM
-/// when the rows' blocks allow, at least one block a thread.
+/// when the row groups' blocks allow, at least one block a thread.
 fn blocks_per_cta(sm_count: usize, spec: &QsaScoresSpec) -> usize {
-    let total = spec.rows.saturating_mul(spec.blocks);
+    let total = spec.rows.div_ceil(score_group_rows(spec.heads)).saturating_mul(spec.blocks);
     let ctas = 2 * sm_count.max(1);
     let per = total.div_ceil(ctas * SCORE_THREADS).max(1) * SCORE_THREADS;
     per.min(spec.blocks.div_ceil(SCORE_THREADS).max(1) * SCORE_THREADS)
 }
 
-/// Dynamic shared memory of a score CTA: the row's queries (f32) and two
-/// stage buffers of 32 keys x 144 bytes for each of the 8 warps.
-fn score_smem(heads: usize, dim: usize) -> usize {
-    heads * dim * 4 + (SCORE_THREADS / 32) * 2 * 32 * 144
+/// Dynamic shared memory of a score CTA: its row group's query fragments.
+fn score_smem(q: DType, dim: usize) -> usize {
+    query_frag_bytes(q, dim, SCORE_NT)
 }
 
 fn check_dtypes(q: DType, k: DType) -> Result<()> {
@@ -413,11 +442,12 @@ impl CudaEngine {
             global_buffer: false,
             entry: score_entry(q_dtype, keys.dtype, spec.dim),
         })?;
-        let grid = (spec.blocks.div_ceil(bpc).max(1) as u32, spec.rows.min(65_535) as u32);
+        let groups = spec.rows.div_ceil(score_group_rows(spec.heads));
+        let grid = (spec.blocks.div_ceil(bpc).max(1) as u32, groups.min(65_535) as u32);
         let l = Launch {
             grid,
             block: SCORE_THREADS as u32,
-            smem: score_smem(spec.heads, spec.dim) as u32,
+            smem: score_smem(q_dtype, spec.dim) as u32,
             stream,
             programmatic: false,
             cooperative: false,
@@ -646,7 +676,7 @@ impl CudaEngine {
         if spec.rows == 0 {
             return Ok(());
         }
-        let fixed = decode_fixed_smem(spec.heads, spec.dim);
+        let fixed = decode_fixed_smem(spec.dim);
         if spec.k_blocks > DECODE_MAX_K
             || plan.ctas == 0
             || plan.ctas > DECODE_MAX_CTAS
@@ -1001,9 +1031,9 @@ mod tests {
         // 1M tokens, one row: spread over every SM, about 1,000 blocks a CTA.
         let p = plan(1, 262_144).unwrap();
         assert_eq!((p.ctas, p.slots), (264, 1));
-        // 16 rows of 1M: two waves of 8 rows.
+        // 16 rows of 1M: one wave, 16 CTAs a row.
         let p = plan(16, 262_144).unwrap();
-        assert_eq!(p.slots, 8);
+        assert_eq!((p.ctas, p.slots), (16, 16));
         // Not decode batches: too many rows, too large a k, rows past the chip.
         assert_eq!(plan(65, 1024), None);
         assert_eq!(plan(8192, 65_536), None);
@@ -1026,7 +1056,13 @@ mod tests {
         assert!(262_144usize.div_ceil(b) <= 264);
         // A short row: one CTA, the row rounded up to whole threads.
         assert_eq!(blocks_per_cta(132, &QsaScoresSpec::new(1, 100)), 256);
-        // Prefill: one CTA a row.
+        // Prefill: one CTA a row group (four rows of four heads).
+        assert_eq!(score_group_rows(4), 4);
+        assert_eq!(
+            (score_group_rows(1), score_group_rows(3), score_group_rows(8), score_group_rows(16)),
+            (16, 4, 2, 1)
+        );
         assert_eq!(blocks_per_cta(132, &QsaScoresSpec::new(8192, 65_536)), 65_536);
+        assert_eq!(blocks_per_cta(132, &QsaScoresSpec::new(256, 65_536)), 63 * 256);
     }
 }

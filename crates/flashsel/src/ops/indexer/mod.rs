@@ -64,7 +64,9 @@
 //! 1-Lipschitz, so it adds nothing), the head sum `gamma_{H-1}`, the rounded
 //! `c` and the final product one unit each, `gamma_{d+H+1} <= (d + H + 2) *
 //! 2^-24` in all (`gamma_n = n u / (1 - n u)`, `u = 2^-24`). A GPU engine
-//! with its own (fixed, written down) order meets the same bound.
+//! with its own (fixed, written down) f32 order meets the same bound; the
+//! CUDA engine, whose tensor cores do not round each add to nearest f32,
+//! states its own ([`device_error_bound`]).
 //!
 //! # Work
 //! Row `t` reads its `V(t)` blocks only; the rest of the row is filled with
@@ -582,6 +584,22 @@ pub fn reference_qsa_scores<Q: QueryElem, K: KeyElem>(
 pub fn error_bound(spec: &QsaScoresSpec, m: f64) -> f64 {
     let (d, h) = (spec.dim as f64, spec.heads as f64);
     (d + h + 2.0) * 2f64.powi(-24) * m + (d * h + 1.0) * 2f64.powi(-149)
+}
+
+/// The stated bound on `|score - exact|` of the CUDA engine (its tensor-core
+/// order, docs/semantics.md "The CUDA engine") for a score of magnitude `m`
+/// (as [`error_bound`]), queries of dtype `q` and keys of dtype `k`: with
+/// `n = (d / 16) * terms(q) * terms(k)` chained mma a dot product (terms:
+/// 3 for f32, 1 for bf16 and e4m3), `(68 n + H + 2) * 2^-24 * m +
+/// (d * H * terms(q) * terms(k) + 1) * 2^-126`. Why: one mma adds 16 exact
+/// products to its accumulator, each of the 17 addends losing less than
+/// 2^-22 of the largest (alignment and truncation); relu, the head tree
+/// and the scale add one rounding each; a subnormal product may be flushed.
+pub fn device_error_bound(spec: &QsaScoresSpec, m: f64, q: DType, k: DType) -> f64 {
+    let terms = |t: DType| if t == DType::F32 { 3.0 } else { 1.0 };
+    let (d, h) = (spec.dim as f64, spec.heads as f64);
+    let n = d / 16.0 * terms(q) * terms(k);
+    (68.0 * n + h + 2.0) * 2f64.powi(-24) * m + (d * h * terms(q) * terms(k) + 1.0) * 2f64.powi(-126)
 }
 
 pub mod check;
