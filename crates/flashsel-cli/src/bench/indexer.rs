@@ -578,12 +578,10 @@ mod tests {
         let kbar = vec![bf16::from_f32(1.0); c.rows() * c.max_pages() * 16 * DIM];
         let table = flashsel::data::page_table(&mut flashsel::data::Rng::new(1), c.rows(), c.max_pages());
         let seq: Vec<i32> = (0..c.rows() as i32).collect();
-        let sel = cpu_rows(&c, &q, &kbar, Some((&table, &seq)), &[0, 2], CpuForm::Fused).unwrap();
+        let sel = cpu_rows(&c, &q, &kbar, Some((&table, &seq)), &[0, 2], CpuForm::Composed).unwrap();
         assert_eq!(sel.rows, 2);
         assert_eq!(sel.counts, [2048, 2048]);
         assert_eq!(mismatch(&sel, &sel, None), None);
-        let composed = cpu_rows(&c, &q, &kbar, Some((&table, &seq)), &[0, 2], CpuForm::Composed).unwrap();
-        assert_eq!(mismatch(&sel, &composed, None), None);
         assert!(cpu_floor(&c, &kbar, Some(&table), 3).is_some_and(|t| t > 0.0));
     }
 }
