@@ -183,8 +183,7 @@ __device__ __forceinline__ void load_query_frags(const ScoreParams& p, int row0,
             const long long at = ((long long)(row0 + rr) * p.heads + head0 + h) * D + dim0;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                if (Q_BF16) v[e] = tq == 0 ? ((const unsigned short*)p.q)[at + e] : 0u;
-                else v[e] = f32_term(((const float*)p.q)[at + e], tq);
+                v[e] = Q_BF16 ? ((const unsigned short*)p.q)[at + e] : f32_term(((const float*)p.q)[at + e], tq);
             }
         }
         qf[i] = make_uint2(pack2(v[0], v[1]), pack2(v[2], v[3]));
@@ -345,7 +344,6 @@ __device__ __forceinline__ void score_impl(const ScoreParams& p) {
             vis[tid] = v;
             seqs[tid] = seq;
             if (fused && blockIdx.x == 0) ((int*)p.positions_out)[row] = v < 0 ? -1 : ((const int*)p.positions)[row];
-            // Rows to fill or skip need no keys; those that do form runs.
         }
         __syncthreads();
         if (tid == 0) {
@@ -359,20 +357,22 @@ __device__ __forceinline__ void score_impl(const ScoreParams& p) {
             }
         }
         __syncthreads();
-        // Rows with nothing to score in this tile: fill (plain form).
-        for (int rr = 0; rr < nrows; ++rr) {
+        // The plain form fills the blocks past each row's V (all of a bad
+        // row: NaN); the fused form writes neither.
+        for (int rr = 0; !fused && rr < nrows; ++rr) {
             const int v = vis[rr];
             float* out = (float*)p.out + (long long)(row0 + rr) * p.out_stride;
-            if (fused) continue;
-            const int from = v < 0 ? tile0 : max(tile0, v);
             const float fill = v < 0 ? __uint_as_float(0x7fc00000u) : __uint_as_float(0xff800000u);
-            for (int b = from + tid; b < tile_end; b += SCORE_THREADS) out[b] = fill;
+            for (int b = max(tile0, v) + tid; b < tile_end; b += SCORE_THREADS) out[b] = fill;
         }
+        // Rows with V <= lim write nothing (fused: the rows the selection
+        // copies; plain: none).
+        const int lim = fused ? p.skip_upto : -1;
         for (int r0 = 0; r0 < nrows; r0 += run_len[r0]) {
             const int len = run_len[r0];
             int vmax = 0;
             for (int rr = r0; rr < r0 + len; ++rr)
-                if (!(fused && vis[rr] <= p.skip_upto)) vmax = max(vmax, vis[rr]);
+                if (vis[rr] > lim) vmax = max(vmax, vis[rr]);
             const int end = min(tile_end, vmax);
             if (vis[r0] < 0 || end <= tile0) continue;
             __syncthreads();  // the previous run's fragments are read
@@ -381,8 +381,6 @@ __device__ __forceinline__ void score_impl(const ScoreParams& p) {
             const int* table = (const int*)p.page_table + (long long)seqs[r0] * p.max_pages;
             float* out0 = (float*)p.out + (long long)(row0 + r0) * p.out_stride;
             const int* vrun = vis + r0;
-            // Rows at or below skip_upto (fused) write nothing: their V as 0.
-            const int lim = fused ? p.skip_upto : -1;
 #pragma unroll 1
             for (int g0 = tile0 + warp * 32; g0 < end; g0 += SCORE_WARPS * 32) {
                 bool bad_page;
