@@ -275,6 +275,11 @@ int main() {
         Case c{"qbf16 kbf16 d128 h" + std::to_string(h), true, 1, 128, h, 19, 1100, 4, 512, 3, false, false, true};
         cases.push_back(c);
     }
+    // Runs whose columns fit one tile (rows x padded heads <= 8: the
+    // one-tile form): decode rows, partial heads.
+    cases.push_back({"one tile: 1 row qbf16 kbf16 d128 h4", true, 1, 128, 4, 1, 1700, 4, 768, 1, false, false, true});
+    cases.push_back({"one tile: 1 row qf32 ke4m3 d128 h8", false, 2, 128, 8, 1, 1300, 4, 512, 1, false, false, true});
+    cases.push_back({"one tile: 2 rows qbf16 kf32 d64 h3", true, 0, 64, 3, 2, 900, 4, 256, 1, false, false, true});
     cases.push_back({"qf32 kf32 d256 h16 (8 stages x 4 passes)", false, 0, 256, 16, 2, 600, 4, 256, 2, false, false, true});
     // Paged keys (bad page entries, a bad sequence), plain and fused.
     cases.push_back({"paged qbf16 kbf16 d128 h4", true, 1, 128, 4, 6, 1300, 4, 768, 4, true, false, true});

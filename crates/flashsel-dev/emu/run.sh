@@ -10,7 +10,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 kernels="$here/../../flashsel/kernels"
 which=${1:-all}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap '[ -n "${KEEP_EMU:-}" ] || rm -rf "$tmp"' EXIT
 rewrite() {
     sed -e 's/extern __shared__ __align__(16) float smem\[\];/extern float smem[];/' \
         -e 's/extern __shared__ __align__(16) u64 dyn_smem\[\];/extern u64 dyn_smem[];/' -e 's/__shared__ /static /' \

@@ -66,10 +66,20 @@ fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64
         let chain = flashsel::cpu::qsa_select(&view, &positions, &ispec.select_spec(), None).unwrap();
         ok = format!("indexer {}", if chain == i_gpu { "ok" } else { "MISMATCH" });
     }
+    // Digests of the scores' and the ids' bytes, to compare runs of one
+    // shape across kernel variants.
+    let fnv = |words: &mut dyn Iterator<Item = u32>| {
+        words.fold(0xcbf2_9ce4_8422_2325u64, |h, w| (h ^ w as u64).wrapping_mul(0x100_0000_01b3))
+    };
+    let digest = format!(
+        "scores#{:016x} ids#{:016x}",
+        fnv(&mut s_gpu.iter().map(|x| x.to_bits())),
+        fnv(&mut i_gpu.ids.iter().map(|&x| x as u32))
+    );
     let per_row = (nb * d * std::mem::size_of::<K>()) as f64;
     let key_bytes = if s.paged { per_row * rows as f64 } else { per_row };
     println!(
-        "INDEXER {:<34} scores {:>9.2} us  indexer {:>9.2} us{other}  floor {:>8.2} us  {ok}  {path:?}",
+        "INDEXER {:<34} scores {:>9.2} us  indexer {:>9.2} us{other}  floor {:>8.2} us  {ok}  {path:?}  {digest}",
         s.name,
         med(ts),
         med(ti),

@@ -185,22 +185,31 @@ __device__ __forceinline__ void score_chunk(const DecodeParams& P, int row, int 
         if (pass > 0) __syncthreads();  // every warp is done with the first half's fragments
         load_query_frags<Q_BF16, D, 1>(p, row, 1, h0, hn, qf);
         __syncthreads();
+        const bool mine = sum_row(padded_heads(hn), lane, 0, 0) == 0;  // this lane holds row 0's sums
 #pragma unroll 1
         for (u32 g0 = start + (u32)warp * 32u; g0 < end; g0 += SCORE_WARPS * 32) {
             bool bad_page;
             const unsigned char* key_at = key_address<K, D>(p, table, (int)g0 + lane, (int)end, bad_page);
             const u32 bad = __ballot_sync(FULL_MASK, bad_page);
-            warp_scores<Q_BF16, K, D, 1>(key_at, qf, hn, lane, [&](int rr, int i, float s) {
-                const u32 b = g0 + (u32)i;
-                if (rr != 0 || b >= end) return;
-                u32& o = sk[b - start];
-                if (passes == 2 && pass == 0) {
-                    o = __float_as_uint(s);
-                    return;
+            float sum[2][1][4];
+            warp_scores<Q_BF16, K, D, 1>(key_at, qf, hn, lane, sum);
+            if (!mine) continue;
+#pragma unroll
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const int i = 16 * m + (lane >> 2) + 8 * j;
+                    const u32 b = g0 + (u32)i;
+                    if (b >= end) continue;
+                    float s = sum[m][0][2 * j];
+                    u32& o = sk[b - start];
+                    if (passes == 2 && pass == 0) {
+                        o = __float_as_uint(s);
+                        continue;
+                    }
+                    if (passes == 2) s = __uint_as_float(o) + s;
+                    o = order_key<32>(__float_as_uint(finish_score(s, (bad >> i) & 1u, p.scale)), P.nan_largest);
                 }
-                if (passes == 2) s = __uint_as_float(o) + s;
-                o = order_key<32>(__float_as_uint(finish_score(s, (bad >> i) & 1u, p.scale)), P.nan_largest);
-            });
         }
     }
 }

@@ -7,10 +7,13 @@
 // A CTA takes a group of rows (queries) and a tile of blocks_per_cta blocks;
 // its warps take groups of 32 consecutive blocks (two 16-row A tiles of keys)
 // against the group's query columns (B: NT tiles of 8 columns, each column
-// one (row, head); a row's heads padded to a power of two, hp). Keys go
+// one (row, head); a row's heads padded to a power of two, hp; a run of
+// rows whose columns fit one tile takes one tile). Keys go
 // straight from global memory into A fragments (a lane loads 16 contiguous
 // bytes of bf16 a row and 32-dimension chunk); the queries' B fragments are
 // built once per row group in shared memory, in the same dimension order.
+// A lane's finished sums map to fixed (row, block) slots (sum_row), so the
+// writes' rows and limits are set once a run.
 //
 // Arithmetic (the device order, a pure function of the row's and the
 // block's values: the same bits in any batch, tile or group):
@@ -59,8 +62,8 @@ enum : int {
     SCORE_WARPS = SCORE_THREADS / 32,
     MAX_HEADS = 16,
     MAX_DIM = 256,
-    GROUP_NT = 2,         // query column tiles of the plain scorer (the host's SCORE_NT)
-    MAX_GROUP_ROWS = 32,  // rows of a group: 8 NT / hp, at most 32 (hp 1)
+    GROUP_NT = 2,         // query column tiles of the plain scorer's row groups (the host's SCORE_NT)
+    MAX_GROUP_ROWS = 8 * GROUP_NT,  // rows of a group: 8 NT / hp, at most 16 (hp 1)
 };
 
 // The launch's parameter block (ops/indexer/device.rs ScoreParams).
@@ -206,14 +209,28 @@ __device__ __forceinline__ const unsigned char* key_address(const ScoreParams& p
     return bad_page ? nullptr : (const unsigned char*)p.kbar + at * (D * K::BYTES);
 }
 
+// Which of the group's rows a lane's finished sum (n, e) belongs to (see
+// warp_scores), or -1 where the lane holds none: hp 1 has a row a column
+// (e 0 and 1), wider rows one sum for a lane that ends their head tree.
+__device__ __forceinline__ int sum_row(int hp, int lane, int n, int e) {
+    const int t = lane & 3, col = 8 * n + 2 * t + e;
+    if (hp == 1) return col;
+    if (e != 0) return -1;
+    if (hp == 2) return col >> 1;
+    if (hp == 4) return (t & 1) ? -1 : col >> 2;
+    if (hp == 8) return t == 0 ? n : -1;
+    return t == 0 && (n & 1) ? n >> 1 : -1;  // sixteen heads: tiles 2r, 2r + 1
+}
+
 // The warp's 32 blocks (key_at: lane's own block's key, null: none) against
 // the group's query columns (qf): for each block and each of the group's
-// rows that a column tile holds, the relu sum of its heads in the device
-// order, unscaled, handed to emit(row in group, block in 32, sum) by one
-// lane. Warp-uniform call.
-template <bool Q_BF16, class K, int D, int NT, class Emit>
+// rows, the relu sum of its heads in the device order, unscaled. On return
+// sum[m][n][2 j + e] is the sum of block 16 m + g + 8 j (g = lane / 4) and
+// row sum_row(hp, lane, n, e) where that is >= 0 (other entries: scratch).
+// Warp-uniform call.
+template <bool Q_BF16, class K, int D, int NT>
 __device__ __forceinline__ void warp_scores(const unsigned char* key_at, const uint2* qf, int heads, int lane,
-                                            Emit&& emit) {
+                                            float (&acc)[2][NT][4]) {
     constexpr int KS = D / 16, CH = D / 32, TQ = Q_BF16 ? 1 : 3, TK = K::TERMS;
     constexpr int SB = chunk_batch<K, D, NT>();
     const int g = lane >> 2, t = lane & 3;
@@ -222,7 +239,6 @@ __device__ __forceinline__ void warp_scores(const unsigned char* key_at, const u
 #pragma unroll
     for (int r = 0; r < 4; ++r)
         ra[r] = (const unsigned char*)__shfl_sync(FULL_MASK, (unsigned long long)key_at, 16 * (r >> 1) + g + 8 * (r & 1));
-    float acc[2][NT][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -262,33 +278,32 @@ __device__ __forceinline__ void warp_scores(const unsigned char* key_at, const u
                 }
             }
     }
-    // The heads' relu sums: lane (g, t) holds columns 2t, 2t + 1 of blocks
-    // 16 m + g (e 0, 1) and 16 m + g + 8 (e 2, 3).
+    // The heads' relu sums, in place: lane (g, t) holds columns 8 n + 2t,
+    // 8 n + 2t + 1 of blocks 16 m + g (entries 0, 1) and 16 m + g + 8 (2, 3).
     const int hp = padded_heads(heads);
+    const int hmask = hp <= 8 ? hp - 1 : 15;  // a column's head: col & hmask
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            const int blk = 16 * m + g + 8 * j;
             float prev = 0.f;  // sixteen heads: the first tile's tree
 #pragma unroll
             for (int n = 0; n < NT; ++n) {
                 const float x0 = acc[m][n][2 * j], x1 = acc[m][n][2 * j + 1];
-                const int col = 8 * n + 2 * t;
                 if (hp == 1) {
-                    emit(col, blk, relu(x0));
-                    emit(col + 1, blk, relu(x1));
+                    acc[m][n][2 * j] = relu(x0);
+                    acc[m][n][2 * j + 1] = relu(x1);
                     continue;
                 }
-                const int h0 = hp <= 8 ? col % hp : col % 16;
+                const int h0 = (8 * n + 2 * t) & hmask;
                 float s = (h0 < heads ? relu(x0) : 0.f) + (h0 + 1 < heads ? relu(x1) : 0.f);
                 if (hp >= 4) s = s + __shfl_xor_sync(FULL_MASK, s, 1);
                 if (hp >= 8) s = s + __shfl_xor_sync(FULL_MASK, s, 2);
-                if (hp == 2) emit(col / 2, blk, s);
-                else if (hp == 4) { if ((t & 1) == 0) emit(col / 4, blk, s); }
-                else if (hp == 8) { if (t == 0) emit(n, blk, s); }
-                else if (n & 1) { if (t == 0) emit(n / 2, blk, prev + s); }
-                else prev = s;
+                if (hp == 16) {
+                    if (n & 1) s = prev + s;
+                    else prev = s;
+                }
+                acc[m][n][2 * j] = s;
             }
         }
 }
@@ -321,19 +336,72 @@ __device__ __forceinline__ int row_visible(const ScoreParams& p, int row, int& s
 template <bool Q_BF16, int D, int NT>
 __host__ __device__ constexpr int query_frag_bytes() { return (Q_BF16 ? 1 : 3) * (D / 16) * NT * 32 * 8; }
 
+// One run of a row group: len consecutive rows (group rows r0 ..) that read
+// keys from one source (table: their page-table row), scored over blocks
+// [tile0, end) with NT column tiles (len * hp <= 8 NT). vis: the group's
+// rows' V; rows with V <= lim write nothing. Every thread calls it.
+template <bool Q_BF16, class K, int D, int NT>
+__device__ __forceinline__ void score_run(const ScoreParams& p, const int* vis, int row0, int r0, int len,
+                                          const int* table, int tile0, int end, int lim, uint2* qf) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, hp = padded_heads(p.heads);
+    __syncthreads();  // the previous run's fragments are read
+    load_query_frags<Q_BF16, D, NT>(p, row0 + r0, len, 0, p.heads, qf);
+    __syncthreads();
+    // The rows of this lane's sums: their outputs (slot e 1, for hp 1 only,
+    // is the next row) and the blocks they write (V, or 0 for a slot that
+    // writes nothing).
+    float* dst[NT];
+    int upto[NT][2];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int rr = sum_row(hp, lane, n, e);
+            const int v = rr >= 0 && rr < len ? vis[r0 + rr] : 0;
+            upto[n][e] = v > lim ? v : 0;
+        }
+        dst[n] = (float*)p.out + (long long)(row0 + r0 + max(sum_row(hp, lane, n, 0), 0)) * p.out_stride;
+    }
+    const int g = lane >> 2;
+#pragma unroll 1
+    for (int g0 = tile0 + warp * 32; g0 < end; g0 += SCORE_WARPS * 32) {
+        bool bad_page;
+        const unsigned char* key_at = key_address<K, D>(p, table, g0 + lane, end, bad_page);
+        const u32 bad = __ballot_sync(FULL_MASK, bad_page);
+        float sum[2][NT][4];
+        warp_scores<Q_BF16, K, D, NT>(key_at, qf, p.heads, lane, sum);
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int i = 16 * m + g + 8 * j, b = g0 + i;
+                const bool bad_i = (bad >> i) & 1u;
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        if (b < upto[n][e])
+                            dst[n][e * p.out_stride + b] = finish_score(sum[m][n][2 * j + e], bad_i, p.scale);
+            }
+    }
+}
+
 // The kernel body: Q the query dtype (true: bf16, false: f32), K the key
-// type. gridDim.y CTAs loop over the row groups (group_rows(hp, GROUP_NT)).
+// type. gridDim.y CTAs loop over the row groups of group_rows(hp,
+// GROUP_NT) rows; a run whose columns fit one tile (len * hp <= 8: a
+// decode row, rows of distinct sequences) is scored with one tile, so that
+// no mma multiplies padding (the bits are the same: a column's sum does
+// not depend on the tile that holds it); f32 keys keep GROUP_NT tiles.
 template <bool Q_BF16, class K, int D>
 __device__ __forceinline__ void score_impl(const ScoreParams& p) {
-    constexpr int NT = GROUP_NT;
-    uint2* qf = reinterpret_cast<uint2*>(dyn_smem);  // query_frag_bytes<Q_BF16, D, NT>()
+    uint2* qf = reinterpret_cast<uint2*>(dyn_smem);  // query_frag_bytes<Q_BF16, D, GROUP_NT>()
     __shared__ int vis[MAX_GROUP_ROWS], seqs[MAX_GROUP_ROWS];
     __shared__ int run_len[MAX_GROUP_ROWS];  // a run's rows share the key source
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x;
     const int tile0 = blockIdx.x * p.blocks_per_cta;
     const int tile_end = min(tile0 + p.blocks_per_cta, p.blocks);
     const bool fused = p.skip_upto >= 0;
-    const int gr = group_rows(padded_heads(p.heads), NT);
+    const int hp = padded_heads(p.heads), gr = group_rows(hp, GROUP_NT);
     const int groups = (p.rows + gr - 1) / gr;
     for (int grp = blockIdx.y; grp < groups; grp += gridDim.y) {
         const int row0 = grp * gr, nrows = min(gr, p.rows - row0);
@@ -375,22 +443,11 @@ __device__ __forceinline__ void score_impl(const ScoreParams& p) {
                 if (vis[rr] > lim) vmax = max(vmax, vis[rr]);
             const int end = min(tile_end, vmax);
             if (vis[r0] < 0 || end <= tile0) continue;
-            __syncthreads();  // the previous run's fragments are read
-            load_query_frags<Q_BF16, D, NT>(p, row0 + r0, len, 0, p.heads, qf);
-            __syncthreads();
             const int* table = (const int*)p.page_table + (long long)seqs[r0] * p.max_pages;
-            float* out0 = (float*)p.out + (long long)(row0 + r0) * p.out_stride;
-            const int* vrun = vis + r0;
-#pragma unroll 1
-            for (int g0 = tile0 + warp * 32; g0 < end; g0 += SCORE_WARPS * 32) {
-                bool bad_page;
-                const unsigned char* key_at = key_address<K, D>(p, table, g0 + lane, end, bad_page);
-                const u32 bad = __ballot_sync(FULL_MASK, bad_page);
-                warp_scores<Q_BF16, K, D, NT>(key_at, qf, p.heads, lane, [&](int rr, int i, float s) {
-                    const int b = g0 + i, v = rr < len ? vrun[rr] : 0;
-                    if (b < v && v > lim) out0[(long long)rr * p.out_stride + b] = finish_score(s, (bad >> i) & 1u, p.scale);
-                });
-            }
+            if (K::TERMS == 1 && len * hp <= 8)  // f32 keys: one form (registers)
+                score_run<Q_BF16, K, D, 1>(p, vis, row0, r0, len, table, tile0, end, lim, qf);
+            else
+                score_run<Q_BF16, K, D, GROUP_NT>(p, vis, row0, r0, len, table, tile0, end, lim, qf);
         }
         __syncthreads();  // vis, seqs, run_len and qf are rewritten for the next group
     }
