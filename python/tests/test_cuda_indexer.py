@@ -358,8 +358,10 @@ def test_graph_capture_and_replay_on_new_data():
         pd.copy_(p2)
         g.replay()
         torch.cuda.synchronize()
-        assert_bytes(out_s, flashsel.qsa_scores(q2, k2, p2))
-        assert_bytes(out_i, flashsel.qsa_indexer(q2, k2, p2, order="score"))
+        # The device's own bits (its scores are not the CPU engine's).
+        q3, k3, p3 = q2.to(DEV), k2.to(DEV), p2.to(DEV)
+        assert_bytes(out_s, flashsel.qsa_scores(q3, k3, p3))
+        assert_bytes(out_i, flashsel.qsa_indexer(q3, k3, p3, order="score"))
 
 
 def test_graph_capture_of_paged_decode():
@@ -417,8 +419,9 @@ def test_runs_on_the_current_stream():
         ids, counts = flashsel.qsa_indexer(qd, kd, pd)
         sc = flashsel.qsa_scores(qd, kd, pd)
     s.synchronize()
-    assert_bytes((ids, counts), flashsel.qsa_indexer(q, k, pos))
-    assert_bytes(sc, flashsel.qsa_scores(q, k, pos))
+    # The same calls on the default stream: the device's own bits.
+    assert_bytes((ids, counts), flashsel.qsa_indexer(qd.clone(), kd.clone(), pd.clone()))
+    assert_bytes(sc, flashsel.qsa_scores(qd.clone(), kd.clone(), pd.clone()))
 
 
 # ---------------------------------------------------------------------------

@@ -122,7 +122,9 @@ std::vector<unsigned> reference(const Case& c, const Data& x, float scale) {
                                 const int dim = 32 * (ks >> 1) + 8 * ((kk & 7) >> 1) + 4 * (ks & 1) + 2 * (kk >> 3) + (kk & 1);
                                 const float kv = kval(c, x, at * c.d + dim);
                                 const float qv = qval(c, x, ((long long)r * c.heads + h) * c.d + dim);
-                                sum += (double)term(kv, c.kd == 0 ? a : 0) * term(qv, c.qb ? 0 : e);
+                                float tkv = term(kv, c.kd == 0 ? a : 0), tqv = term(qv, c.qb ? 0 : e);
+                                if (e > 0 && std::isinf(tkv)) tkv = 0.f;  // an infinite key meets only q's hi term
+                                sum += (double)tkv * tqv;
                             }
                             acc = (float)((double)acc + sum);
                         }
@@ -185,6 +187,9 @@ Data make(const Case& c, std::mt19937& g) {
             x.kbar[8 * c.d] = 0x80;
         }
         put(x.q, c.d + 5, qb, NAN);
+        // A value with zero mid and lo terms against an infinity: the inf
+        // key (block 9, dimension 1) against 1.0 in every row's last head.
+        for (int r = 0; r < c.rows; ++r) put(x.q, ((long long)r * c.heads + c.heads - 1) * c.d + 1, qb, 1.f);
     }
     // Positions: V from 0 to all blocks, one past the keys, one negative.
     for (int r = 0; r < c.rows; ++r) {

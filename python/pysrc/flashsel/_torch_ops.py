@@ -756,7 +756,8 @@ def sparse_mla_prefill(
     the eager path directly (host forms such as lists or NumPy arrays beside
     a tensor q, which it converts; its errors for what it rejects)."""
     scale, dv = _op_float(sm_scale), _op_int(d_v)
-    if scale is _NOT or dv is _NOT or not _tensors(kv, indices) or not _opt_tensors(attn_sink, topk_length):
+    bad = isinstance(scale, _Not) or isinstance(dv, _Not)
+    if bad or not _tensors(kv, indices) or not _opt_tensors(attn_sink, topk_length):
         return _mla._sparse_mla_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
     return _MLA_PREFILL(q, kv, indices, scale, dv, attn_sink, topk_length)
 
@@ -780,8 +781,8 @@ def sparse_mla_decode(
     if isinstance(fp8, np.bool_):
         fp8 = bool(fp8)
     ok = (
-        scale is not _NOT
-        and dv is not _NOT
+        not isinstance(scale, _Not)
+        and not isinstance(dv, _Not)
         and (fp8 is None or isinstance(fp8, bool))
         and _tensors(k_cache, indices)
         and _opt_tensors(topk_length, attn_sink)
@@ -796,7 +797,12 @@ def sparse_mla_decode(
 # ---------------------------------------------------------------------------
 
 
-_NOT = object()  # an argument the operator's schema cannot carry
+class _Not:
+    """The type of _NOT (tested by isinstance: under torch.compile a
+    symbolic float or int cannot be compared by identity with an object)."""
+
+
+_NOT = _Not()  # an argument the operator's schema cannot carry
 
 
 def _op_float(x: Any) -> Any:

@@ -19,7 +19,11 @@
 // block's values: the same bits in any batch, tile or group):
 //   - a value is split into bf16 terms whose sum is exactly its value: bf16
 //     and e4m3 (decoded exactly) one term, f32 three (truncations: hi, mid,
-//     lo); every product of terms is exact in f32.
+//     lo); every product of terms is exact in f32. An infinite key value
+//     counts +0.0 beside the queries' mid and lo terms (zero_infs), so an
+//     infinite key times a nonzero query value is an infinity, as exactly.
+//     (An infinite query value beside f32 keys' zero mid or lo terms still
+//     gives NaN: not handled.)
 //   - dot_h: an f32 accumulator from +0.0 takes one mma per 16-dimension
 //     step ks = 0 .. d/16 - 1, and within a step one per (key term, query
 //     term) pair, key term outer; step ks holds the dimensions
@@ -96,6 +100,17 @@ __device__ __forceinline__ u32 f32_term(float x, int i) {
     return i == 1 ? rb >> 16 : __float_as_uint(r - __uint_as_float(rb & 0xffff0000u)) >> 16;  // exact, <= 8 bits
 }
 __device__ __forceinline__ u32 pack2(u32 lo, u32 hi) { return (lo & 0xffffu) | (hi << 16); }
+// A bf16 pair with its infinities made +0.0 (the terms of a product other
+// than hi x hi: an infinite value's hi meets only the partner's hi, so an
+// infinity times a nonzero value is an infinity, as exactly, never inf x a
+// zero term of a nonzero value).
+// Per half: t's top bit set, so t - 1 borrows nothing across the halves
+// and clears that bit only where the half's magnitude is 0x7f80.
+__device__ __forceinline__ u32 zero_infs(u32 v) {
+    const u32 t = ((v & 0x7fff7fffu) ^ 0x7f807f80u) | 0x80008000u;
+    const u32 inf = ~(t - 0x00010001u) & 0x80008000u;
+    return v & ~((inf >> 15) * 0xffffu);
+}
 
 // Key element types: load() a lane's 8 values of one row and 32-dimension
 // chunk (dimensions 32 s + 8 t .. + 7); pair(raw, w, term): the bf16 pair
@@ -148,7 +163,23 @@ struct KeyE4m3 {
     static __device__ __forceinline__ u32 pair(const Raw& r, int w, int) {
         const u32 word = w < 2 ? r.v.x : r.v.y;
         const int sh = (w & 1) * 16;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        // sm_89+: the pair at once, e4m3x2 -> f16x2 -> f32 -> bf16x2, every
+        // step exact (e4m3 values are f16 and bf16 values; a NaN stays a
+        // NaN, its payload does not reach a score: finish_score).
+        const unsigned short two = (unsigned short)((word >> sh) & 0xffffu);
+        u32 h2, out;
+        unsigned short lo16, hi16;
+        float lo, hi;
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(two));
+        asm("mov.b32 {%0, %1}, %2;" : "=h"(lo16), "=h"(hi16) : "r"(h2));
+        asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"(lo16));
+        asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"(hi16));
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+        return out;
+#else
         return pack2(bf16_of((word >> sh) & 0xffu), bf16_of((word >> (sh + 8)) & 0xffu));
+#endif
     }
 };
 
@@ -268,13 +299,19 @@ __device__ __forceinline__ void warp_scores(const unsigned char* key_at, const u
                         a[m][3] = K::pair(raw[c][2 * m + 1], 2 * u + 1, tk);
                     }
 #pragma unroll(TK == 1 ? TQ : 1)  // f32 keys and queries: registers
-                    for (int tq = 0; tq < TQ; ++tq)
+                    for (int tq = 0; tq < TQ; ++tq) {
+                        if (TQ > 1 && tk == 0 && tq == 1)  // the keys' hi beside the queries' mid and lo
+#pragma unroll
+                            for (int m = 0; m < 2; ++m)
+#pragma unroll
+                                for (int e = 0; e < 4; ++e) a[m][e] = zero_infs(a[m][e]);
 #pragma unroll
                         for (int n = 0; n < NT; ++n) {
                             const uint2 b = qf[((tq * KS + ks) * NT + n) * 32 + lane];
 #pragma unroll
                             for (int m = 0; m < 2; ++m) mma_bf16_16816(acc[m][n], a[m], b.x, b.y);
                         }
+                    }
                 }
             }
     }

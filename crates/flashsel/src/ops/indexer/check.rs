@@ -31,6 +31,11 @@ pub enum Values {
     Ties,
     /// Normal, with NaN, +-inf, subnormals and signed zeros sprinkled in.
     Special,
+    /// Keys through the 256 e4m3 values in turn (NaN, subnormals and
+    /// zeros included; every key dtype holds them exactly), one-hot
+    /// queries: each score is its heads' few keys values, so a wrong
+    /// decode of any one code is far outside the bound.
+    Codes,
 }
 
 /// One indexer check case.
@@ -162,6 +167,14 @@ pub fn cases(quick: bool) -> Vec<IndexerCase> {
         c.order = order;
         out.push(c);
     }
+    // Every e4m3 code through each key dtype (the sm_89+ pair conversion
+    // and the portable one), one head and four, paged and not.
+    for (j, k) in ks.into_iter().enumerate() {
+        let mut c = base(5, 700, [1, 4, 1][j], [128, 64, 128][j], qs[j % 2], k, Values::Codes);
+        c.page_size = (j == 2).then_some(16);
+        c.k_blocks = (j == 2).then_some(100);
+        out.push(c);
+    }
     // Edge positions and the engine's own grouping, every row ranked or copied.
     let mut c = base(12, 3000, 2, 128, DType::BF16, DType::F32, Values::Ties);
     c.k_blocks = Some(300);
@@ -178,6 +191,7 @@ fn values(v: Values, n: usize, dtype: DType, rng: &mut Rng) -> Vec<f32> {
         Values::Special => (0..n)
             .map(|_| if rng.below(50) == 0 { special[rng.below(special.len() as u64) as usize] } else { rng.normal() })
             .collect(),
+        Values::Codes => (0..n).map(|i| F8E4M3((i % 256) as u8).to_f32()).collect(),
     };
     if v == Values::Special && dtype == DType::F8E4M3 {
         // e4m3 has no infinities: saturate them.
@@ -272,7 +286,20 @@ fn run_typed<Q: QueryElem + From32, K: KeyElem + From32>(
 ) -> Result<(bool, String)> {
     let spec = c.scores_spec();
     let positions = positions_for(c, rng);
-    let qv = values(c.values, spec.q_len()?, c.q, rng);
+    let qv = match c.values {
+        // One-hot: row r's head h reads dimension (r * H + h) % d.
+        Values::Codes => (0..spec.q_len()?)
+            .map(|i| {
+                let (rh, d) = (i / c.dim, i % c.dim);
+                if d == rh % c.dim {
+                    1.0
+                } else {
+                    0.0
+                }
+            })
+            .collect(),
+        v => values(v, spec.q_len()?, c.q, rng),
+    };
     let q: Vec<Q> = to_keys(&qv);
     let paged = c.page_size.map(|ps| {
         let (t, max_pages, seq) = pages_for(rng, c.rows, c.blocks * 4 + 4, ps);
