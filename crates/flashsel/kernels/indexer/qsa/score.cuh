@@ -100,12 +100,11 @@ __device__ __forceinline__ u32 f32_term(float x, int i) {
     return i == 1 ? rb >> 16 : __float_as_uint(r - __uint_as_float(rb & 0xffff0000u)) >> 16;  // exact, <= 8 bits
 }
 __device__ __forceinline__ u32 pack2(u32 lo, u32 hi) { return (lo & 0xffffu) | (hi << 16); }
-// A bf16 pair with its infinities made +0.0 (the terms of a product other
-// than hi x hi: an infinite value's hi meets only the partner's hi, so an
-// infinity times a nonzero value is an infinity, as exactly, never inf x a
-// zero term of a nonzero value).
-// Per half: t's top bit set, so t - 1 borrows nothing across the halves
-// and clears that bit only where the half's magnitude is 0x7f80.
+// A bf16 pair with its infinities made +0.0: the keys' hi term beside the
+// queries' mid and lo terms, so that an infinite key meets only a query's
+// hi term (never inf x a zero term of a nonzero value). Per half: t's top
+// bit is set, so t - 1 borrows nothing across the halves and clears that
+// bit only where the half's magnitude is 0x7f80.
 __device__ __forceinline__ u32 zero_infs(u32 v) {
     const u32 t = ((v & 0x7fff7fffu) ^ 0x7f807f80u) | 0x80008000u;
     const u32 inf = ~(t - 0x00010001u) & 0x80008000u;
