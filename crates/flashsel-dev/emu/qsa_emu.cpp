@@ -1,5 +1,6 @@
 // The QSA scorer (kernels/indexer/qsa/score.cuh, the 18 entries of
-// indexer/qsa_scores.cu) run on the host under shim.h, one CTA at a time with
+// indexer/qsa_scores.cu; its staged form, qsa/staged.cuh, the 8 entries of
+// indexer/qsa_staged.cu) run on the host under shim.h, one CTA at a time with
 // 256 threads, real warp barriers and shuffles, and the tensor-core mma by
 // shim.h's model, against a reference written here from the documented
 // device order (score.cuh's header: the bf16 terms, the dimensions of each
@@ -15,6 +16,7 @@
 // keys and queries. No GPU needed: bash crates/flashsel-dev/emu/run.sh
 #include "shim.h"
 #include "kern_qsa.cpp"  // kernels/indexer/qsa_scores.cu, rewritten by run.sh
+#include "kern_staged.cpp"  // kernels/indexer/qsa_staged.cu
 alignas(16) u64 dyn_smem[16384];
 #include <algorithm>
 #include <cstdio>
@@ -36,6 +38,17 @@ Kernel entry(bool qb, int kd, int d) {
          {qsa_scores_qbf16_ke4m3_d64, qsa_scores_qbf16_ke4m3_d128, qsa_scores_qbf16_ke4m3_d256}}};
     return t[qb][kd][d == 64 ? 0 : d == 128 ? 1 : 2];
 }
+// The staged form's entries (null: no staged form at that width).
+Kernel staged_entry(bool qb, int kd, int d) {
+    static const Kernel t[2][3][2] = {
+        {{nullptr, nullptr},
+         {qsa_staged_qf32_kbf16_d64, qsa_staged_qf32_kbf16_d128},
+         {qsa_staged_qf32_ke4m3_d64, qsa_staged_qf32_ke4m3_d128}},
+        {{nullptr, nullptr},
+         {qsa_staged_qbf16_kbf16_d64, qsa_staged_qbf16_kbf16_d128},
+         {qsa_staged_qbf16_ke4m3_d64, qsa_staged_qbf16_ke4m3_d128}}};
+    return d == 256 ? nullptr : t[qb][kd][d == 64 ? 0 : 1];
+}
 
 const unsigned NAN_BITS = 0x7fc00000u, NEG_INF = 0xff800000u, POISON = 0x5a5a5a5au;
 
@@ -52,6 +65,7 @@ struct Case {
     int kd, d, heads, rows, blocks, ratio, bpc, grid_y;
     bool paged, fused, specials;
     int skip_upto = -1;
+    bool staged = false;  // the staged form (staged.cuh); bpc a multiple of 64
 };
 
 struct Data {
@@ -233,7 +247,9 @@ bool run(const Case& c, unsigned seed) {
     p.skip_upto = c.fused ? c.skip_upto : -1;
     p.scale = scale;
     p.blocks_per_cta = c.bpc;
-    launch2(entry(c.qb, c.kd, c.d), (unsigned)((c.blocks + c.bpc - 1) / c.bpc), (unsigned)c.grid_y, p);
+    const Kernel k = c.staged ? staged_entry(c.qb, c.kd, c.d) : entry(c.qb, c.kd, c.d);
+    if (!k) std::abort();
+    launch2(k, (unsigned)((c.blocks + c.bpc - 1) / c.bpc), (unsigned)c.grid_y, p);
     long long bad = 0, checked = 0;
     for (int r = 0; r < c.rows; ++r) {
         const long long t = x.positions[r];
@@ -298,13 +314,48 @@ int main() {
     Case r1{"fused qf32 kbf16 d128 h4 ratio 1", false, 1, 128, 4, 5, 900, 1, 256, 5, false, true, false};
     r1.skip_upto = 0;
     cases.push_back(r1);
+    // The staged form: every entry (rows past one super-group of 4 row
+    // groups), heads of every padded width, paged keys (two sequences and a
+    // bad one: several passes a super-group, bad page entries), fused.
+    const size_t staged0 = cases.size();
+    for (int qb = 0; qb < 2; ++qb)
+        for (int kd = 0; kd < 3; ++kd)
+            for (int d : {64, 128}) {
+                if (!staged_entry(qb == 1, kd, d)) continue;
+                Case c{std::string("staged q") + (qb ? "bf16" : "f32") + " k" + kn[kd] + " d" + std::to_string(d) + " h4",
+                       qb == 1, kd, d, 4, 37, 1000, 4, 384, 2, false, false, kd != 2 || d == 128};
+                c.staged = true;
+                cases.push_back(c);
+            }
+    for (int h : {1, 3, 8, 16}) {
+        Case c{"staged qbf16 kbf16 d128 h" + std::to_string(h), true, 1, 128, h, h == 1 ? 133 : 21, 700, 4, 256, 2,
+               false, false, true};
+        c.staged = true;
+        cases.push_back(c);
+    }
+    for (int kd : {1, 2, 1}) {
+        const int d = cases.size() % 2 ? 64 : 128;
+        Case c{std::string("staged paged qbf16 k") + kn[kd] + " d" + std::to_string(d) + " h4", true, kd, d, 4, 40, 900, 4, 512, 1, true, false, true};
+        c.staged = true;
+        cases.push_back(c);
+    }
+    Case sf{"staged fused paged qf32 kbf16 d128 h4 skip 100", false, 1, 128, 4, 36, 900, 4, 320, 2, true, true, true};
+    sf.skip_upto = 100;
+    sf.staged = true;
+    cases.push_back(sf);
+    Case sr{"staged fused qbf16 ke4m3 d128 h2 ratio 1", true, 2, 128, 2, 70, 600, 1, 192, 1, false, true, false};
+    sr.skip_upto = 0;
+    sr.staged = true;
+    cases.push_back(sr);
     int fails = 0;
     unsigned seed = 1;
     for (const Case& c : cases) fails += !run(c, seed++);
     // Copies that land only at their waits (none early).
     g_land_early = false;
     fails += !run(cases[7], 99);
-    fails += !run(cases[cases.size() - 3], 98);
-    std::printf("%d of %zu cases failed\n", fails, cases.size() + 2);
+    fails += !run(cases[staged0 - 3], 98);
+    fails += !run(cases[staged0 + 1], 97);
+    fails += !run(cases[cases.size() - 2], 96);
+    std::printf("%d of %zu cases failed\n", fails, cases.size() + 4);
     return fails != 0;
 }

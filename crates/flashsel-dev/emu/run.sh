@@ -29,7 +29,9 @@ if [ "$which" = all ] || [ "$which" = qsa ]; then
     mkdir -p "$tmp/inc/common" "$tmp/inc/indexer/qsa"
     rewrite "$kernels/common/types.cuh" >"$tmp/inc/common/types.cuh"
     rewrite "$kernels/indexer/qsa/score.cuh" >"$tmp/inc/indexer/qsa/score.cuh"
+    rewrite "$kernels/indexer/qsa/staged.cuh" >"$tmp/inc/indexer/qsa/staged.cuh"
     rewrite "$kernels/indexer/qsa_scores.cu" >"$tmp/kern_qsa.cpp"
+    rewrite "$kernels/indexer/qsa_staged.cu" >"$tmp/kern_staged.cpp"
     cp "$here/qsa_emu.cpp" "$tmp/"
     # -ffp-contract=off: the kernel's __fmul_rn / __fadd_rn are single roundings.
     g++ -std=c++20 -O2 -w -ffp-contract=off -DFSA_HOST_EMU=1 -DFS_BLOCK=256 -I "$tmp/inc" -I "$kernels" \

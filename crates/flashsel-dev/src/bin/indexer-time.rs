@@ -1,9 +1,10 @@
 //! Times qsa_scores / qsa_indexer on issue 22's shapes (a developer run; the
 //! bench rows are `flashsel bench --only indexer`). `indexer-time TEXT` runs
 //! only the shapes whose name contains TEXT.
+use flashsel::contract::DType;
 use flashsel::cuda::CudaEngine;
 use flashsel::data::Rng;
-use flashsel::ops::indexer::device::{indexer_group_rows, IndexerPath};
+use flashsel::ops::indexer::device::{indexer_group_rows, score_form, IndexerPath, ScoreForm};
 use flashsel::ops::indexer::{BlockKeys, KeyElem, PageMap, QsaIndexerSpec, QsaScoresSpec, F8E4M3};
 use half::bf16;
 
@@ -25,7 +26,7 @@ fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64
     // `indexer-time TEXT`: only the shapes whose name contains TEXT (for a
     // profiler run of one shape).
     if let Some(only) = std::env::args().nth(1) {
-        if !s.name.contains(&only) {
+        if only != "sweep" && !s.name.contains(&only) {
             return;
         }
     }
@@ -50,6 +51,15 @@ fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64
     let sspec = QsaScoresSpec::new(rows, nb);
     let ispec = QsaIndexerSpec::new(rows, nb);
     let (s_gpu, ts) = e.time_qsa_scores(&q, &keys, &positions, &sspec, 30).unwrap();
+    // Where the default form is the staged one, the plain form beside it
+    // (the same bytes).
+    let form = score_form(&sspec, DType::BF16, K::DTYPE, seqs, &e.props());
+    let mut plain = String::new();
+    if form != ScoreForm::Plain {
+        let (s_plain, tp) = e.time_qsa_scores_as(&q, &keys, &positions, &sspec, 30, Some(ScoreForm::Plain)).unwrap();
+        let same = s_plain.iter().zip(&s_gpu).all(|(a, b)| a.to_bits() == b.to_bits());
+        plain = format!("  plain scores {:>9.2} us{}", med(tp), if same { "" } else { " MISMATCH" });
+    }
     let (i_gpu, ti) = e.time_qsa_indexer(&q, &keys, &positions, &ispec, None, 30).unwrap();
     // Where the default is the fused decode kernel, the grouped path beside it.
     let path = e.qsa_indexer_path(&ispec);
@@ -79,7 +89,7 @@ fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64
     let per_row = (nb * d * std::mem::size_of::<K>()) as f64;
     let key_bytes = if s.paged { per_row * rows as f64 } else { per_row };
     println!(
-        "INDEXER {:<34} scores {:>9.2} us  indexer {:>9.2} us{other}  floor {:>8.2} us  {ok}  {path:?}  {digest}",
+        "INDEXER {:<34} scores {:>9.2} us{plain}  indexer {:>9.2} us{other}  floor {:>8.2} us  {ok}  {path:?}  {form:?}  {digest}",
         s.name,
         med(ts),
         med(ti),
@@ -95,6 +105,22 @@ fn main() {
     let b = |x: f32| bf16::from_f32(x);
     let f8 = |x: f32| F8E4M3(flashsel::ops::mla::f32_to_e4m3(x));
     let sh = |name, rows, tokens, paged, prefill, verify| Shape { name, rows, tokens, paged, prefill, verify };
+    if std::env::args().nth(1).as_deref() == Some("sweep") {
+        // The decode planner's crossover: the fused kernel beside the grouped
+        // path over rows, depth and key dtype.
+        for rows in [1usize, 4, 16] {
+            for tokens in [131_072usize, 262_144, 524_288, 1 << 20] {
+                if rows * tokens > 1 << 24 {
+                    continue;
+                }
+                let name: &'static str = Box::leak(format!("sweep {rows} x {tokens}").into_boxed_str());
+                run(&e, &sh(name, rows, tokens, rows > 1, false, false), b, bw);
+                let name: &'static str = Box::leak(format!("sweep {rows} x {tokens} fp8").into_boxed_str());
+                run(&e, &sh(name, rows, tokens, rows > 1, false, false), f8, bw);
+            }
+        }
+        return;
+    }
     run(&e, &sh("decode 1 x 4096 bf16", 1, 4096, false, false, true), b, bw);
     run(&e, &sh("decode 1 x 131072 bf16", 1, 131_072, false, false, true), b, bw);
     run(&e, &sh("decode 1 x 1048576 bf16", 1, 1 << 20, false, false, true), b, bw);

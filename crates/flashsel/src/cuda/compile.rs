@@ -44,6 +44,9 @@ pub enum Module {
     SelectGridTokens,
     /// The QSA indexer's block scores (`qsa_scores_*`, kernels/indexer/).
     IndexerQsa,
+    /// The QSA scorer's staged form (`qsa_staged_*`, kernels/indexer/):
+    /// keys staged through shared memory for many rows of one sequence.
+    IndexerQsaStaged,
     /// The fused decode indexer (`qsa_decode_*`, kernels/indexer/): scores
     /// kept on chip, selected across a row's CTAs (cooperative).
     IndexerQsaDecode,
@@ -63,12 +66,13 @@ pub enum Module {
 }
 
 impl Module {
-    pub const ALL: [Module; 9] = [
+    pub const ALL: [Module; 10] = [
         Module::SelectFilter,
         Module::SelectGrid,
         Module::SelectFilterTokens,
         Module::SelectGridTokens,
         Module::IndexerQsa,
+        Module::IndexerQsaStaged,
         Module::IndexerQsaDecode,
         Module::SparseMla,
         Module::SelectShort,
@@ -84,6 +88,7 @@ impl Module {
             Module::SelectGridTokens => "select/grid_tokens",
             Module::SelectShort => "select/short",
             Module::IndexerQsa => "indexer/qsa_scores",
+            Module::IndexerQsaStaged => "indexer/qsa_staged",
             Module::IndexerQsaDecode => "indexer/qsa_decode",
             Module::SparseMla => "attention/sparse_mla",
             Module::ShardMerge => "shard/merge",
@@ -149,6 +154,7 @@ impl Module {
                 "fs_short_warp_tok_f16",
             ],
             Module::IndexerQsa => &crate::ops::indexer::device::SCORE_ENTRIES,
+            Module::IndexerQsaStaged => &crate::ops::indexer::device::STAGED_ENTRIES,
             Module::IndexerQsaDecode => &crate::ops::indexer::device::DECODE_ENTRIES,
             Module::SparseMla => &crate::ops::mla::device::MLA_ENTRIES,
             Module::ShardMerge => &crate::ops::shard::device::MERGE_ENTRIES,

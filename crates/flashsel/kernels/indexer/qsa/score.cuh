@@ -258,17 +258,14 @@ __device__ __forceinline__ int sum_row(int hp, int lane, int n, int e) {
 // sum[m][n][2 j + e] is the sum of block 16 m + g + 8 j (g = lane / 4) and
 // row sum_row(hp, lane, n, e) where that is >= 0 (other entries: scratch).
 // Warp-uniform call.
+// warp_scores with the lane's four A rows given: ra[2 m + j] is block 16 m
+// + g + 8 j's key (null: zeros), in global or shared memory.
 template <bool Q_BF16, class K, int D, int NT>
-__device__ __forceinline__ void warp_scores(const unsigned char* key_at, const uint2* qf, int heads, int lane,
-                                            float (&acc)[2][NT][4]) {
+__device__ __forceinline__ void warp_scores_rows(const unsigned char* const (&ra)[4], const uint2* qf, int heads,
+                                                 int lane, float (&acc)[2][NT][4]) {
     constexpr int KS = D / 16, CH = D / 32, TQ = Q_BF16 ? 1 : 3, TK = K::TERMS;
     constexpr int SB = chunk_batch<K, D, NT>();
-    const int g = lane >> 2, t = lane & 3;
-    // The four A rows this lane loads: blocks 16 m + g + 8 j (row index 2m + j).
-    const unsigned char* ra[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-        ra[r] = (const unsigned char*)__shfl_sync(FULL_MASK, (unsigned long long)key_at, 16 * (r >> 1) + g + 8 * (r & 1));
+    const int t = lane & 3;
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -343,6 +340,17 @@ __device__ __forceinline__ void warp_scores(const unsigned char* key_at, const u
             }
         }
 }
+template <bool Q_BF16, class K, int D, int NT>
+__device__ __forceinline__ void warp_scores(const unsigned char* key_at, const uint2* qf, int heads, int lane,
+                                            float (&acc)[2][NT][4]) {
+    // The four A rows this lane loads: blocks 16 m + g + 8 j (row index 2m + j).
+    const int g = lane >> 2;
+    const unsigned char* ra[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+        ra[r] = (const unsigned char*)__shfl_sync(FULL_MASK, (unsigned long long)key_at, 16 * (r >> 1) + g + 8 * (r & 1));
+    warp_scores_rows<Q_BF16, K, D, NT>(ra, qf, heads, lane, acc);
+}
 
 // A visible block's score from its relu sum: NaN for a page outside the
 // cache, else the scaled sum (NaN payloads made the one NaN).
@@ -350,6 +358,27 @@ __device__ __forceinline__ float finish_score(float s, bool bad_page, float scal
     if (bad_page) return __uint_as_float(0x7fc00000u);
     const float score = s * scale;
     return isnan(score) ? __uint_as_float(0x7fc00000u) : score;
+}
+
+// A warp's 32 blocks g0 .. g0 + 31 written from warp_scores' sums: the sum
+// of (block b, slot (n, e)) goes to dst[n] + e * out_stride + b where b <
+// upto[n][e]; bad: the blocks whose page entry is outside the cache.
+template <int NT>
+__device__ __forceinline__ void write_sums(const ScoreParams& p, int g0, u32 bad, const float (&sum)[2][NT][4],
+                                           float* const (&dst)[NT], const int (&upto)[NT][2], int lane) {
+    const int g = lane >> 2;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const int i = 16 * m + g + 8 * j, b = g0 + i;
+            const bool bad_i = (bad >> i) & 1u;
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    if (b < upto[n][e]) dst[n][e * p.out_stride + b] = finish_score(sum[m][n][2 * j + e], bad_i, p.scale);
+        }
 }
 
 // The scorer's row checks: the row's V, or -1 for a row whose device values
@@ -366,6 +395,30 @@ __device__ __forceinline__ int row_visible(const ScoreParams& p, int row, int& s
         if (seq < 0 || seq >= p.sequences || pages > p.max_pages) v = -1;
     }
     return (int)v;
+}
+
+// A group's row row0 + threadIdx.x: its V (vis) and sequence (seqs), and in
+// the fused form (CTAs of tile 0) the position the selection reads (-1: a
+// row out of range).
+__device__ __forceinline__ void check_row(const ScoreParams& p, int row0, int* vis, int* seqs) {
+    const int i = threadIdx.x, row = row0 + i;
+    int seq;
+    const int v = row_visible(p, row, seq);
+    vis[i] = v;
+    seqs[i] = seq;
+    if (p.skip_upto >= 0 && blockIdx.x == 0) ((int*)p.positions_out)[row] = v < 0 ? -1 : ((const int*)p.positions)[row];
+}
+
+// The plain form's fill of a group's blocks [tile0, tile_end) past each
+// row's V: -inf, all of a bad row NaN. Every thread calls it.
+__device__ __forceinline__ void fill_past_visible(const ScoreParams& p, int row0, int nrows, const int* vis, int tile0,
+                                                  int tile_end) {
+    for (int rr = 0; rr < nrows; ++rr) {
+        const int v = vis[rr];
+        float* out = (float*)p.out + (long long)(row0 + rr) * p.out_stride;
+        const float fill = v < 0 ? __uint_as_float(0x7fc00000u) : __uint_as_float(0xff800000u);
+        for (int b = max(tile0, v) + threadIdx.x; b < tile_end; b += SCORE_THREADS) out[b] = fill;
+    }
 }
 
 // Bytes of the B fragments of NT column tiles (the host's query_frag_bytes).
@@ -398,7 +451,6 @@ __device__ __forceinline__ void score_run(const ScoreParams& p, const int* vis, 
         }
         dst[n] = (float*)p.out + (long long)(row0 + r0 + max(sum_row(hp, lane, n, 0), 0)) * p.out_stride;
     }
-    const int g = lane >> 2;
 #pragma unroll 1
     for (int g0 = tile0 + warp * 32; g0 < end; g0 += SCORE_WARPS * 32) {
         bool bad_page;
@@ -406,19 +458,7 @@ __device__ __forceinline__ void score_run(const ScoreParams& p, const int* vis, 
         const u32 bad = __ballot_sync(FULL_MASK, bad_page);
         float sum[2][NT][4];
         warp_scores<Q_BF16, K, D, NT>(key_at, qf, p.heads, lane, sum);
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int i = 16 * m + g + 8 * j, b = g0 + i;
-                const bool bad_i = (bad >> i) & 1u;
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                        if (b < upto[n][e])
-                            dst[n][e * p.out_stride + b] = finish_score(sum[m][n][2 * j + e], bad_i, p.scale);
-            }
+        write_sums<NT>(p, g0, bad, sum, dst, upto, lane);
     }
 }
 
@@ -441,14 +481,7 @@ __device__ __forceinline__ void score_impl(const ScoreParams& p) {
     const int groups = (p.rows + gr - 1) / gr;
     for (int grp = blockIdx.y; grp < groups; grp += gridDim.y) {
         const int row0 = grp * gr, nrows = min(gr, p.rows - row0);
-        if (tid < nrows) {
-            const int row = row0 + tid;
-            int seq;
-            const int v = row_visible(p, row, seq);
-            vis[tid] = v;
-            seqs[tid] = seq;
-            if (fused && blockIdx.x == 0) ((int*)p.positions_out)[row] = v < 0 ? -1 : ((const int*)p.positions)[row];
-        }
+        if (tid < nrows) check_row(p, row0, vis, seqs);
         __syncthreads();
         if (tid == 0) {
             // Runs of consecutive rows that read keys from one source.
@@ -463,12 +496,7 @@ __device__ __forceinline__ void score_impl(const ScoreParams& p) {
         __syncthreads();
         // The plain form fills the blocks past each row's V (all of a bad
         // row: NaN); the fused form writes neither.
-        for (int rr = 0; !fused && rr < nrows; ++rr) {
-            const int v = vis[rr];
-            float* out = (float*)p.out + (long long)(row0 + rr) * p.out_stride;
-            const float fill = v < 0 ? __uint_as_float(0x7fc00000u) : __uint_as_float(0xff800000u);
-            for (int b = max(tile0, v) + tid; b < tile_end; b += SCORE_THREADS) out[b] = fill;
-        }
+        if (!fused) fill_past_visible(p, row0, nrows, vis, tile0, tile_end);
         // Rows with V <= lim write nothing (fused: the rows the selection
         // copies; plain: none).
         const int lim = fused ? p.skip_upto : -1;

@@ -10,7 +10,7 @@
 use cudarc::driver::{CudaSlice, DevicePtr};
 use half::bf16;
 
-use super::device::{decode_plan, IndexerPath};
+use super::device::{decode_plan, staged_geometry, IndexerPath, ScoreForm};
 use super::{BlockKeys, DeviceBlockKeys, DeviceQsaScores, KeyElem, QsaIndexerSpec, QsaScoresSpec, QueryElem, F8E4M3};
 use crate::contract::error::cuda_err;
 use crate::contract::{DType, Result, ScoresView};
@@ -175,6 +175,17 @@ pub fn cases(quick: bool) -> Vec<IndexerCase> {
         c.k_blocks = (j == 2).then_some(100);
         out.push(c);
     }
+    // Batches the staged form takes by default (rows of one sequence past a
+    // super-group; every case also runs both forms forced): a prefill
+    // chunk of bf16 queries, f32 queries over e4m3 keys with two heads,
+    // fused with the selection.
+    let mut c = base(70, 2000, 4, 128, DType::BF16, DType::BF16, Values::Special);
+    c.chunk = Some(4 * 1900);
+    out.push(c);
+    let mut c = base(45, 1500, 2, 64, DType::F32, DType::F8E4M3, Values::Ties);
+    c.chunk = Some(4 * 200 - 30);
+    c.k_blocks = Some(256);
+    out.push(c);
     // Edge positions and the engine's own grouping, every row ranked or copied.
     let mut c = base(12, 3000, 2, 128, DType::BF16, DType::F32, Values::Ties);
     c.k_blocks = Some(300);
@@ -253,14 +264,24 @@ fn nb_half(nb: usize) -> usize {
 /// float64 reference (`m`: each entry's magnitude): a NaN reference wants
 /// the canonical NaN, an infinite one the same infinity, and entries whose
 /// magnitude reaches 2^127 (outside the bound's range, where f32 products
-/// may overflow) are not compared.
-fn first_over(want: &[f64], m: &[f64], got: &[f32], spec: &QsaScoresSpec, q: DType, k: DType) -> Option<String> {
+/// may overflow) are not compared; an infinite reference may come out NaN
+/// where the finite values' magnitudes (`fm`) reach 2^127 (an overflowed
+/// f32 product of the other sign beside the infinite one).
+fn first_over(
+    want: &[f64],
+    m: &[f64],
+    fm: &[f64],
+    got: &[f32],
+    spec: &QsaScoresSpec,
+    q: DType,
+    k: DType,
+) -> Option<String> {
     let blocks = spec.blocks;
-    let i = want.iter().zip(m).zip(got).position(|((&w, &m), &g)| {
+    let i = want.iter().zip(m).zip(fm).zip(got).position(|(((&w, &m), &fm), &g)| {
         let ok = if w.is_nan() || m.is_nan() {
             g.to_bits() == 0x7fc0_0000
         } else if w.is_infinite() {
-            g as f64 == w
+            g as f64 == w || (fm >= 2f64.powi(127) && g.to_bits() == 0x7fc0_0000)
         } else if m >= 2f64.powi(127) {
             true
         } else {
@@ -321,6 +342,22 @@ fn run_typed<Q: QueryElem + From32, K: KeyElem + From32>(
         None => BlockKeys::Contiguous(&kbar),
     };
     let got = e.qsa_scores_host(&q, &keys, &positions, &spec)?;
+    // The same bits from both score forms (each forced; the default took one).
+    let dev = e.props();
+    let mut forms = vec![ScoreForm::Plain];
+    if let Some(g) = staged_geometry(c.q, c.k, c.dim).filter(|g| g.smem <= dev.max_smem_per_block as usize) {
+        forms.push(ScoreForm::Staged(g));
+    }
+    for form in forms {
+        let (other, _) = e.time_qsa_scores_as(&q, &keys, &positions, &spec, 0, Some(form))?;
+        if let Some(i) = other.iter().zip(&got).position(|(a, g)| a.to_bits() != g.to_bits()) {
+            let (r, b) = (i / spec.blocks, i % spec.blocks);
+            return Ok((
+                false,
+                format!("{form:?}: score [{r}, {b}] {:e} against {:e} by the default form", other[i], got[i]),
+            ));
+        }
+    }
     // Within the bound of the float64 reference; M by the same reference
     // over |q| and |kbar| (relu keeps the non-negative dots).
     let want = super::reference_qsa_scores(&q, &keys, &positions, &spec)?;
@@ -330,7 +367,16 @@ fn run_typed<Q: QueryElem + From32, K: KeyElem + From32>(
         None => BlockKeys::Contiguous(&ka),
     };
     let mags = super::reference_qsa_scores(&qa, &keys_abs, &positions, &spec)?;
-    if let Some(d) = first_over(&want, &mags, &got, &spec, c.q, c.k) {
+    // The finite values' magnitudes alone (infinities and NaN as 0): where
+    // they reach 2^127 an f32 product may overflow beside an infinite one.
+    let finite = |v: &[f32]| -> Vec<f32> { v.iter().map(|x| if x.is_finite() { x.abs() } else { 0.0 }).collect() };
+    let (qf, kf): (Vec<Q>, Vec<K>) = (to_keys(&finite(&qv)), to_keys(&finite(&kv)));
+    let keys_finite = match &map {
+        Some(m) => BlockKeys::Paged { kbar: &kf, pages: *m },
+        None => BlockKeys::Contiguous(&kf),
+    };
+    let finite_mags = super::reference_qsa_scores(&qf, &keys_finite, &positions, &spec)?;
+    if let Some(d) = first_over(&want, &mags, &finite_mags, &got, &spec, c.q, c.k) {
         return Ok((false, d));
     }
     // The same bits for a row scored alone (the first and the last).
@@ -407,9 +453,14 @@ pub fn run_case(e: &CudaEngine, c: &IndexerCase, rng: &mut Rng) -> Result<Outcom
         _ => run_typed::<bf16, F8E4M3>(e, c, rng)?,
     };
     let decode = c.k_blocks.and_then(|k| decode_plan(&c.indexer_spec(k), &e.props()));
+    let sequences = if c.page_size.is_some() { c.rows.div_ceil(2).max(1) } else { 1 };
+    let form = match super::device::score_form(&c.scores_spec(), c.q, c.k, sequences, &e.props()) {
+        ScoreForm::Plain => "plain",
+        ScoreForm::Staged(_) => "staged",
+    };
     let case = match decode {
-        Some(p) => format!("{} decode={}x{}", c.describe(), p.ctas, p.slots),
-        None => c.describe(),
+        Some(p) => format!("{} scores={form} decode={}x{}", c.describe(), p.ctas, p.slots),
+        None => format!("{} scores={form}", c.describe()),
     };
     Ok(Outcome { case, path, ctas_per_row: decode.map_or(0, |p| p.ctas as u32), grid_items: 0, ok, detail })
 }

@@ -5,7 +5,9 @@
 //!   depend on its row and block only (any batch, group or path), within
 //!   [`super::device_error_bound`] of the exact value, not the CPU's bits.
 //!   A CTA takes a group of [`score_group_rows`] rows that share their key
-//!   loads.
+//!   loads; batches with many rows a sequence (prefill) take the staged
+//!   form (kernels/indexer/qsa/staged.cuh, [`score_form`]): four groups a
+//!   CTA with the keys staged through shared memory, the same bits.
 //! - The indexer: the scores of a group of rows into the workspace, then
 //!   [`CudaEngine::qsa_select_device`]'s kernels over them, group after
 //!   group on the caller's stream (no host synchronisation: graph-capturable).
@@ -75,6 +77,89 @@ pub(crate) const SCORE_ENTRIES: [&str; 18] = [
     "qsa_scores_qbf16_ke4m3_d256",
 ];
 
+/// Every staged score kernel (kernels/indexer/qsa/staged.cuh), in
+/// [`SCORE_ENTRIES`]' order, for the widths whose stages fit
+/// ([`staged_geometry`]).
+pub(crate) const STAGED_ENTRIES: [&str; 8] = [
+    "qsa_staged_qf32_kbf16_d64",
+    "qsa_staged_qf32_kbf16_d128",
+    "qsa_staged_qf32_ke4m3_d64",
+    "qsa_staged_qf32_ke4m3_d128",
+    "qsa_staged_qbf16_kbf16_d64",
+    "qsa_staged_qbf16_kbf16_d128",
+    "qsa_staged_qbf16_ke4m3_d64",
+    "qsa_staged_qbf16_ke4m3_d128",
+];
+
+/// Row groups of a staged CTA (`qsa::STAGED_CG`).
+const STAGED_CG: usize = 4;
+/// Blocks a stage (`qsa::STAGED_TILE`).
+const STAGED_TILE: usize = 64;
+/// The staged form's shared-memory budget a CTA (`qsa::STAGED_SMEM_BUDGET`).
+const STAGED_SMEM_BUDGET: usize = 98_304;
+
+/// The staged form's geometry for a query dtype, key dtype and head width
+/// (`qsa::Staged`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagedGeometry {
+    /// Column tiles of 8 (row, head) columns a row group.
+    pub nt: usize,
+    /// Shared-memory stages of [`STAGED_TILE`] blocks' keys.
+    pub stages: usize,
+    /// Dynamic shared memory a CTA, bytes.
+    pub smem: usize,
+}
+
+/// The staged form's geometry, `None` for f32 keys (their three terms
+/// spill its registers on sm_80-89) and where its stages do not fit the
+/// budget (d 256); then [`score_form`] takes the plain form.
+pub fn staged_geometry(q: DType, k: DType, dim: usize) -> Option<StagedGeometry> {
+    let key_bytes = match k {
+        DType::BF16 => 2,
+        DType::F8E4M3 => 1,
+        _ => return None,
+    };
+    let nt = if q == DType::BF16 { 4 } else { 2 };
+    let stride = dim * key_bytes + [0, 32, 64][key_bytes];
+    let fixed = STAGED_CG * query_frag_bytes(q, dim, nt) + stride;
+    let stages = (STAGED_SMEM_BUDGET.checked_sub(fixed)? / (STAGED_TILE * stride)).min(4);
+    (stages >= 2).then_some(StagedGeometry { nt, stages, smem: fixed + stages * STAGED_TILE * stride })
+}
+
+/// Which score kernel a request takes (both write the same bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScoreForm {
+    /// kernels/indexer/qsa/score.cuh: row groups of [`score_group_rows`]
+    /// rows, keys from global memory.
+    Plain,
+    /// kernels/indexer/qsa/staged.cuh: super-groups of 4 row groups, keys
+    /// staged through shared memory.
+    Staged(StagedGeometry),
+}
+
+/// Rows of a staged CTA's super-group (`STAGED_CG` row groups of `nt`
+/// tiles).
+fn staged_rows(heads: usize, nt: usize) -> usize {
+    STAGED_CG * (8 * nt / padded_heads(heads)).max(nt / 2)
+}
+
+/// The score kernel of `spec` over keys of `sequences` sequences (1 for
+/// contiguous keys): the staged form where it fits the device and the rows
+/// average a super-group or more a sequence (prefill: its passes a
+/// super-group follow the sequences there, so rows of distinct sequences
+/// take the plain form).
+pub fn score_form(spec: &QsaScoresSpec, q: DType, k: DType, sequences: usize, dev: &DeviceProps) -> ScoreForm {
+    match staged_geometry(q, k, spec.dim) {
+        Some(g)
+            if g.smem <= dev.max_smem_per_block as usize
+                && spec.rows >= staged_rows(spec.heads, g.nt) * sequences.max(1) =>
+        {
+            ScoreForm::Staged(g)
+        }
+        _ => ScoreForm::Plain,
+    }
+}
+
 /// The kernel of a query dtype, key dtype and head width (checked before).
 fn score_entry(q: DType, k: DType, dim: usize) -> &'static str {
     SCORE_ENTRIES[entry_index(q, k, dim)]
@@ -95,6 +180,13 @@ fn entry_index(q: DType, k: DType, dim: usize) -> usize {
         _ => 2,
     };
     qi * 9 + ki * 3 + di
+}
+
+/// The staged kernel of a query dtype, key dtype and head width (one with a
+/// [`staged_geometry`]).
+fn staged_entry(q: DType, k: DType, dim: usize) -> &'static str {
+    let name = SCORE_ENTRIES[entry_index(q, k, dim)].replacen("qsa_scores_", "qsa_staged_", 1);
+    STAGED_ENTRIES.iter().find(|e| **e == name).expect("a staged geometry has its kernel")
 }
 
 /// The fused decode kernel of a query dtype, key dtype and head width.
@@ -258,11 +350,20 @@ pub fn decode_plan(spec: &QsaIndexerSpec, dev: &DeviceProps) -> Option<DecodePla
     Some(DecodePlan { ctas, slots, tile_cap, smem: fixed + 4 * tile_cap })
 }
 
-/// The device indexer's path for `spec` on a device.
+/// The widest rows (`NB`) the fused decode kernel is the default for: past
+/// them the grouped path (the plain scorer, then the select engine's grid
+/// path) was faster on the H200 (perf-log v41's sweep of 1, 4 and 16 rows
+/// at 131K-1M tokens, bf16 and fp8 keys: the fused kernel scores at two
+/// CTAs an SM beside its shared-memory scores).
+pub const DECODE_DEFAULT_MAX_BLOCKS: usize = 65_536;
+
+/// The device indexer's path for `spec` on a device: the fused decode
+/// kernel for decode batches of at most [`DECODE_DEFAULT_MAX_BLOCKS`]
+/// blocks, else groups (both return the same bytes).
 pub fn indexer_path(spec: &QsaIndexerSpec, dev: &DeviceProps) -> IndexerPath {
     match decode_plan(spec, dev) {
-        Some(p) => IndexerPath::Decode(p),
-        None => IndexerPath::Grouped { rows: indexer_group_rows(spec) },
+        Some(p) if spec.blocks <= DECODE_DEFAULT_MAX_BLOCKS => IndexerPath::Decode(p),
+        _ => IndexerPath::Grouped { rows: indexer_group_rows(spec) },
     }
 }
 
@@ -356,10 +457,11 @@ fn query_frag_bytes(q: DType, dim: usize, nt: usize) -> usize {
     terms * (dim / 16) * nt * 32 * 8
 }
 
-/// Blocks per CTA of the score kernel: one wave of about two CTAs an SM
-/// when the row groups' blocks allow, at least one block a thread.
-fn blocks_per_cta(sm_count: usize, spec: &QsaScoresSpec) -> usize {
-    let total = spec.rows.div_ceil(score_group_rows(spec.heads)).saturating_mul(spec.blocks);
+/// Blocks per CTA of the score kernel whose CTAs take `group` rows: one
+/// wave of about two CTAs an SM when the groups' blocks allow, at least one
+/// block a thread.
+fn blocks_per_cta(sm_count: usize, spec: &QsaScoresSpec, group: usize) -> usize {
+    let total = spec.rows.div_ceil(group).saturating_mul(spec.blocks);
     let ctas = 2 * sm_count.max(1);
     let per = total.div_ceil(ctas * SCORE_THREADS).max(1) * SCORE_THREADS;
     per.min(spec.blocks.div_ceil(SCORE_THREADS).max(1) * SCORE_THREADS)
@@ -406,6 +508,7 @@ impl CudaEngine {
         out_stride: usize,
         fused: Option<(usize, u64)>,
         stream: u64,
+        force: Option<ScoreForm>,
     ) -> Result<()> {
         if spec.rows == 0 {
             return Ok(());
@@ -414,7 +517,33 @@ impl CudaEngine {
             Some(p) => (p.table, p.max_pages, p.page_size / spec.ratio, p.sequences),
             None => (0, 0, 1, 0),
         };
-        let bpc = blocks_per_cta(self.props().sm_count as usize, spec);
+        let dev = self.props();
+        let form =
+            force.unwrap_or_else(|| score_form(spec, q_dtype, keys.dtype, keys.pages.map_or(1, |p| p.sequences), &dev));
+        if let ScoreForm::Staged(g) = form {
+            if staged_geometry(q_dtype, keys.dtype, spec.dim) != Some(g) || g.smem > dev.max_smem_per_block as usize {
+                return Err(Error::InvalidOption {
+                    what: "score form",
+                    value: format!("{g:?}"),
+                    expected: "the staged geometry of these dtypes and width, within the device's shared memory",
+                });
+            }
+        }
+        let (group, smem, entry, module) = match form {
+            ScoreForm::Plain => (
+                score_group_rows(spec.heads),
+                score_smem(q_dtype, spec.dim),
+                score_entry(q_dtype, keys.dtype, spec.dim),
+                Module::IndexerQsa,
+            ),
+            ScoreForm::Staged(g) => (
+                staged_rows(spec.heads, g.nt),
+                g.smem,
+                staged_entry(q_dtype, keys.dtype, spec.dim),
+                Module::IndexerQsaStaged,
+            ),
+        };
+        let bpc = blocks_per_cta(dev.sm_count as usize, spec, group);
         let params = ScoreParams {
             q,
             kbar: keys.kbar,
@@ -437,17 +566,13 @@ impl CudaEngine {
             blocks_per_cta: fits_i32("blocks a CTA", bpc)?,
             pad: 0,
         };
-        let f = self.function(KernelId {
-            module: Module::IndexerQsa,
-            global_buffer: false,
-            entry: score_entry(q_dtype, keys.dtype, spec.dim),
-        })?;
-        let groups = spec.rows.div_ceil(score_group_rows(spec.heads));
+        let f = self.function(KernelId { module, global_buffer: false, entry })?;
+        let groups = spec.rows.div_ceil(group);
         let grid = (spec.blocks.div_ceil(bpc).max(1) as u32, groups.min(65_535) as u32);
         let l = Launch {
             grid,
             block: SCORE_THREADS as u32,
-            smem: score_smem(q_dtype, spec.dim) as u32,
+            smem: smem as u32,
             stream,
             programmatic: false,
             cooperative: false,
@@ -500,6 +625,15 @@ impl CudaEngine {
     /// this engine's context (`kbar`: `cache_pages` pages when paged), and
     /// `args.stream` a stream of that context.
     pub unsafe fn qsa_scores_device(&self, args: &DeviceQsaScores) -> Result<()> {
+        self.qsa_scores_device_as(args, None)
+    }
+
+    /// [`Self::qsa_scores_device`] in a given form (`None`: [`score_form`]'s),
+    /// for tests and benchmarks that compare the forms' bits and times.
+    ///
+    /// # Safety
+    /// As [`Self::qsa_scores_device`].
+    pub unsafe fn qsa_scores_device_as(&self, args: &DeviceQsaScores, form: Option<ScoreForm>) -> Result<()> {
         let spec = &args.spec;
         self.check_keys(spec, args.q_dtype, args.q, &args.keys)?;
         if spec.rows > 0 && (args.positions == 0 || args.out == 0) {
@@ -521,6 +655,7 @@ impl CudaEngine {
             spec.blocks,
             None,
             args.stream,
+            form,
         )
     }
 
@@ -649,6 +784,7 @@ impl CudaEngine {
                 spec.blocks,
                 Some((spec.k_blocks, positions)),
                 args.stream,
+                None,
             )?;
             let sel = DeviceQsaSelect {
                 spec: crate::ops::qsa::QsaSpec { rows: n, ..qspec },
@@ -806,6 +942,19 @@ impl CudaEngine {
         spec: &QsaScoresSpec,
         iters: usize,
     ) -> Result<(Vec<f32>, Vec<f64>)> {
+        self.time_qsa_scores_as(q, keys, positions, spec, iters, None)
+    }
+
+    /// [`Self::time_qsa_scores`] in a given form (`None`: [`score_form`]'s).
+    pub fn time_qsa_scores_as<Q: QueryElem, K: KeyElem>(
+        &self,
+        q: &[Q],
+        keys: &BlockKeys<'_, K>,
+        positions: &[i64],
+        spec: &QsaScoresSpec,
+        iters: usize,
+        form: Option<ScoreForm>,
+    ) -> Result<(Vec<f32>, Vec<f64>)> {
         check_request(q.len(), keys, positions, spec)?;
         let d = IndexerData::upload(self, q, keys, positions, spec.dim, spec.ratio)?;
         let s = self.stream();
@@ -822,13 +971,13 @@ impl CudaEngine {
         // SAFETY: buffers sized for the spec (checked above, uploaded whole).
         unsafe {
             launch::poison(args.out, 0x5a, out.len() * 4, s.cu_stream())?;
-            self.qsa_scores_device(&args)?;
+            self.qsa_scores_device_as(&args, form)?;
         }
         let mut host = s.clone_dtoh(&out).map_err(cuda_err)?;
         s.synchronize().map_err(cuda_err)?;
         host.truncate(spec.out_len()?);
         // SAFETY: as above.
-        let times = timing::time_on_stream(s, iters, || unsafe { self.qsa_scores_device(&args) })?;
+        let times = timing::time_on_stream(s, iters, || unsafe { self.qsa_scores_device_as(&args, form) })?;
         Ok((host, times))
     }
 
@@ -981,6 +1130,77 @@ mod tests {
     }
 
     #[test]
+    fn staged_entries_are_the_modules() {
+        assert_eq!(Module::IndexerQsaStaged.entry_points(), &STAGED_ENTRIES[..]);
+        assert_eq!(staged_entry(DType::BF16, DType::BF16, 128), "qsa_staged_qbf16_kbf16_d128");
+        assert_eq!(staged_entry(DType::F32, DType::F8E4M3, 64), "qsa_staged_qf32_ke4m3_d64");
+        // Every entry has a geometry and every geometry an entry.
+        let mut with = 0;
+        for q in [DType::F32, DType::BF16] {
+            for k in [DType::F32, DType::BF16, DType::F8E4M3] {
+                for dim in [64, 128, 256] {
+                    if staged_geometry(q, k, dim).is_some() {
+                        staged_entry(q, k, dim);
+                        with += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(with, STAGED_ENTRIES.len());
+    }
+
+    /// The geometry the kernel computes (`qsa::Staged`; staged.cuh asserts
+    /// the same bytes for bf16 queries and keys at d 128).
+    #[test]
+    fn staged_geometry_is_the_kernels() {
+        let g = |q, k, d| staged_geometry(q, k, d);
+        assert_eq!(g(DType::BF16, DType::BF16, 128), Some(StagedGeometry { nt: 4, stages: 3, smem: 94_528 }));
+        assert_eq!(g(DType::BF16, DType::F8E4M3, 128), Some(StagedGeometry { nt: 4, stages: 4, smem: 73_888 }));
+        assert_eq!(g(DType::F32, DType::BF16, 128), Some(StagedGeometry { nt: 2, stages: 2, smem: 90_432 }));
+        assert_eq!(g(DType::BF16, DType::BF16, 64), Some(StagedGeometry { nt: 4, stages: 4, smem: 65_728 }));
+        assert_eq!(g(DType::BF16, DType::BF16, 256), None);
+        assert_eq!(g(DType::BF16, DType::F32, 64), None);
+        for q in [DType::F32, DType::BF16] {
+            for k in [DType::BF16, DType::F8E4M3] {
+                for d in [64, 128] {
+                    let x = g(q, k, d).unwrap();
+                    assert!(x.smem <= STAGED_SMEM_BUDGET && (2..=4).contains(&x.stages), "{q} {k} {d}: {x:?}");
+                }
+            }
+        }
+    }
+
+    /// Which score form each geometry takes, at and around the boundary:
+    /// a super-group's rows (32 at 4 heads with bf16 queries, 16 with f32)
+    /// a sequence.
+    #[test]
+    fn score_forms_follow_rows_a_sequence() {
+        let h200 = DeviceProps::hopper(132);
+        let staged = |rows, heads, q, k, seqs| {
+            let spec = QsaScoresSpec::new(rows, 65_536).with_heads(heads);
+            matches!(score_form(&spec, q, k, seqs, &h200), ScoreForm::Staged(_))
+        };
+        let (b, f, e) = (DType::BF16, DType::F32, DType::F8E4M3);
+        assert!(staged(8192, 4, b, b, 1)); // the prefill bench
+        assert!(staged(32, 4, b, b, 1) && !staged(31, 4, b, b, 1));
+        assert!(staged(16, 4, f, b, 1) && !staged(15, 4, f, b, 1));
+        assert!(staged(64, 4, b, e, 2) && !staged(63, 4, b, e, 2));
+        assert!(!staged(32, 4, b, b, 32)); // a decode batch of distinct sequences
+        assert!(staged(128, 1, b, b, 1) && !staged(127, 1, b, b, 1)); // one head: 32 rows a group
+        assert!(staged(8, 16, b, b, 1) && !staged(7, 16, b, b, 1)); // sixteen heads: 2 rows a group
+        assert!(!staged(8192, 4, b, f, 1)); // f32 keys: the plain form
+        let spec = QsaScoresSpec::new(8192, 65_536).with_dim(256);
+        assert_eq!(score_form(&spec, b, b, 1, &h200), ScoreForm::Plain);
+        // A GPU with less shared memory a CTA than the geometry.
+        let small =
+            DeviceProps { sm_count: 40, max_smem_per_block: 49_152, smem_per_sm: 65_536, max_threads_per_sm: 1024 };
+        assert_eq!(score_form(&QsaScoresSpec::new(8192, 65_536), b, b, 1, &small), ScoreForm::Plain);
+        let ada =
+            DeviceProps { sm_count: 84, max_smem_per_block: 101_376, smem_per_sm: 102_400, max_threads_per_sm: 1536 };
+        assert!(matches!(score_form(&QsaScoresSpec::new(8192, 65_536), b, b, 1, &ada), ScoreForm::Staged(_)));
+    }
+
+    #[test]
     fn score_params_layout() {
         assert_eq!(std::mem::size_of::<ScoreParams>(), 112);
         assert_eq!(std::mem::offset_of!(ScoreParams, positions_out), 48);
@@ -1039,7 +1259,12 @@ mod tests {
         assert_eq!(plan(8192, 65_536), None);
         assert_eq!(decode_plan(&QsaIndexerSpec::new(1, 65_536).with_k_blocks(4097), &h200), None);
         assert_eq!(plan(1, 1 << 25), None);
-        assert!(matches!(indexer_path(&QsaIndexerSpec::new(1, 262_144), &h200), IndexerPath::Decode(_)));
+        // The default path: fused up to 65,536 blocks, grouped past them.
+        assert!(matches!(indexer_path(&QsaIndexerSpec::new(1, 65_536), &h200), IndexerPath::Decode(_)));
+        assert!(matches!(indexer_path(&QsaIndexerSpec::new(16, 65_536), &h200), IndexerPath::Decode(_)));
+        assert_eq!(indexer_path(&QsaIndexerSpec::new(1, 65_537), &h200), IndexerPath::Grouped { rows: 1 });
+        assert_eq!(indexer_path(&QsaIndexerSpec::new(1, 262_144), &h200), IndexerPath::Grouped { rows: 1 });
+        assert_eq!(indexer_path(&QsaIndexerSpec::new(16, 262_144), &h200), IndexerPath::Grouped { rows: 16 });
         assert_eq!(indexer_path(&QsaIndexerSpec::new(8192, 65_536), &h200), IndexerPath::Grouped { rows: 256 });
         // 16 heads of 256 leave less room for the chunk: more CTAs a row.
         let wide = QsaIndexerSpec::new(1, 262_144).with_heads(16).with_dim(256);
@@ -1051,18 +1276,18 @@ mod tests {
     fn tiles_fill_the_gpu_once() {
         // Decode at 1M tokens: 262,144 blocks over 132 SMs.
         let s = QsaScoresSpec::new(1, 262_144);
-        let b = blocks_per_cta(132, &s);
+        let b = blocks_per_cta(132, &s, score_group_rows(s.heads));
         assert_eq!(b % SCORE_THREADS, 0);
         assert!(262_144usize.div_ceil(b) <= 264);
         // A short row: one CTA, the row rounded up to whole threads.
-        assert_eq!(blocks_per_cta(132, &QsaScoresSpec::new(1, 100)), 256);
+        assert_eq!(blocks_per_cta(132, &QsaScoresSpec::new(1, 100), 4), 256);
         // Prefill: one CTA a row group (four rows of four heads).
         assert_eq!(score_group_rows(4), 4);
         assert_eq!(
             (score_group_rows(1), score_group_rows(3), score_group_rows(8), score_group_rows(16)),
             (16, 4, 2, 1)
         );
-        assert_eq!(blocks_per_cta(132, &QsaScoresSpec::new(8192, 65_536)), 65_536);
-        assert_eq!(blocks_per_cta(132, &QsaScoresSpec::new(256, 65_536)), 63 * 256);
+        assert_eq!(blocks_per_cta(132, &QsaScoresSpec::new(8192, 65_536), 4), 65_536);
+        assert_eq!(blocks_per_cta(132, &QsaScoresSpec::new(256, 65_536), 4), 63 * 256);
     }
 }
