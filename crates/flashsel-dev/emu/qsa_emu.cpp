@@ -38,16 +38,16 @@ Kernel entry(bool qb, int kd, int d) {
          {qsa_scores_qbf16_ke4m3_d64, qsa_scores_qbf16_ke4m3_d128, qsa_scores_qbf16_ke4m3_d256}}};
     return t[qb][kd][d == 64 ? 0 : d == 128 ? 1 : 2];
 }
-// The staged form's entries (null: no staged form at that width).
-Kernel staged_entry(bool qb, int kd, int d) {
-    static const Kernel t[2][3][2] = {
-        {{nullptr, nullptr},
-         {qsa_staged_qf32_kbf16_d64, qsa_staged_qf32_kbf16_d128},
-         {qsa_staged_qf32_ke4m3_d64, qsa_staged_qf32_ke4m3_d128}},
-        {{nullptr, nullptr},
-         {qsa_staged_qbf16_kbf16_d64, qsa_staged_qbf16_kbf16_d128},
-         {qsa_staged_qbf16_ke4m3_d64, qsa_staged_qbf16_ke4m3_d128}}};
-    return d == 256 ? nullptr : t[qb][kd][d == 64 ? 0 : 1];
+// The staged form's entries (null: no staged form at that width) by (q
+// bf16, key dtype, d, padded heads).
+Kernel staged_entry(bool qb, int kd, int d, int heads) {
+#define FS_H(q, k, d) {qsa_staged_##q##_##k##_##d##_h1, qsa_staged_##q##_##k##_##d##_h2, qsa_staged_##q##_##k##_##d##_h4, qsa_staged_##q##_##k##_##d##_h8, qsa_staged_##q##_##k##_##d##_h16}
+    static const Kernel t[2][2][2][5] = {
+        {{FS_H(qf32, kbf16, d64), FS_H(qf32, kbf16, d128)}, {FS_H(qf32, ke4m3, d64), FS_H(qf32, ke4m3, d128)}},
+        {{FS_H(qbf16, kbf16, d64), FS_H(qbf16, kbf16, d128)}, {FS_H(qbf16, ke4m3, d64), FS_H(qbf16, ke4m3, d128)}}};
+#undef FS_H
+    const int hp = heads <= 1 ? 0 : heads <= 2 ? 1 : heads <= 4 ? 2 : heads <= 8 ? 3 : 4;
+    return d == 256 || kd == 0 ? nullptr : t[qb][kd - 1][d == 64 ? 0 : 1][hp];
 }
 
 const unsigned NAN_BITS = 0x7fc00000u, NEG_INF = 0xff800000u, POISON = 0x5a5a5a5au;
@@ -247,7 +247,7 @@ bool run(const Case& c, unsigned seed) {
     p.skip_upto = c.fused ? c.skip_upto : -1;
     p.scale = scale;
     p.blocks_per_cta = c.bpc;
-    const Kernel k = c.staged ? staged_entry(c.qb, c.kd, c.d) : entry(c.qb, c.kd, c.d);
+    const Kernel k = c.staged ? staged_entry(c.qb, c.kd, c.d, c.heads) : entry(c.qb, c.kd, c.d);
     if (!k) std::abort();
     launch2(k, (unsigned)((c.blocks + c.bpc - 1) / c.bpc), (unsigned)c.grid_y, p);
     long long bad = 0, checked = 0;
@@ -321,13 +321,18 @@ int main() {
     for (int qb = 0; qb < 2; ++qb)
         for (int kd = 0; kd < 3; ++kd)
             for (int d : {64, 128}) {
-                if (!staged_entry(qb == 1, kd, d)) continue;
+                if (!staged_entry(qb == 1, kd, d, 4)) continue;
                 Case c{std::string("staged q") + (qb ? "bf16" : "f32") + " k" + kn[kd] + " d" + std::to_string(d) + " h4",
                        qb == 1, kd, d, 4, 37, 1000, 4, 384, 2, false, false, kd != 2 || d == 128};
                 c.staged = true;
                 cases.push_back(c);
             }
-    for (int h : {1, 3, 8, 16}) {
+    {
+        Case c{"staged qf32 ke4m3 d64 h16 (one row a group)", false, 2, 64, 16, 9, 500, 4, 256, 2, false, false, false};
+        c.staged = true;
+        cases.push_back(c);
+    }
+    for (int h : {1, 2, 3, 5, 8, 16}) {
         Case c{"staged qbf16 kbf16 d128 h" + std::to_string(h), true, 1, 128, h, h == 1 ? 133 : 21, 700, 4, 256, 2,
                false, false, true};
         c.staged = true;

@@ -252,15 +252,11 @@ __device__ __forceinline__ int sum_row(int hp, int lane, int n, int e) {
     return t == 0 && (n & 1) ? n >> 1 : -1;  // sixteen heads: tiles 2r, 2r + 1
 }
 
-// The warp's 32 blocks (key_at: lane's own block's key, null: none) against
-// the group's query columns (qf): for each block and each of the group's
-// rows, the relu sum of its heads in the device order, unscaled. On return
-// sum[m][n][2 j + e] is the sum of block 16 m + g + 8 j (g = lane / 4) and
-// row sum_row(hp, lane, n, e) where that is >= 0 (other entries: scratch).
-// Warp-uniform call.
 // warp_scores with the lane's four A rows given: ra[2 m + j] is block 16 m
-// + g + 8 j's key (null: zeros), in global or shared memory.
-template <bool Q_BF16, class K, int D, int NT>
+// + g + 8 j's key (null: zeros), in global or shared memory. HPC: the
+// padded head count when the caller fixes it at compile time (0: from
+// heads at run time; the same arithmetic either way).
+template <bool Q_BF16, class K, int D, int NT, int HPC = 0>
 __device__ __forceinline__ void warp_scores_rows(const unsigned char* const (&ra)[4], const uint2* qf, int heads,
                                                  int lane, float (&acc)[2][NT][4]) {
     constexpr int KS = D / 16, CH = D / 32, TQ = Q_BF16 ? 1 : 3, TK = K::TERMS;
@@ -313,7 +309,7 @@ __device__ __forceinline__ void warp_scores_rows(const unsigned char* const (&ra
     }
     // The heads' relu sums, in place: lane (g, t) holds columns 8 n + 2t,
     // 8 n + 2t + 1 of blocks 16 m + g (entries 0, 1) and 16 m + g + 8 (2, 3).
-    const int hp = padded_heads(heads);
+    const int hp = HPC ? HPC : padded_heads(heads);
     const int hmask = hp <= 8 ? hp - 1 : 15;  // a column's head: col & hmask
 #pragma unroll
     for (int m = 0; m < 2; ++m)
@@ -340,6 +336,12 @@ __device__ __forceinline__ void warp_scores_rows(const unsigned char* const (&ra
             }
         }
 }
+// The warp's 32 blocks (key_at: lane's own block's key, null: none) against
+// the group's query columns (qf): for each block and each of the group's
+// rows, the relu sum of its heads in the device order, unscaled. On return
+// sum[m][n][2 j + e] is the sum of block 16 m + g + 8 j (g = lane / 4) and
+// row sum_row(hp, lane, n, e) where that is >= 0 (other entries: scratch).
+// Warp-uniform call.
 template <bool Q_BF16, class K, int D, int NT>
 __device__ __forceinline__ void warp_scores(const unsigned char* key_at, const uint2* qf, int heads, int lane,
                                             float (&acc)[2][NT][4]) {

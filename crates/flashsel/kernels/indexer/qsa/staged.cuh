@@ -84,28 +84,43 @@ struct Staged {
 static_assert(Staged<true, KeyBf16, 128>::SMEM == 94528 && Staged<false, KeyBf16, 128>::SMEM == 90432,
               "the host's staged_geometry (ops/indexer/device.rs staged_geometry_is_the_kernels)");
 
-// The staged form's kernel body (see the header). gridDim.x CTAs split the
-// blocks (blocks_per_cta, a multiple of STAGED_TILE), gridDim.y loop over
-// the super-groups.
-template <bool Q_BF16, class K, int D>
+// The staged kernel's static shared state.
+template <int ROWS>
+struct StagedShared {
+    int vis[ROWS], seqs[ROWS];
+    int pass_seq, pass_end;
+    unsigned char live[ROWS];  // rows of the current pass
+    unsigned char done[ROWS];  // rows already scored
+};
+
+// The staged form's kernel body (see the header) for rows of HP padded
+// heads (a compile-time constant: the epilogue's head tree and its rows are
+// fixed code; one entry each, the host's staged_entry). gridDim.x CTAs split
+// the blocks (blocks_per_cta, a multiple of STAGED_TILE), gridDim.y loop
+// over the super-groups.
+template <bool Q_BF16, class K, int D, int HP>
 __device__ __forceinline__ void score_staged_impl(const ScoreParams& p) {
     using G = Staged<Q_BF16, K, D>;
     static_assert(G::S >= 2, "no staged form for this geometry (the host takes score.cuh's)");
     constexpr int NT = G::NT, S = G::S;
+    __shared__ StagedShared<G::ROWS_MAX> sh;
     unsigned char* smem = reinterpret_cast<unsigned char*>(dyn_smem);
     unsigned char* zero_row = smem + STAGED_CG * G::QF;
     unsigned char* stages = zero_row + G::STRIDE;
-    __shared__ int vis[G::ROWS_MAX], seqs[G::ROWS_MAX];
-    __shared__ int pass_seq, pass_end;
-    __shared__ unsigned char live[G::ROWS_MAX];  // rows of the current pass
-    __shared__ unsigned char done[G::ROWS_MAX];  // rows already scored
+    int* vis = sh.vis;
+    int* seqs = sh.seqs;
+    int& pass_seq = sh.pass_seq;
+    int& pass_end = sh.pass_end;
+    unsigned char* live = sh.live;
+    unsigned char* done = sh.done;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int cg = warp >> 1, half = warp & 1;
     const int tile0 = blockIdx.x * p.blocks_per_cta;
     const int tile_end = min(tile0 + p.blocks_per_cta, p.blocks);
     const bool fused = p.skip_upto >= 0;
     const int lim = fused ? p.skip_upto : -1;  // rows with V <= lim write nothing
-    const int hp = padded_heads(p.heads), gr = group_rows(hp, NT), sgr = STAGED_CG * gr;
+    constexpr int hp = HP;
+    const int gr = group_rows(hp, NT), sgr = STAGED_CG * gr;
     const int sgroups = (p.rows + sgr - 1) / sgr;
     for (int i = tid; i < G::STRIDE / 16; i += SCORE_THREADS) reinterpret_cast<uint4*>(zero_row)[i] = make_uint4(0u, 0u, 0u, 0u);
     for (int sg = blockIdx.y; sg < sgroups; sg += gridDim.y) {
@@ -193,7 +208,7 @@ __device__ __forceinline__ void score_staged_impl(const ScoreParams& p) {
                         ra[r] = (skip >> at) & 1u ? zero_row : base + at * G::STRIDE;
                     }
                     float sum[2][NT][4];
-                    warp_scores_rows<Q_BF16, K, D, NT>(ra, reinterpret_cast<const uint2*>(smem + cg * G::QF), p.heads,
+                    warp_scores_rows<Q_BF16, K, D, NT, HP>(ra, reinterpret_cast<const uint2*>(smem + cg * G::QF), p.heads,
                                                        lane, sum);
                     // This lane's sums' rows (row group cg), their outputs
                     // and limits (set here, not held across the loop:

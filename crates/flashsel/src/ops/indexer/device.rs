@@ -80,15 +80,47 @@ pub(crate) const SCORE_ENTRIES: [&str; 18] = [
 /// Every staged score kernel (kernels/indexer/qsa/staged.cuh), in
 /// [`SCORE_ENTRIES`]' order, for the widths whose stages fit
 /// ([`staged_geometry`]).
-pub(crate) const STAGED_ENTRIES: [&str; 8] = [
-    "qsa_staged_qf32_kbf16_d64",
-    "qsa_staged_qf32_kbf16_d128",
-    "qsa_staged_qf32_ke4m3_d64",
-    "qsa_staged_qf32_ke4m3_d128",
-    "qsa_staged_qbf16_kbf16_d64",
-    "qsa_staged_qbf16_kbf16_d128",
-    "qsa_staged_qbf16_ke4m3_d64",
-    "qsa_staged_qbf16_ke4m3_d128",
+pub(crate) const STAGED_ENTRIES: [&str; 40] = [
+    "qsa_staged_qf32_kbf16_d64_h1",
+    "qsa_staged_qf32_kbf16_d64_h2",
+    "qsa_staged_qf32_kbf16_d64_h4",
+    "qsa_staged_qf32_kbf16_d64_h8",
+    "qsa_staged_qf32_kbf16_d64_h16",
+    "qsa_staged_qf32_kbf16_d128_h1",
+    "qsa_staged_qf32_kbf16_d128_h2",
+    "qsa_staged_qf32_kbf16_d128_h4",
+    "qsa_staged_qf32_kbf16_d128_h8",
+    "qsa_staged_qf32_kbf16_d128_h16",
+    "qsa_staged_qf32_ke4m3_d64_h1",
+    "qsa_staged_qf32_ke4m3_d64_h2",
+    "qsa_staged_qf32_ke4m3_d64_h4",
+    "qsa_staged_qf32_ke4m3_d64_h8",
+    "qsa_staged_qf32_ke4m3_d64_h16",
+    "qsa_staged_qf32_ke4m3_d128_h1",
+    "qsa_staged_qf32_ke4m3_d128_h2",
+    "qsa_staged_qf32_ke4m3_d128_h4",
+    "qsa_staged_qf32_ke4m3_d128_h8",
+    "qsa_staged_qf32_ke4m3_d128_h16",
+    "qsa_staged_qbf16_kbf16_d64_h1",
+    "qsa_staged_qbf16_kbf16_d64_h2",
+    "qsa_staged_qbf16_kbf16_d64_h4",
+    "qsa_staged_qbf16_kbf16_d64_h8",
+    "qsa_staged_qbf16_kbf16_d64_h16",
+    "qsa_staged_qbf16_kbf16_d128_h1",
+    "qsa_staged_qbf16_kbf16_d128_h2",
+    "qsa_staged_qbf16_kbf16_d128_h4",
+    "qsa_staged_qbf16_kbf16_d128_h8",
+    "qsa_staged_qbf16_kbf16_d128_h16",
+    "qsa_staged_qbf16_ke4m3_d64_h1",
+    "qsa_staged_qbf16_ke4m3_d64_h2",
+    "qsa_staged_qbf16_ke4m3_d64_h4",
+    "qsa_staged_qbf16_ke4m3_d64_h8",
+    "qsa_staged_qbf16_ke4m3_d64_h16",
+    "qsa_staged_qbf16_ke4m3_d128_h1",
+    "qsa_staged_qbf16_ke4m3_d128_h2",
+    "qsa_staged_qbf16_ke4m3_d128_h4",
+    "qsa_staged_qbf16_ke4m3_d128_h8",
+    "qsa_staged_qbf16_ke4m3_d128_h16",
 ];
 
 /// Row groups of a staged CTA (`qsa::STAGED_CG`).
@@ -182,11 +214,12 @@ fn entry_index(q: DType, k: DType, dim: usize) -> usize {
     qi * 9 + ki * 3 + di
 }
 
-/// The staged kernel of a query dtype, key dtype and head width (one with a
-/// [`staged_geometry`]).
-fn staged_entry(q: DType, k: DType, dim: usize) -> &'static str {
-    let name = SCORE_ENTRIES[entry_index(q, k, dim)].replacen("qsa_scores_", "qsa_staged_", 1);
-    STAGED_ENTRIES.iter().find(|e| **e == name).expect("a staged geometry has its kernel")
+/// The staged kernel of a query dtype, key dtype, head width (one with a
+/// [`staged_geometry`]) and head count (an entry for each padded count).
+fn staged_entry(q: DType, k: DType, dim: usize, heads: usize) -> &'static str {
+    let base = SCORE_ENTRIES[entry_index(q, k, dim)].replacen("qsa_scores_", "qsa_staged_", 1);
+    let name = format!("{base}_h{}", padded_heads(heads));
+    STAGED_ENTRIES.iter().find(|e| **e == name).expect("a staged geometry has its kernels")
 }
 
 /// The fused decode kernel of a query dtype, key dtype and head width.
@@ -539,7 +572,7 @@ impl CudaEngine {
             ScoreForm::Staged(g) => (
                 staged_rows(spec.heads, g.nt),
                 g.smem,
-                staged_entry(q_dtype, keys.dtype, spec.dim),
+                staged_entry(q_dtype, keys.dtype, spec.dim, spec.heads),
                 Module::IndexerQsaStaged,
             ),
         };
@@ -1132,16 +1165,20 @@ mod tests {
     #[test]
     fn staged_entries_are_the_modules() {
         assert_eq!(Module::IndexerQsaStaged.entry_points(), &STAGED_ENTRIES[..]);
-        assert_eq!(staged_entry(DType::BF16, DType::BF16, 128), "qsa_staged_qbf16_kbf16_d128");
-        assert_eq!(staged_entry(DType::F32, DType::F8E4M3, 64), "qsa_staged_qf32_ke4m3_d64");
+        assert_eq!(staged_entry(DType::BF16, DType::BF16, 128, 4), "qsa_staged_qbf16_kbf16_d128_h4");
+        assert_eq!(staged_entry(DType::F32, DType::F8E4M3, 64, 3), "qsa_staged_qf32_ke4m3_d64_h4");
+        assert_eq!(staged_entry(DType::BF16, DType::BF16, 64, 9), "qsa_staged_qbf16_kbf16_d64_h16");
+        assert_eq!(staged_entry(DType::BF16, DType::F8E4M3, 128, 1), "qsa_staged_qbf16_ke4m3_d128_h1");
         // Every entry has a geometry and every geometry an entry.
         let mut with = 0;
         for q in [DType::F32, DType::BF16] {
             for k in [DType::F32, DType::BF16, DType::F8E4M3] {
                 for dim in [64, 128, 256] {
                     if staged_geometry(q, k, dim).is_some() {
-                        staged_entry(q, k, dim);
-                        with += 1;
+                        for heads in 1..=16 {
+                            staged_entry(q, k, dim, heads);
+                        }
+                        with += 5;
                     }
                 }
             }
