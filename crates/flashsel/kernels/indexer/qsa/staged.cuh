@@ -84,15 +84,6 @@ struct Staged {
 static_assert(Staged<true, KeyBf16, 128>::SMEM == 94528 && Staged<false, KeyBf16, 128>::SMEM == 90432,
               "the host's staged_geometry (ops/indexer/device.rs staged_geometry_is_the_kernels)");
 
-// The staged kernel's static shared state.
-template <int ROWS>
-struct StagedShared {
-    int vis[ROWS], seqs[ROWS];
-    int pass_seq, pass_end;
-    unsigned char live[ROWS];  // rows of the current pass
-    unsigned char done[ROWS];  // rows already scored
-};
-
 // The staged form's kernel body (see the header) for rows of HP padded
 // heads (a compile-time constant: the epilogue's head tree and its rows are
 // fixed code; one entry each, the host's staged_entry). gridDim.x CTAs split
@@ -103,16 +94,13 @@ __device__ __forceinline__ void score_staged_impl(const ScoreParams& p) {
     using G = Staged<Q_BF16, K, D>;
     static_assert(G::S >= 2, "no staged form for this geometry (the host takes score.cuh's)");
     constexpr int NT = G::NT, S = G::S;
-    __shared__ StagedShared<G::ROWS_MAX> sh;
     unsigned char* smem = reinterpret_cast<unsigned char*>(dyn_smem);
     unsigned char* zero_row = smem + STAGED_CG * G::QF;
     unsigned char* stages = zero_row + G::STRIDE;
-    int* vis = sh.vis;
-    int* seqs = sh.seqs;
-    int& pass_seq = sh.pass_seq;
-    int& pass_end = sh.pass_end;
-    unsigned char* live = sh.live;
-    unsigned char* done = sh.done;
+    __shared__ int vis[G::ROWS_MAX], seqs[G::ROWS_MAX];
+    __shared__ int pass_seq, pass_end;
+    __shared__ unsigned char live[G::ROWS_MAX];  // rows of the current pass
+    __shared__ unsigned char done[G::ROWS_MAX];  // rows already scored
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int cg = warp >> 1, half = warp & 1;
     const int tile0 = blockIdx.x * p.blocks_per_cta;
@@ -126,21 +114,11 @@ __device__ __forceinline__ void score_staged_impl(const ScoreParams& p) {
     for (int sg = blockIdx.y; sg < sgroups; sg += gridDim.y) {
         const int row0 = sg * sgr, nrows = min(sgr, p.rows - row0);
         if (tid < nrows) {
-            const int row = row0 + tid;
-            int seq;
-            const int v = row_visible(p, row, seq);
-            vis[tid] = v;
-            seqs[tid] = seq;
-            done[tid] = v <= lim;  // bad rows (-1) and rows that write nothing
-            if (fused && blockIdx.x == 0) ((int*)p.positions_out)[row] = v < 0 ? -1 : ((const int*)p.positions)[row];
+            check_row(p, row0, vis, seqs);
+            done[tid] = vis[tid] <= lim;  // bad rows (-1) and rows that write nothing
         }
         __syncthreads();
-        for (int rr = 0; !fused && rr < nrows; ++rr) {  // score.cuh's fill (inline here: registers on sm_80/86)
-            const int v = vis[rr];
-            float* out = (float*)p.out + (long long)(row0 + rr) * p.out_stride;
-            const float fill = v < 0 ? __uint_as_float(0x7fc00000u) : __uint_as_float(0xff800000u);
-            for (int b = max(tile0, v) + tid; b < tile_end; b += SCORE_THREADS) out[b] = fill;
-        }
+        if (!fused) fill_past_visible(p, row0, nrows, vis, tile0, tile_end);
         // The query fragments of the super-group's rows (every pass uses them).
         for (int c = 0; c < STAGED_CG; ++c)
             load_query_frags<Q_BF16, D, NT>(p, row0 + c * gr, min(gr, max(nrows - c * gr, 0)), 0, p.heads,

@@ -10,7 +10,7 @@
 use cudarc::driver::{CudaSlice, DevicePtr};
 use half::bf16;
 
-use super::device::{decode_plan, staged_geometry, IndexerPath, ScoreForm};
+use super::device::{decode_plan, staged_geometry_on, IndexerPath, ScoreForm};
 use super::{BlockKeys, DeviceBlockKeys, DeviceQsaScores, KeyElem, QsaIndexerSpec, QsaScoresSpec, QueryElem, F8E4M3};
 use crate::contract::error::cuda_err;
 use crate::contract::{DType, Result, ScoresView};
@@ -345,7 +345,7 @@ fn run_typed<Q: QueryElem + From32, K: KeyElem + From32>(
     // The same bits from both score forms (each forced; the default took one).
     let dev = e.props();
     let mut forms = vec![ScoreForm::Plain];
-    if let Some(g) = staged_geometry(c.q, c.k, c.dim).filter(|g| g.smem <= dev.max_smem_per_block as usize) {
+    if let Some(g) = staged_geometry_on(c.q, c.k, c.dim, &dev) {
         forms.push(ScoreForm::Staged(g));
     }
     for form in forms {

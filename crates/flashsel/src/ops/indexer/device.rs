@@ -172,7 +172,12 @@ pub enum ScoreForm {
 /// Rows of a staged CTA's super-group (`STAGED_CG` row groups of `nt`
 /// tiles).
 fn staged_rows(heads: usize, nt: usize) -> usize {
-    STAGED_CG * (8 * nt / padded_heads(heads)).max(nt / 2)
+    STAGED_CG * group_rows(heads, nt)
+}
+
+/// The staged geometry where it fits the device's shared memory a CTA.
+pub fn staged_geometry_on(q: DType, k: DType, dim: usize, dev: &DeviceProps) -> Option<StagedGeometry> {
+    staged_geometry(q, k, dim).filter(|g| g.smem <= dev.max_smem_per_block as usize)
 }
 
 /// The score kernel of `spec` over keys of `sequences` sequences (1 for
@@ -181,13 +186,8 @@ fn staged_rows(heads: usize, nt: usize) -> usize {
 /// super-group follow the sequences there, so rows of distinct sequences
 /// take the plain form).
 pub fn score_form(spec: &QsaScoresSpec, q: DType, k: DType, sequences: usize, dev: &DeviceProps) -> ScoreForm {
-    match staged_geometry(q, k, spec.dim) {
-        Some(g)
-            if g.smem <= dev.max_smem_per_block as usize
-                && spec.rows >= staged_rows(spec.heads, g.nt) * sequences.max(1) =>
-        {
-            ScoreForm::Staged(g)
-        }
+    match staged_geometry_on(q, k, spec.dim, dev) {
+        Some(g) if spec.rows >= staged_rows(spec.heads, g.nt) * sequences.max(1) => ScoreForm::Staged(g),
         _ => ScoreForm::Plain,
     }
 }
@@ -215,11 +215,12 @@ fn entry_index(q: DType, k: DType, dim: usize) -> usize {
 }
 
 /// The staged kernel of a query dtype, key dtype, head width (one with a
-/// [`staged_geometry`]) and head count (an entry for each padded count).
+/// [`staged_geometry`]: bf16 or e4m3 keys, d 64 or 128) and head count (an
+/// entry for each padded count), by its index in [`STAGED_ENTRIES`].
 fn staged_entry(q: DType, k: DType, dim: usize, heads: usize) -> &'static str {
-    let base = SCORE_ENTRIES[entry_index(q, k, dim)].replacen("qsa_scores_", "qsa_staged_", 1);
-    let name = format!("{base}_h{}", padded_heads(heads));
-    STAGED_ENTRIES.iter().find(|e| **e == name).expect("a staged geometry has its kernels")
+    let (qi, ki, di) = (usize::from(q == DType::BF16), usize::from(k != DType::BF16), usize::from(dim != 64));
+    let hi = padded_heads(heads).trailing_zeros() as usize;
+    STAGED_ENTRIES[((qi * 2 + ki) * 2 + di) * 5 + hi]
 }
 
 /// The fused decode kernel of a query dtype, key dtype and head width.
@@ -476,10 +477,19 @@ fn padded_heads(heads: usize) -> usize {
     heads.max(1).next_power_of_two()
 }
 
-/// Rows a score CTA takes at once (`qsa::group_rows`): `8 * SCORE_NT`
-/// columns of (row, padded head).
+/// Rows of a row group of `nt` column tiles (`qsa::group_rows`): `8 nt`
+/// columns of (row, padded head); sixteen heads take two tiles a row.
+fn group_rows(heads: usize, nt: usize) -> usize {
+    match padded_heads(heads) {
+        16 => nt / 2,
+        hp => 8 * nt / hp,
+    }
+}
+
+/// Rows a score CTA takes at once: a row group of `SCORE_NT` tiles
+/// ([`group_rows`]).
 pub fn score_group_rows(heads: usize) -> usize {
-    (8 * SCORE_NT / padded_heads(heads)).max(1)
+    group_rows(heads, SCORE_NT)
 }
 
 /// Bytes of the query fragments of `nt` column tiles
@@ -554,7 +564,7 @@ impl CudaEngine {
         let form =
             force.unwrap_or_else(|| score_form(spec, q_dtype, keys.dtype, keys.pages.map_or(1, |p| p.sequences), &dev));
         if let ScoreForm::Staged(g) = form {
-            if staged_geometry(q_dtype, keys.dtype, spec.dim) != Some(g) || g.smem > dev.max_smem_per_block as usize {
+            if staged_geometry_on(q_dtype, keys.dtype, spec.dim, &dev) != Some(g) {
                 return Err(Error::InvalidOption {
                     what: "score form",
                     value: format!("{g:?}"),
@@ -1169,21 +1179,23 @@ mod tests {
         assert_eq!(staged_entry(DType::F32, DType::F8E4M3, 64, 3), "qsa_staged_qf32_ke4m3_d64_h4");
         assert_eq!(staged_entry(DType::BF16, DType::BF16, 64, 9), "qsa_staged_qbf16_kbf16_d64_h16");
         assert_eq!(staged_entry(DType::BF16, DType::F8E4M3, 128, 1), "qsa_staged_qbf16_ke4m3_d128_h1");
-        // Every entry has a geometry and every geometry an entry.
-        let mut with = 0;
+        // Every geometry's kernels by name, and every entry some geometry's.
+        let mut seen = std::collections::BTreeSet::new();
         for q in [DType::F32, DType::BF16] {
             for k in [DType::F32, DType::BF16, DType::F8E4M3] {
                 for dim in [64, 128, 256] {
                     if staged_geometry(q, k, dim).is_some() {
                         for heads in 1..=16 {
-                            staged_entry(q, k, dim, heads);
+                            let kn = if k == DType::BF16 { "bf16" } else { "e4m3" };
+                            let want = format!("qsa_staged_q{}_k{kn}_d{dim}_h{}", q.name(), padded_heads(heads));
+                            assert_eq!(staged_entry(q, k, dim, heads), want);
+                            seen.insert(want);
                         }
-                        with += 5;
                     }
                 }
             }
         }
-        assert_eq!(with, STAGED_ENTRIES.len());
+        assert_eq!(seen.len(), STAGED_ENTRIES.len());
     }
 
     /// The geometry the kernel computes (`qsa::Staged`; staged.cuh asserts
