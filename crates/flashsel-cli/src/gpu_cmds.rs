@@ -114,12 +114,15 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
             flashsel::plan::Path::Split => ("a split row's last CTA merges its candidates", "candidate buffer"),
             flashsel::plan::Path::Grid => ("the row's CTAs select it together: no merge", "staged list"),
             flashsel::plan::Path::Row => ("one CTA per row: no merge", "candidate buffer"),
-            flashsel::plan::Path::Short if p.short().is_some_and(|s| s.warp) => {
-                ("one warp per short row (4 a CTA), the row in shared memory", "selection scratch")
-            }
-            flashsel::plan::Path::Short => {
-                ("one small CTA per short row, the row in shared memory", "selection scratch")
-            }
+            flashsel::plan::Path::Short => match p.short().map(|s| s.kernel) {
+                Some(flashsel::plan::ShortKernel::Warp) => {
+                    ("one warp per short row (4 a CTA), the row in shared memory", "selection scratch")
+                }
+                Some(flashsel::plan::ShortKernel::Wide) => {
+                    ("one wide CTA per row (at most one an SM), the row in registers", "selection scratch")
+                }
+                _ => ("one small CTA per short row, the row in shared memory", "selection scratch"),
+            },
         };
         println!("  merge_levels    {} ({merge_note})", p.merge_levels());
         println!("  sampled         {}", p.sampled());
@@ -230,11 +233,12 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let paths: Vec<String> = rep.by_path.iter().map(|(p, n)| format!("{p:?} {n}")).collect();
     println!(
-        "cases run: {}, failed: {} (by path: {}; grid cases on the 8- or 4-element kernels: {})",
+        "cases run: {}, failed: {} (by path: {}; grid cases on the 8- or 4-element kernels: {}; short cases on the wide kernel: {})",
         rep.run,
         rep.failed,
         paths.join(", "),
-        rep.grid_narrow
+        rep.grid_narrow,
+        rep.short_wide
     );
     if rep.failed > 0 {
         for f in &rep.failures {

@@ -5,6 +5,8 @@
 //! flashsel-dev small             the check suite's small cases and one of each path (for compute-sanitizer)
 //! flashsel-dev short             the short-row path against the row path on its target shapes (QSA's
 //!                                first chunk, plain 8192 x 2048 k 512 with and without lengths)
+//! flashsel-dev wide              the short path's wide kernel against the path the same rows take
+//!                                without it (few rows of <= 16,384 columns; QSA decode rows)
 //! flashsel-dev rowstats [N]      what the grid sampled pass sees on N+1 random 262,144-column rows (CPU)
 //! flashsel-dev cubin ARCH MODULE [OUT] [--profile]   the ptxas log of one module (select/filter,
 //!                                select/grid), and its cubin; --profile: the build with phase counters
@@ -29,7 +31,7 @@ fn time_shape<T: ScoreElem>(e: &CudaEngine, rows: usize, cols: usize, k: usize, 
 /// A plan's path, with the short path's kernel (`Short(warp)`, `Short(cta)`).
 fn path_name(plan: &flashsel::ops::select::plan::Plan) -> String {
     match plan.short() {
-        Some(s) => format!("Short({})", if s.warp { "warp" } else { "cta" }),
+        Some(s) => format!("Short({})", s.kernel.name()),
         None => format!("{:?}", plan.path()),
     }
 }
@@ -285,18 +287,67 @@ fn time_short(e: &CudaEngine) {
             continue; // the rest take no short path, or the CTA kernel
         }
         time_shape::<bf16>(e, 8192, 8192, 2048, Data::Normal, bw, &mut rng);
-        time_shape::<f32>(e, 1, 8192, 512, Data::Normal, bw, &mut rng);
-        // The wide CTA's rows (at most one an SM): single decode rows and a
-        // few rows up to SHORT_WIDE_COLS.
-        time_shape::<bf16>(e, 1, 1024, 512, Data::Normal, bw, &mut rng);
-        time_shape::<bf16>(e, 1, 16_384, 512, Data::Normal, bw, &mut rng);
-        time_shape::<f32>(e, 1, 16_384, 512, Data::Normal, bw, &mut rng);
-        time_shape::<f32>(e, 16, 16_384, 512, Data::Normal, bw, &mut rng);
-        time_shape::<f32>(e, 67, 16_384, 256, Data::Normal, bw, &mut rng);
-        time_shape::<f32>(e, 132, 4096, 2048, Data::Normal, bw, &mut rng);
-        time_shape::<bf16>(e, 1, 8192, 2048, Data::ReluFew, bw, &mut rng);
     }
     short_defaults(e);
+}
+
+/// The short path's wide kernel (at most one row a SM, the row in one
+/// CTA's registers) against the plan the same rows take without it (the
+/// engine's `set_short_wide(0)`: the row or grid path), on single decode
+/// rows and a few rows up to SHORT_WIDE_COLS, both orders and the dtypes;
+/// then QSA decode rows of 4,096 .. 16,384 blocks (ids and counts). Graph
+/// replays, medians of 30, every output against the CPU engine.
+fn time_wide(e: &CudaEngine) {
+    use flashsel::ops::qsa::QsaSpec;
+    use flashsel::ops::select::plan::SHORT_WIDE_COLS;
+    let mut rng = Rng::new(TIME_SEED);
+    let bw = e.copy_bandwidth(1 << 30).unwrap();
+    let shapes: [(usize, usize, usize); 12] = [
+        (1, 1024, 512),
+        (1, 4096, 512),
+        (1, 8192, 512),
+        (1, 16_384, 512),
+        (1, 16_384, 2048),
+        (4, 16_384, 512),
+        (16, 16_384, 512),
+        (67, 16_384, 256),
+        (132, 16_384, 2048),
+        (132, 4096, 2048),
+        (1, 2048, 32),
+        (64, 8192, 2048),
+    ];
+    for (mode, cols) in [("off", 0), ("wide", SHORT_WIDE_COLS)] {
+        println!("WIDE mode {mode}");
+        e.set_short_wide(cols);
+        for &(rows, c, k) in &shapes {
+            time_shape_in::<bf16>(e, rows, c, k, OutputOrder::Index, Data::Normal, bw, &mut rng);
+            time_shape_in::<f32>(e, rows, c, k, OutputOrder::Index, Data::Normal, bw, &mut rng);
+            time_shape::<bf16>(e, rows, c, k, Data::Normal, bw, &mut rng);
+        }
+        time_shape_in::<bf16>(e, 1, 8192, 2048, OutputOrder::Index, Data::ReluFew, bw, &mut rng);
+        time_shape_in::<f32>(e, 1, 16_384, 512, OutputOrder::Index, Data::FewValues, bw, &mut rng);
+        for blocks in [4096usize, 8192, 16_384] {
+            for rows in [1usize, 16] {
+                let data = generate_seeded(Data::Normal, rows * blocks, rng.next_u64());
+                let typed: Vec<bf16> = data.iter().map(|&x| bf16::from_f32(x)).collect();
+                let view = ScoresView::new(&typed, rows, blocks).unwrap();
+                let positions = vec![(4 * blocks - 1) as i64; rows];
+                let qspec = QsaSpec::new(rows, blocks).with_ratio(4).with_k_blocks(512);
+                let want = flashsel::cpu::qsa_select(&view, &positions, &qspec, None).unwrap();
+                let path = path_name(&e.plan(&SelectSpec::new(rows, blocks, 512, DType::BF16), true).unwrap());
+                let (got, mut t) = e.time_qsa_select(&view, &positions, &qspec, None, 30).unwrap();
+                t.sort_by(f64::total_cmp);
+                let ok = got.ids == want.ids && got.counts == want.counts;
+                println!(
+                    "WIDE qsa decode {rows:>3} x {blocks:>6} blocks k 512 bf16 | {:>8.2} us (min {:>8.2}) | path {path} | verified {}",
+                    t[t.len() / 2] * 1e6,
+                    t[0] * 1e6,
+                    if ok { "ok" } else { "MISMATCH" }
+                );
+            }
+        }
+    }
+    e.set_short_wide(SHORT_WIDE_COLS);
 }
 
 /// Per row: the keys at or above the sampled bound, the bins' shift, the
@@ -332,7 +383,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map(String::as_str).unwrap_or("");
     match mode {
-        "time" | "small" | "short" => {
+        "time" | "small" | "short" | "wide" => {
             let e = CudaEngine::new(0).expect("a CUDA device");
             println!("device {} arch {} props {:?}", e.device_name(), e.arch(), e.props());
             let t = std::time::Instant::now();
@@ -341,6 +392,7 @@ fn main() {
             match mode {
                 "time" => time(&e),
                 "short" => time_short(&e),
+                "wide" => time_wide(&e),
                 _ => small(&e),
             }
         }
@@ -371,7 +423,9 @@ fn main() {
             }
         }
         _ => {
-            eprintln!("usage: flashsel-dev time | small | short | rowstats [N] | cubin ARCH MODULE [OUT] [--profile]");
+            eprintln!(
+                "usage: flashsel-dev time | small | short | wide | rowstats [N] | cubin ARCH MODULE [OUT] [--profile]"
+            );
             std::process::exit(2);
         }
     }

@@ -7,7 +7,9 @@
 // for long rows, dominates. Batches of >= SHORT_WARP_MIN_ROWS rows of <=
 // SHORT_WARP_COLS columns take a warp a row instead (fs_short_warp_*,
 // fs_short_warp_tok_*: four rows a CTA, no CTA barrier; select/short/warp.cuh
-// has its algorithm and cost).
+// has its algorithm and cost). Batches of at most one row a SM, of <=
+// SHORT_WIDE_COLS columns in index order, take one wide CTA a row with the
+// row in its registers (fs_short_wide_*, fs_short_wide_tok_*: select/short/wide.cuh).
 //
 // ALGORITHM (select/short/kernel.cuh; one row per CTA of FS_SHORT_BLOCK threads)
 //   1. Load the row's len elements once (16-byte loads where aligned) as
@@ -49,10 +51,12 @@
 // Compile-time values (the host passes them as -D): FS_BLOCK (for the
 // shared headers), FS_SHORT_BLOCK (threads per CTA, plan::SHORT_BLOCK),
 // FS_SHORT_WARPS (warps, so rows, per CTA of the warp kernels,
-// plan::SHORT_WARPS).
+// plan::SHORT_WARPS), FS_SHORT_WIDE_BLOCK (threads of the wide kernels'
+// CTA, plan::SHORT_WIDE_BLOCK).
 
 #include "select/short/kernel.cuh"
 #include "select/short/warp.cuh"
+#include "select/short/wide.cuh"
 
 // Eight CTAs an SM (<= 64 registers): a short row's latency is hidden by
 // the other rows in flight.
@@ -73,3 +77,12 @@ extern "C" __global__ void __launch_bounds__(SHORT_WARP_THREADS, SHORT_MIN_CTAS)
 extern "C" __global__ void __launch_bounds__(SHORT_WARP_THREADS, SHORT_MIN_CTAS) fs_short_warp_tok_f32(const ScanTokParams p) { short_warp_impl<32, true>(p); }
 extern "C" __global__ void __launch_bounds__(SHORT_WARP_THREADS, SHORT_MIN_CTAS) fs_short_warp_tok_bf16(const ScanTokParams p) { short_warp_impl<16, true>(p); }
 extern "C" __global__ void __launch_bounds__(SHORT_WARP_THREADS, SHORT_MIN_CTAS) fs_short_warp_tok_f16(const ScanTokParams p) { short_warp_impl<15, true>(p); }
+
+// The wide kernels: one CTA of FS_SHORT_WIDE_BLOCK threads a row (so <= 64
+// registers), one CTA an SM.
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_wide_f32(const ScanParams p) { short_wide_impl<32, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_wide_bf16(const ScanParams p) { short_wide_impl<16, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_wide_f16(const ScanParams p) { short_wide_impl<15, false>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_wide_tok_f32(const ScanTokParams p) { short_wide_impl<32, true>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_wide_tok_bf16(const ScanTokParams p) { short_wide_impl<16, true>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_wide_tok_f16(const ScanTokParams p) { short_wide_impl<15, true>(p); }

@@ -56,8 +56,9 @@ pub enum Module {
     SparseMla,
     /// The short-row path (`fs_short_*`, `fs_short_tok_*`): rows that fit a
     /// CTA's shared memory, one CTA each; and its warp form
-    /// (`fs_short_warp_*`, `fs_short_warp_tok_*`), one warp a row
-    /// (kernels/select/short.cu).
+    /// (`fs_short_warp_*`, `fs_short_warp_tok_*`), one warp a row; and its
+    /// wide form (`fs_short_wide_*`, `fs_short_wide_tok_*`), one CTA a row
+    /// with the row in registers, for few rows (kernels/select/short.cu).
     SelectShort,
     /// The context-parallel merge (kernels/shard/merge.cu): the ranks'
     /// candidates compacted for the select engine (`sh_pack_b32`,
@@ -152,6 +153,12 @@ impl Module {
                 "fs_short_warp_tok_f32",
                 "fs_short_warp_tok_bf16",
                 "fs_short_warp_tok_f16",
+                "fs_short_wide_f32",
+                "fs_short_wide_bf16",
+                "fs_short_wide_f16",
+                "fs_short_wide_tok_f32",
+                "fs_short_wide_tok_bf16",
+                "fs_short_wide_tok_f16",
             ],
             Module::IndexerQsa => &crate::ops::indexer::device::SCORE_ENTRIES,
             Module::IndexerQsaStaged => &crate::ops::indexer::device::STAGED_ENTRIES,
@@ -225,6 +232,7 @@ impl Variant {
         if self.module == Module::SelectShort {
             o.push(format!("-DFS_SHORT_BLOCK={}", plan::SHORT_BLOCK));
             o.push(format!("-DFS_SHORT_WARPS={}", plan::SHORT_WARPS));
+            o.push(format!("-DFS_SHORT_WIDE_BLOCK={}", plan::SHORT_WIDE_BLOCK));
         }
         if self.profile {
             o.push("-DFS_PROFILE=1".into());

@@ -70,6 +70,11 @@ pub struct CudaEngine {
     /// [`CudaEngine::set_short_warp`]).
     short_warp_cols: std::sync::atomic::AtomicU64,
     short_warp_min_rows: std::sync::atomic::AtomicU64,
+    /// Batches of at most one row a SM, rows of at most this many columns,
+    /// take the short path's wide kernel (`plan::SHORT_WIDE_COLS`;
+    /// `FLASHSEL_SHORT_WIDE=<cols>` at creation, 0: none;
+    /// [`CudaEngine::set_short_wide`]).
+    short_wide_cols: std::sync::atomic::AtomicU64,
 }
 
 fn arch_name(major: i32, minor: i32) -> &'static str {
@@ -136,6 +141,12 @@ impl CudaEngine {
                 .unwrap_or(crate::ops::select::plan::SHORT_WARP_COLS),
         );
         let short_warp_min_rows = std::sync::atomic::AtomicU64::new(crate::ops::select::plan::SHORT_WARP_MIN_ROWS);
+        let short_wide_cols = std::sync::atomic::AtomicU64::new(
+            std::env::var("FLASHSEL_SHORT_WIDE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(crate::ops::select::plan::SHORT_WIDE_COLS),
+        );
         Ok(Self {
             ctx,
             stream,
@@ -146,6 +157,7 @@ impl CudaEngine {
             short_rows,
             short_warp_cols,
             short_warp_min_rows,
+            short_wide_cols,
         })
     }
 
@@ -194,6 +206,16 @@ impl CudaEngine {
         use std::sync::atomic::Ordering::Relaxed;
         self.short_warp_cols.store(cols, Relaxed);
         self.short_warp_min_rows.store(min_rows, Relaxed);
+    }
+    /// The widest rows (columns) of the short path's wide kernel, taken by
+    /// batches of at most one row a SM; 0: no wide kernel.
+    pub fn short_wide(&self) -> u64 {
+        self.short_wide_cols.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    /// Sets [`CudaEngine::short_wide`] for later plans (the check suite runs
+    /// its rows on the other paths too; the dev tool times both).
+    pub fn set_short_wide(&self, cols: u64) {
+        self.short_wide_cols.store(cols, std::sync::atomic::Ordering::Relaxed);
     }
     /// Whether launches use programmatic dependent launch (sm_90 and later):
     /// see [`launch`].

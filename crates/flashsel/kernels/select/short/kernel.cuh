@@ -59,6 +59,37 @@ __device__ __forceinline__ u32 take_bins(u32* bins, u32 (&h)[PER], u32& sum, int
     return incl;
 }
 
+// The CTA's min and max of the threads' lo and hi (NW warps; red: 2 NW
+// words of shared memory), returned to every thread.
+template <int NW>
+__device__ __forceinline__ void cta_min_max(u32 lo, u32 hi, u32* red, u32& kmin, u32& kmax) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    lo = __reduce_min_sync(FULL_MASK, lo);
+    hi = __reduce_max_sync(FULL_MASK, hi);
+    if (lane == 0) {
+        red[warp] = lo;
+        red[NW + warp] = hi;
+    }
+    __syncthreads();
+    const bool in = lane < NW;
+    kmin = __reduce_min_sync(FULL_MASK, in ? red[lane] : ~0u);
+    kmax = __reduce_max_sync(FULL_MASK, in ? red[NW + lane] : 0u);
+}
+
+// A short row's extent: its token description (TOK; else zero) and length,
+// and (returned) its first score.
+template <int TAG, bool TOK, typename Params>
+__device__ __forceinline__ const void* short_row(const Params& P, int row, TokRow& tr, int& len) {
+    tr = TokRow{0, 0, 0, 0, 0};
+    if constexpr (TOK) {
+        tr = tok_row(P, row);
+        len = tr.len;
+    } else {
+        len = row_length(P.lengths, row, P.cols);
+    }
+    return (const char*)row_start<TAG>(P, row) + (long long)tr.start * (long long)sizeof(typename Elem<TAG>::raw);
+}
+
 // The row's keys -> keys[0, len), and (returned) their min and max over the
 // CTA. Vector loads where the row start is 16-byte aligned, U groups in
 // flight a thread.
@@ -68,7 +99,7 @@ __device__ __forceinline__ void short_load(const void* row, int len, bool aligne
     typedef Elem<TAG> E;
     constexpr int VEC = E::VEC;
     constexpr int U = 4;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x;
     u32 lo = ~0u, hi = 0u;
     int done = 0;
     if (aligned) {
@@ -106,16 +137,7 @@ __device__ __forceinline__ void short_load(const void* row, int len, bool aligne
         lo = min(lo, kq);
         hi = max(hi, kq);
     }
-    lo = __reduce_min_sync(FULL_MASK, lo);
-    hi = __reduce_max_sync(FULL_MASK, hi);
-    if (lane == 0) {
-        sh.red[warp] = lo;
-        sh.red[SWARPS + warp] = hi;
-    }
-    __syncthreads();
-    const bool in = lane < SWARPS;
-    kmin = __reduce_min_sync(FULL_MASK, in ? sh.red[lane] : ~0u);
-    kmax = __reduce_max_sync(FULL_MASK, in ? sh.red[SWARPS + lane] : 0u);
+    cta_min_max<SWARPS>(lo, hi, sh.red, kmin, kmax);
 }
 
 // Exact radix select of the k-th largest key among keys[0, len) (k < len):
@@ -219,11 +241,13 @@ __device__ __forceinline__ void short_gather(const u32* keys, int len, u32 lo, u
     }
 }
 
-// Bitonic sort of sel[0, n) descending (n a power of two).
+// Bitonic sort of sel[0, n) descending (n a power of two) by a CTA of NT
+// threads.
+template <int NT>
 __device__ __forceinline__ void short_sort(u64* sel, u32 n) {
     for (u32 size = 2; size <= n; size <<= 1) {
         for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
-            for (u32 t = threadIdx.x; t < n / 2; t += SB) {
+            for (u32 t = threadIdx.x; t < n / 2; t += NT) {
                 const u32 i = 2 * t - (t & (stride - 1));
                 const u32 j = i + stride;
                 const u64 a = sel[i], b = sel[j];
@@ -238,48 +262,15 @@ __device__ __forceinline__ void short_sort(u64* sel, u32 n) {
     }
 }
 
-// One row per CTA (grid x: rows, the longest-first order of a causal
-// chunk: CTA x takes row rows - 1 - x). Dynamic shared memory: the keys
-// (P.cols rounded up to 4), then P.cap composites of the selection.
-template <int TAG, bool TOK, typename Params>
-__device__ __forceinline__ void short_impl(const Params& P) {
-    __shared__ ShortShared sh;
+// The write of a row whose selection is sel[0, m) in output order, by a CTA
+// of NT threads: plain indices and values (values rebuilt from the keys,
+// the merged encodings read back), or the token write (ratio ids per
+// selected column, the tail, -1, counts, page-table slots).
+template <int TAG, bool TOK, int NT, typename Params>
+__device__ __forceinline__ void short_write(const Params& P, int row, const TokRow& tr, u32 m, const u64* sel,
+                                            const void* row_scores) {
     const int tid = threadIdx.x;
-    u32* keys = (u32*)dyn_smem;
-    u64* sel = (u64*)(keys + ((P.cols + 3) & ~3));
-    CHAIN_WAIT();
-    CHAIN_TRIGGER();
-    for (int i = tid; i < SBINS; i += SB) sh.hist[i] = 0;
-    const int row = P.rows - 1 - (int)blockIdx.x;
-    TokRow tr = {0, 0, 0, 0, 0};
-    int len;
-    if constexpr (TOK) {
-        tr = tok_row(P, row);
-        len = tr.len;
-    } else {
-        len = row_length(P.lengths, row, P.cols);
-    }
-    const void* row_scores =
-        (const char*)row_start<TAG>(P, row) + (long long)tr.start * (long long)sizeof(typename Elem<TAG>::raw);
     const u32 k = (u32)P.k;
-    const u32 m = min(k, (u32)len);
-    if (m > 0) {
-        u32 lo, hi;
-        short_load<TAG>(row_scores, len, aligned16(row_scores), P.nan_largest, keys, sh, lo, hi);
-        u32 above = 0, need = (u32)len;
-        if ((u32)len > k) {
-            short_select(keys, len, k, sh, lo, hi, above, need);
-        }
-        short_gather(keys, len, lo, hi, need, sel, sh);
-        __syncthreads();
-        if (!P.order_index && m > 1) {
-            const u32 n = 1u << bit_len(m - 1);
-            for (u32 i = m + tid; i < n; i += SB) sel[i] = 0ull;  // below every composite
-            __syncthreads();
-            short_sort(sel, n);
-        }
-    }
-    // The write: sel[0, m) in output order.
     if constexpr (TOK) {
         const Tokens& T = P.tok;
         const long long o0 = (long long)row * T.width;
@@ -287,8 +278,8 @@ __device__ __forceinline__ void short_impl(const Params& P) {
         const u32 nsel = m * ratio;
         // j = s * ratio + i, kept incrementally (no divide per entry).
         u32 s = (u32)tid / ratio, i = (u32)tid - s * ratio;
-        const u32 ds = (u32)SB / ratio, di = (u32)SB - ds * ratio;
-        for (u32 j = tid; j < (u32)T.width; j += SB) {
+        const u32 ds = (u32)NT / ratio, di = (u32)NT - ds * ratio;
+        for (u32 j = tid; j < (u32)T.width; j += NT) {
             int id;
             if (j < nsel) {
                 const u32 col = composite_col(sel[s]);
@@ -314,7 +305,7 @@ __device__ __forceinline__ void short_impl(const Params& P) {
         }
         if (tid == 0 && T.counts) T.counts[row] = tok_count(T, tr, m);
     } else {
-        for (u32 j = tid; j < k; j += SB) {
+        for (u32 j = tid; j < k; j += NT) {
             const long long o = (long long)row * (long long)k + j;
             if (j < m) {
                 const u64 c = sel[j];
@@ -326,6 +317,43 @@ __device__ __forceinline__ void short_impl(const Params& P) {
             }
         }
     }
+}
+
+// One row per CTA (grid x: rows, the longest-first order of a causal
+// chunk: CTA x takes row rows - 1 - x). Dynamic shared memory: the keys
+// (P.cols rounded up to 4), then P.cap composites of the selection.
+template <int TAG, bool TOK, typename Params>
+__device__ __forceinline__ void short_impl(const Params& P) {
+    __shared__ ShortShared sh;
+    const int tid = threadIdx.x;
+    u32* keys = (u32*)dyn_smem;
+    u64* sel = (u64*)(keys + ((P.cols + 3) & ~3));
+    CHAIN_WAIT();
+    CHAIN_TRIGGER();
+    for (int i = tid; i < SBINS; i += SB) sh.hist[i] = 0;
+    const int row = P.rows - 1 - (int)blockIdx.x;
+    TokRow tr;
+    int len;
+    const void* row_scores = short_row<TAG, TOK>(P, row, tr, len);
+    const u32 k = (u32)P.k;
+    const u32 m = min(k, (u32)len);
+    if (m > 0) {
+        u32 lo, hi;
+        short_load<TAG>(row_scores, len, aligned16(row_scores), P.nan_largest, keys, sh, lo, hi);
+        u32 above = 0, need = (u32)len;
+        if ((u32)len > k) {
+            short_select(keys, len, k, sh, lo, hi, above, need);
+        }
+        short_gather(keys, len, lo, hi, need, sel, sh);
+        __syncthreads();
+        if (!P.order_index && m > 1) {
+            const u32 n = 1u << bit_len(m - 1);
+            for (u32 i = m + tid; i < n; i += SB) sel[i] = 0ull;  // below every composite
+            __syncthreads();
+            short_sort<SB>(sel, n);
+        }
+    }
+    short_write<TAG, TOK, SB>(P, row, tr, m, sel, row_scores);
 }
 
 #endif  // FLASHSEL_SELECT_SHORT_KERNEL_CUH

@@ -302,16 +302,9 @@ __device__ __forceinline__ void short_warp_impl(const Params& P) {
     void* selp = slab + 4 * WBINS + ((((u32)P.cols * (u32)sizeof(KT)) + 15u) & ~15u);
     u32* sel32 = (u32*)selp;  // index order: columns
     u64* sel64 = (u64*)selp;  // score order: composites
-    TokRow tr = {0, 0, 0, 0, 0};
+    TokRow tr;
     int len;
-    if constexpr (TOK) {
-        tr = tok_row(P, row);
-        len = tr.len;
-    } else {
-        len = row_length(P.lengths, row, P.cols);
-    }
-    const void* row_scores =
-        (const char*)row_start<TAG>(P, row) + (long long)tr.start * (long long)sizeof(typename Elem<TAG>::raw);
+    const void* row_scores = short_row<TAG, TOK>(P, row, tr, len);
     const u32 k = (u32)P.k;
     const u32 m = min(k, (u32)len);
     if (m > 0) {

@@ -462,7 +462,15 @@ pub fn run_case(e: &CudaEngine, c: &IndexerCase, rng: &mut Rng) -> Result<Outcom
         Some(p) => format!("{} scores={form} decode={}x{}", c.describe(), p.ctas, p.slots),
         None => format!("{} scores={form}", c.describe()),
     };
-    Ok(Outcome { case, path, ctas_per_row: decode.map_or(0, |p| p.ctas as u32), grid_items: 0, ok, detail })
+    Ok(Outcome {
+        case,
+        path,
+        ctas_per_row: decode.map_or(0, |p| p.ctas as u32),
+        grid_items: 0,
+        short_kernel: None,
+        ok,
+        detail,
+    })
 }
 
 /// The name of [`bad_values_check`].
@@ -600,7 +608,15 @@ pub fn bad_values_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {
         }
     }
     let ok = bad.is_empty();
-    Ok(Outcome { case: bad_values_case(), path: Path::Row, ctas_per_row: 0, grid_items: 0, ok, detail: bad.join("; ") })
+    Ok(Outcome {
+        case: bad_values_case(),
+        path: Path::Row,
+        ctas_per_row: 0,
+        grid_items: 0,
+        short_kernel: None,
+        ok,
+        detail: bad.join("; "),
+    })
 }
 
 #[cfg(test)]

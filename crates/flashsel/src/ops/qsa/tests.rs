@@ -159,22 +159,25 @@ fn qsa_geometries_take_the_planned_paths() {
     };
     assert_eq!(path(1, 262_144, DType::BF16), (Path::Grid, 64));
     assert_eq!(path(16, 262_144, DType::BF16), (Path::Split, 8));
-    assert_eq!(path(1, 16_384, DType::F32), (Path::Grid, 8));
+    // A decode row of 16,384 blocks: the short path's wide kernel (one CTA,
+    // the row in registers); one block more, the grid.
+    assert_eq!(path(1, 16_384, DType::F32), (Path::Short, 1));
+    assert_eq!(path(1, 16_385, DType::F32), (Path::Grid, 9));
     assert_eq!(path(8192, 65_536, DType::BF16), (Path::Row, 1));
     // The first chunk (V 0 .. 2,048) on the short-row path, one CTA a row.
     assert_eq!(path(8192, 2048, DType::BF16), (Path::Short, 1));
     assert_eq!(path(8192, 2048, DType::F32), (Path::Short, 1));
     // Around the row path's fit (k 512: 8192 columns = SHORT_COLS): a batch
-    // short up to it and the row path past it; one row (no batch) the row
-    // path on both sides.
+    // short up to it and the row path past it; one row, or one a SM, the
+    // wide kernel on both sides.
     let fit = plan(&QsaSpec::new(1, 1 << 20).block_spec_of(DType::F32), true, &h200).unwrap().fit() as usize;
     assert_eq!(fit, 8192);
     for blocks in [fit - 1, fit] {
         assert_eq!(path(133, blocks, DType::F32), (Path::Short, 1), "133 x {blocks}");
-        assert_eq!(path(1, blocks, DType::F32), (Path::Row, 1), "1 x {blocks}");
-        assert_eq!(path(132, blocks, DType::F32), (Path::Row, 1), "132 x {blocks}");
+        assert_eq!(path(1, blocks, DType::F32), (Path::Short, 1), "1 x {blocks}");
+        assert_eq!(path(132, blocks, DType::F32), (Path::Short, 1), "132 x {blocks}");
     }
-    assert_eq!(path(1, fit + 1, DType::F32), (Path::Row, 1));
+    assert_eq!(path(1, fit + 1, DType::F32), (Path::Short, 1));
     assert_eq!(path(8192, fit + 1, DType::BF16), (Path::Row, 1));
     assert_ne!(path(1, 2 * fit, DType::F32).0, Path::Row);
 }

@@ -138,6 +138,8 @@ pub struct Outcome {
     /// Grid plans: elements a thread of the grid kernel holds (16, 8 or 4);
     /// 0 otherwise.
     pub grid_items: u32,
+    /// Short plans: the kernel (CTA, warp or wide); `None` otherwise.
+    pub short_kernel: Option<plan::ShortKernel>,
     pub ok: bool,
     pub detail: String,
 }
@@ -146,12 +148,21 @@ impl Outcome {
     /// The outcome of a case run under `plan`.
     pub(crate) fn of_plan(case: String, plan: &Plan, ok: bool, detail: String) -> Self {
         let grid_items = plan.grid().map_or(0, |g| g.items);
-        Outcome { case, path: plan.path(), ctas_per_row: plan.ctas_per_row(), grid_items, ok, detail }
+        let short_kernel = plan.short().map(|s| s.kernel);
+        Outcome { case, path: plan.path(), ctas_per_row: plan.ctas_per_row(), grid_items, short_kernel, ok, detail }
     }
 
     /// A case that could not run (`path`: the path it was meant for).
     pub(crate) fn error(case: String, path: Path, err: crate::contract::Error) -> Self {
-        Outcome { case, path, ctas_per_row: 0, grid_items: 0, ok: false, detail: format!("error: {err}") }
+        Outcome {
+            case,
+            path,
+            ctas_per_row: 0,
+            grid_items: 0,
+            short_kernel: None,
+            ok: false,
+            detail: format!("error: {err}"),
+        }
     }
 }
 
@@ -561,6 +572,50 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         c.nan = if i % 2 == 0 { NanPolicy::Largest } else { NanPolicy::Lowest };
         cases.push(c);
     }
+    // The short path's wide kernel (at most one row a SM, the row in one
+    // CTA's registers; run_case repeats each on the row or grid path): its
+    // bounds SHORT_WIDE_COLS and SHORT_WIDE_MAX_K and one past each, one row
+    // a SM (132 on the H200) and one more, rows shorter than a thread's 16
+    // columns, ties and plateaus (FewValues, ReLU zeros, all equal), NaN
+    // every fifth under both policies, every dtype and order, unaligned
+    // strides and lengths at the edges, ranges with odd starts and slots.
+    let (wc, wk) = (plan::SHORT_WIDE_COLS as usize, plan::SHORT_WIDE_MAX_K as usize);
+    for (i, (rows, cols, k, data)) in [
+        (1, wc, 512, Data::Normal),
+        (1, wc, wk, Data::FewValues),
+        (1, wc, wk + 1, Data::Relu),
+        (1, wc + 1, 512, Data::Nan5),
+        (2, wc, 2048, Data::AllEqual),
+        (sms, wc, 2048, Data::ReluFew),
+        (sms + 1, 4096, 512, Data::Nan5),
+        (5, 13, 4, Data::FewValues),
+        (3, 17, 17, Data::Relu),
+        (4, 1000, 2000, Data::Nan5),
+        (16, 8192, 1, Data::Ascending),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for order in [OutputOrder::Score, OutputOrder::Index] {
+            let mut c = base(rows, cols, k, dtypes[i % 3], data);
+            c.order = order;
+            c.nan = if (i + (order == OutputOrder::Index) as usize).is_multiple_of(2) {
+                NanPolicy::Largest
+            } else {
+                NanPolicy::Lowest
+            };
+            c.lengths = (i % 2 == 1).then_some(LengthRecipe::Edges);
+            c.stride_pad = i % 3;
+            cases.push(c);
+        }
+    }
+    for (i, &data) in [Data::Normal, Data::Nan5, Data::FewValues].iter().enumerate() {
+        let mut c = base(8, wc, 2048, dtypes[i], data);
+        c.ranges = true;
+        c.page_size = (i != 1).then_some(64);
+        c.order = if i == 2 { OutputOrder::Score } else { OutputOrder::Index };
+        cases.push(c);
+    }
     // Large k: the global-memory buffer.
     for &data in &[Data::Normal, Data::Relu, Data::Ascending] {
         cases.push(base(2, 200_000, 20_000, DType::F32, data));
@@ -583,6 +638,8 @@ pub struct Report {
     /// Of the grid cases, those on the narrow kernels (`fs_grid8_*`,
     /// `fs_grid4_f32`).
     pub grid_narrow: usize,
+    /// Of the short cases, those on the wide kernel (`fs_short_wide_*`).
+    pub short_wide: usize,
 }
 
 /// Runs the suite (plus the graph-capture and chained-call checks), calling
@@ -772,6 +829,7 @@ impl Report {
             self.failures.push(o.clone());
         }
         self.grid_narrow += (o.grid_items > 0 && o.grid_items < plan::GRID_ITEMS) as usize;
+        self.short_wide += (o.short_kernel == Some(plan::ShortKernel::Wide)) as usize;
         match self.by_path.iter_mut().find(|(p, _)| *p == o.path) {
             Some((_, n)) => *n += 1,
             None => self.by_path.push((o.path, 1)),

@@ -256,22 +256,29 @@ fn filter_kernel(kind: FilterKernel, dtype: DType, global_buffer: bool, tok: boo
     KernelId { module, global_buffer, entry }
 }
 
-/// The short-row kernel of a dtype; `tok`: its token form; `warp`: the
-/// warp kernel (a warp per row).
-fn short_kernel(dtype: DType, tok: bool, warp: bool) -> KernelId {
-    let entry = match (dtype, tok, warp) {
-        (DType::F32, false, false) => "fs_short_f32",
-        (DType::BF16, false, false) => "fs_short_bf16",
-        (_, false, false) => "fs_short_f16",
-        (DType::F32, true, false) => "fs_short_tok_f32",
-        (DType::BF16, true, false) => "fs_short_tok_bf16",
-        (_, true, false) => "fs_short_tok_f16",
-        (DType::F32, false, true) => "fs_short_warp_f32",
-        (DType::BF16, false, true) => "fs_short_warp_bf16",
-        (_, false, true) => "fs_short_warp_f16",
-        (DType::F32, true, true) => "fs_short_warp_tok_f32",
-        (DType::BF16, true, true) => "fs_short_warp_tok_bf16",
-        (_, true, true) => "fs_short_warp_tok_f16",
+/// The short-row kernel of a dtype; `tok`: its token form; `kernel`: the
+/// CTA, warp or wide kernel.
+fn short_kernel(dtype: DType, tok: bool, kernel: plan::ShortKernel) -> KernelId {
+    use plan::ShortKernel::{Cta, Warp, Wide};
+    let entry = match (dtype, tok, kernel) {
+        (DType::F32, false, Cta) => "fs_short_f32",
+        (DType::BF16, false, Cta) => "fs_short_bf16",
+        (_, false, Cta) => "fs_short_f16",
+        (DType::F32, true, Cta) => "fs_short_tok_f32",
+        (DType::BF16, true, Cta) => "fs_short_tok_bf16",
+        (_, true, Cta) => "fs_short_tok_f16",
+        (DType::F32, false, Warp) => "fs_short_warp_f32",
+        (DType::BF16, false, Warp) => "fs_short_warp_bf16",
+        (_, false, Warp) => "fs_short_warp_f16",
+        (DType::F32, true, Warp) => "fs_short_warp_tok_f32",
+        (DType::BF16, true, Warp) => "fs_short_warp_tok_bf16",
+        (_, true, Warp) => "fs_short_warp_tok_f16",
+        (DType::F32, false, Wide) => "fs_short_wide_f32",
+        (DType::BF16, false, Wide) => "fs_short_wide_bf16",
+        (_, false, Wide) => "fs_short_wide_f16",
+        (DType::F32, true, Wide) => "fs_short_wide_tok_f32",
+        (DType::BF16, true, Wide) => "fs_short_wide_tok_bf16",
+        (_, true, Wide) => "fs_short_wide_tok_f16",
     };
     KernelId { module: Module::SelectShort, global_buffer: false, entry }
 }
@@ -307,6 +314,7 @@ impl CudaEngine {
             short: self.short_rows(),
             short_warp_cols: self.short_warp().0,
             short_warp_min_rows: self.short_warp().1,
+            short_wide_cols: self.short_wide(),
             ..plan::PathOptions::default()
         };
         plan::plan_with(spec, has_lengths, &self.props(), &opts)
@@ -517,7 +525,7 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &Job) -> Result<()> {
             stage: 0,
             tok,
         };
-        let kern = e.function(short_kernel(spec.dtype, is_tok, s.warp))?;
+        let kern = e.function(short_kernel(spec.dtype, is_tok, s.kernel))?;
         return on((s.row_slots, 1), s.smem_bytes, pdl, false).run(&kern, &sp);
     }
     let f = plan.filter().expect("a row or split plan");
@@ -812,8 +820,9 @@ mod tests {
         assert!(Module::SelectGrid.entry_points().contains(&"fs_grid_init_all"));
         for dtype in [DType::F32, DType::BF16, DType::F16] {
             for (tok, infix) in [(false, ""), (true, "tok_")] {
-                for (warp, winfix) in [(false, ""), (true, "warp_")] {
-                    let id = short_kernel(dtype, tok, warp);
+                use crate::ops::select::plan::ShortKernel::{Cta, Warp, Wide};
+                for (kernel, winfix) in [(Cta, ""), (Warp, "warp_"), (Wide, "wide_")] {
+                    let id = short_kernel(dtype, tok, kernel);
                     assert!(id.module.entry_points().contains(&id.entry), "{dtype}: {}", id.entry);
                     assert_eq!(id.entry, format!("fs_short_{winfix}{infix}{dtype}"));
                 }

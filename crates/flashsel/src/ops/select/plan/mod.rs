@@ -51,10 +51,11 @@
 //!   order and (score order) sorts it. The bounds are measured (H200,
 //!   docs/perf-log.md v34): a CTA's row takes ~10-30 us, so a batch gains
 //!   (8192 x 2048 k 512: 240 against 326 us on the row path) while a few
-//!   rows lose (1 x 8192: 27.8 against 15.1 us; a 512-thread CTA still
-//!   19.4 against 10.2 us at 1 x 16,384, and 9.3 against 6.2 at 1 x 1024),
-//!   and the bitonic sort of a larger `k` loses too (8192 x 8192 k 2048:
-//!   1318 against 696 us). Its grid is the rows, so
+//!   rows lose (1 x 8192: 27.8 against 15.1 us; a 512-thread CTA with the
+//!   row in shared memory still 19.4 against 10.2 us at 1 x 16,384, and
+//!   9.3 against 6.2 at 1 x 1024), and the bitonic sort of a larger `k`
+//!   loses too (8192 x 8192 k 2048: 1318 against 696 us). Its grid is the
+//!   rows, so
 //!   the hardware scheduler balances rows of any active length, and a row
 //!   that selects nothing only writes. (The streaming filter's finish,
 //!   sized for long rows, cost ~11 us a row there: docs/perf-log.md, v33.)
@@ -71,6 +72,18 @@
 //!   takes ~13-27 us, hidden only by enough rows), and 1024 x 8192 loses
 //!   (84.4 -> 150.8). Both bounds are [`PathOptions`] fields (the engine's
 //!   `set_short_warp`; `FLASHSEL_SHORT_WARP=0` turns the warp kernel off).
+//!   Batches of at most one row a SM in index order, rows of at most
+//!   [`SHORT_WIDE_COLS`] columns and `k <= SHORT_WIDE_MAX_K`, take the wide
+//!   kernel
+//!   (`ShortKernel::Wide`, `kernels/select/short/wide.cuh`): one CTA of
+//!   [`SHORT_WIDE_BLOCK`] threads a row, the row in its registers, the
+//!   radix passes on shared bins and the selection placed by one CTA scan,
+//!   no global scratch and no second kernel (issue 21's decode rows of
+//!   16,384 QSA blocks; `set_short_wide`, `FLASHSEL_SHORT_WIDE=0` turns it
+//!   off). Measured (H200, docs/perf-log.md v42): 1 x 16,384 k 512 bf16
+//!   12.4 -> 9.2 us (grid), 1 x 4096 18.5 -> 8.8 (row), 132 x 16,384 k
+//!   2048 16.8 -> 10.1 (row); score order stays on the other paths (a
+//!   bitonic sort by the CTA measured 16.7 against 12.4 us at 1 x 16,384).
 //! - Work follows the active lengths: a CTA's range is its share of
 //!   `lengths[row]`, not of `cols`, so short rows in a wide buffer cost what
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
@@ -170,6 +183,17 @@ pub const SHORT_WARP_BINS: u64 = 256;
 /// Short-row path: static shared memory of its kernels (2048 histogram
 /// bins and a few words), rounded up.
 pub const SHORT_STATIC_SMEM: u32 = 8192 + 256;
+/// Short path's wide kernel: threads of its CTA (`FS_SHORT_WIDE_BLOCK`).
+pub const SHORT_WIDE_BLOCK: u32 = 1024;
+/// Short path's wide kernel: columns a thread holds in registers
+/// (`WIDE_ITEMS` in kernels/select/short/wide.cuh).
+pub const SHORT_WIDE_ITEMS: u32 = 16;
+/// Short path's wide kernel: its widest rows, `SHORT_WIDE_BLOCK x
+/// SHORT_WIDE_ITEMS` columns.
+pub const SHORT_WIDE_COLS: u64 = SHORT_WIDE_BLOCK as u64 * SHORT_WIDE_ITEMS as u64;
+/// Short path's wide kernel: the largest `k` (the selection's scratch, 32
+/// KiB; the score order's bitonic sort grows with it).
+pub const SHORT_WIDE_MAX_K: u64 = 4096;
 /// Grid `x` limit of the CUDA launch.
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;
 /// Grid `y` limit of the CUDA launch.
@@ -232,23 +256,50 @@ pub enum Plan {
     Short(ShortPlan),
 }
 
+/// The kernels of the short-row path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShortKernel {
+    /// `fs_short_*`: one CTA of [`SHORT_BLOCK`] threads per row, the row in
+    /// shared memory.
+    Cta,
+    /// `fs_short_warp_*`: one warp per row, [`SHORT_WARPS`] rows a CTA.
+    Warp,
+    /// `fs_short_wide_*`: one CTA of [`SHORT_WIDE_BLOCK`] threads per row,
+    /// the row in registers (at most one row a SM).
+    Wide,
+}
+
+impl ShortKernel {
+    /// The kernel's name in plans and tool output.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShortKernel::Cta => "cta",
+            ShortKernel::Warp => "warp",
+            ShortKernel::Wide => "wide",
+        }
+    }
+}
+
 /// The short-row launch (`fs_short_*`): grid `(rows, 1)` of [`SHORT_BLOCK`]
-/// threads, CTA `x` on row `rows - 1 - x`; or, `warp`, the warp kernel
+/// threads, CTA `x` on row `rows - 1 - x`; the warp kernel
 /// (`fs_short_warp_*`): grid `(ceil(rows / SHORT_WARPS), 1)` of
 /// `32 SHORT_WARPS` threads, warp `w` of CTA `x` on row `rows - 1 - (x
-/// SHORT_WARPS + w)`.
+/// SHORT_WARPS + w)`; the wide kernel (`fs_short_wide_*`): grid `(rows, 1)`
+/// of [`SHORT_WIDE_BLOCK`] threads, CTA `x` on row `rows - 1 - x`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ShortPlan {
-    /// The warp kernel: one warp per row.
-    pub warp: bool,
-    /// Grid `x` of the launch: one CTA per row (`warp`: per
+    /// Which of the path's kernels runs.
+    pub kernel: ShortKernel,
+    /// Grid `x` of the launch: one CTA per row (the warp kernel: per
     /// [`SHORT_WARPS`] rows).
     pub row_slots: u32,
     /// Composites of the selection's scratch: `min(k, cols)` rounded up to a
     /// power of two (the score order's bitonic sort).
     pub sel_cap: u32,
-    /// Dynamic shared memory per CTA ([`short_smem_bytes`]; `warp`:
-    /// [`short_warp_smem_bytes`]).
+    /// Dynamic shared memory per CTA ([`short_smem_bytes`]; the warp
+    /// kernel: [`short_warp_smem_bytes`]; the wide kernel: `sel_cap`
+    /// composites).
     pub smem_bytes: u32,
     pub fit: u64,
     /// Always 0: nothing outside shared memory.
@@ -378,11 +429,15 @@ impl Plan {
         }
     }
     /// Threads per CTA of the plan's launches ([`BLOCK`]; the short-row
-    /// path [`SHORT_BLOCK`], its warp kernel `32 SHORT_WARPS`).
+    /// path [`SHORT_BLOCK`], its warp kernel `32 SHORT_WARPS`, its wide
+    /// kernel [`SHORT_WIDE_BLOCK`]).
     pub fn block(&self) -> u32 {
         match self {
-            Plan::Short(s) if s.warp => 32 * SHORT_WARPS,
-            Plan::Short(_) => SHORT_BLOCK,
+            Plan::Short(s) => match s.kernel {
+                ShortKernel::Cta => SHORT_BLOCK,
+                ShortKernel::Warp => 32 * SHORT_WARPS,
+                ShortKernel::Wide => SHORT_WIDE_BLOCK,
+            },
             _ => BLOCK,
         }
     }
@@ -500,6 +555,10 @@ pub(crate) struct PathOptions {
     pub short_warp_cols: u64,
     /// ... in batches of at least this many rows ([`SHORT_WARP_MIN_ROWS`]).
     pub short_warp_min_rows: u64,
+    /// Batches of at most one row a SM of at most this many columns take
+    /// the wide kernel (0: none; at most [`SHORT_WIDE_COLS`]; the engine's
+    /// `set_short_wide`, `FLASHSEL_SHORT_WIDE`).
+    pub short_wide_cols: u64,
 }
 
 impl Default for PathOptions {
@@ -512,6 +571,7 @@ impl Default for PathOptions {
             short: true,
             short_warp_cols: SHORT_WARP_COLS,
             short_warp_min_rows: SHORT_WARP_MIN_ROWS,
+            short_wide_cols: SHORT_WIDE_COLS,
         }
     }
 }
@@ -619,22 +679,39 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
     })
 }
 
-/// The short-row plan, or `None` where it does not apply: no more rows than
-/// SMs, rows wider than [`SHORT_COLS`], `k` past [`SHORT_MAX_K`], more rows
-/// than one launch's grid `x`, or shared memory the device cannot give one
-/// CTA. Batches of at least `opts.short_warp_min_rows` rows of at most
-/// `opts.short_warp_cols` columns take the warp kernel where its CTA's
-/// shared memory fits (else the CTA kernel).
+/// The short-row plan, or `None` where it does not apply. At most one row a
+/// SM: the wide kernel, for index order, rows of at most
+/// `opts.short_wide_cols` (<= [`SHORT_WIDE_COLS`]) columns and `k <=
+/// SHORT_WIDE_MAX_K`, else `None`.
+/// More rows: `None` for rows wider than [`SHORT_COLS`], `k` past
+/// [`SHORT_MAX_K`], more rows than one launch's grid `x`, or shared memory
+/// the device cannot give one CTA; batches of at least
+/// `opts.short_warp_min_rows` rows of at most `opts.short_warp_cols` columns
+/// take the warp kernel where its CTA's shared memory fits (else the CTA
+/// kernel).
 fn short_plan(spec: &SelectSpec, fit: u64, dev: &DeviceProps, opts: &PathOptions) -> Option<ShortPlan> {
     let (rows, cols, k) = (spec.rows as u64, spec.cols as u64, spec.k as u64);
-    if rows <= dev.sm_count as u64 || cols > SHORT_COLS || k > SHORT_MAX_K || rows > MAX_GRID_X {
+    let sel_cap = k.min(cols).max(1).next_power_of_two();
+    if rows <= dev.sm_count as u64 {
+        let wide = spec.order == OutputOrder::Index
+            && cols <= opts.short_wide_cols.min(SHORT_WIDE_COLS)
+            && k <= SHORT_WIDE_MAX_K;
+        return (wide && sel_cap * 8 <= dev.max_smem_per_block as u64).then(|| ShortPlan {
+            kernel: ShortKernel::Wide,
+            row_slots: rows.max(1) as u32,
+            sel_cap: sel_cap as u32,
+            smem_bytes: (sel_cap * 8) as u32,
+            fit,
+            workspace_bytes: 0,
+        });
+    }
+    if cols > SHORT_COLS || k > SHORT_MAX_K || rows > MAX_GRID_X {
         return None;
     }
-    let sel_cap = k.min(cols).max(1).next_power_of_two();
     let warp_smem = short_warp_smem_bytes(cols, sel_cap, spec.dtype, spec.order);
     if cols <= opts.short_warp_cols && rows >= opts.short_warp_min_rows && warp_smem <= dev.max_smem_per_block as u64 {
         return Some(ShortPlan {
-            warp: true,
+            kernel: ShortKernel::Warp,
             row_slots: rows.div_ceil(SHORT_WARPS as u64) as u32,
             sel_cap: sel_cap as u32,
             smem_bytes: warp_smem as u32,
@@ -647,7 +724,7 @@ fn short_plan(spec: &SelectSpec, fit: u64, dev: &DeviceProps, opts: &PathOptions
         return None;
     }
     Some(ShortPlan {
-        warp: false,
+        kernel: ShortKernel::Cta,
         row_slots: rows.max(1) as u32,
         sel_cap: sel_cap as u32,
         smem_bytes: smem as u32,

@@ -14,6 +14,7 @@ const NO_GRID: PathOptions = PathOptions {
     short: true,
     short_warp_cols: SHORT_WARP_COLS,
     short_warp_min_rows: SHORT_WARP_MIN_ROWS,
+    short_wide_cols: SHORT_WIDE_COLS,
 };
 const NO_SHORT: PathOptions = PathOptions {
     grid: true,
@@ -23,6 +24,7 @@ const NO_SHORT: PathOptions = PathOptions {
     short: false,
     short_warp_cols: SHORT_WARP_COLS,
     short_warp_min_rows: SHORT_WARP_MIN_ROWS,
+    short_wide_cols: SHORT_WIDE_COLS,
 };
 /// The short path's CTA kernel only (the warp kernel off).
 const CTA: PathOptions = PathOptions {
@@ -33,6 +35,7 @@ const CTA: PathOptions = PathOptions {
     short: true,
     short_warp_cols: 0,
     short_warp_min_rows: SHORT_WARP_MIN_ROWS,
+    short_wide_cols: SHORT_WIDE_COLS,
 };
 /// The warp kernel at its column bound for any batch the short path takes.
 const WARP_ANY_ROWS: PathOptions = PathOptions { short_warp_min_rows: 0, ..CTA_WITH_WARP };
@@ -41,18 +44,23 @@ const CTA_WITH_WARP: PathOptions = PathOptions { short_warp_cols: SHORT_WARP_COL
 fn p(rows: usize, cols: usize, k: usize) -> Plan {
     plan(&SelectSpec::new(rows, cols, k, DType::F32), false, &h200()).unwrap()
 }
+/// [`p`] in index order.
+fn pi(rows: usize, cols: usize, k: usize) -> Plan {
+    plan(&SelectSpec::new(rows, cols, k, DType::F32).with_order(OutputOrder::Index), false, &h200()).unwrap()
+}
 
 #[test]
 fn fit_boundaries_for_one_row() {
-    // The row / grid boundaries (a single row never takes the short-row
-    // path: the same plan with it off).
+    // The row / grid boundaries with the short path off (a single row of
+    // at most SHORT_WIDE_COLS takes its wide kernel by default).
     let ns = |cols, k| plan_with(&SelectSpec::new(1, cols, k, DType::F32), false, &h200(), &NO_SHORT).unwrap();
     for k in [512usize, 2048] {
         let fit = (4 * k).max(8192);
         assert_eq!(p(1, 8, k).fit() as usize, fit);
         assert_eq!(fit as u64, SHORT_COLS);
         for cols in [fit - 1, fit] {
-            assert_eq!(p(1, cols, k), ns(cols, k));
+            assert_eq!(pi(1, cols, k).short().map(|s| s.kernel), Some(ShortKernel::Wide), "1 x {cols}, k {k}");
+            assert_eq!(p(1, cols, k), ns(cols, k), "score order: no wide kernel");
             let pl = ns(cols, k);
             assert_eq!((pl.path(), pl.ctas_per_row(), pl.merge_levels()), (Path::Row, 1, 0), "1 x {cols}, k {k}");
         }
@@ -316,7 +324,7 @@ fn short_rows_take_the_short_path_up_to_short_cols() {
             let pl = plan_with(&SelectSpec::new(rows, cols, k, dtype), true, &dev, &CTA).unwrap();
             assert_eq!(pl.path(), Path::Short, "{rows} x {cols} k {k} {dtype}");
             let s = pl.short().unwrap().clone();
-            assert!(!s.warp, "the warp kernel off");
+            assert!(s.kernel != ShortKernel::Warp, "the warp kernel off");
             assert_eq!((s.row_slots, pl.ctas_per_row(), pl.block()), (rows as u32, 1, SHORT_BLOCK));
             assert_eq!(s.sel_cap as usize, k.min(cols).next_power_of_two());
             assert_eq!(s.smem_bytes as u64, short_smem_bytes(cols as u64, s.sel_cap as u64));
@@ -339,10 +347,15 @@ fn short_rows_take_the_short_path_up_to_short_cols() {
     assert_eq!(p(8192, 2048, SHORT_MAX_K as usize).path(), Path::Short);
     assert_eq!(p(8192, 2048, SHORT_MAX_K as usize + 1).path(), Path::Row);
     assert_eq!(p(8192, c, 2048).path(), Path::Row);
-    assert_eq!(p(133, 2048, 512).path(), Path::Short);
+    assert_eq!(p(133, 2048, 512).short().map(|s| s.kernel), Some(ShortKernel::Cta));
+    // At most one row a SM: the wide kernel (a CTA a row, the row in
+    // registers), up to SHORT_WIDE_COLS.
+    // Score order keeps the row or grid path.
     for rows in [1, 2, 66, 132] {
+        assert_eq!(pi(rows, 2048, 512).short().map(|s| s.kernel), Some(ShortKernel::Wide), "{rows} rows");
         assert_ne!(p(rows, 2048, 512).path(), Path::Short, "{rows} rows");
     }
+    assert_eq!(pi(1, 16_384, 512).short().map(|s| s.kernel), Some(ShortKernel::Wide));
     assert_eq!(p(1, 16_384, 512).path(), Path::Grid);
     // k past cols: the scratch is the row's width, rounded up.
     let pl = p(400, 300, 500);
@@ -376,7 +389,7 @@ fn short_rows_take_the_warp_kernel_within_its_bounds() {
         for (rows, cols, k) in [(8192, 2048, 512), (8191, 2048, 512), (133, 4096, 512), (200, 97, 7), (133, 10, 11)] {
             let pl = w(rows, cols, k, dtype);
             let s = pl.short().expect("short").clone();
-            assert!(s.warp, "{rows} x {cols} k {k} {dtype}");
+            assert!(s.kernel == ShortKernel::Warp, "{rows} x {cols} k {k} {dtype}");
             assert_eq!(pl.path(), Path::Short);
             assert_eq!((s.row_slots as usize, pl.block()), (rows.div_ceil(SHORT_WARPS as usize), 32 * SHORT_WARPS));
             assert_eq!(s.sel_cap as usize, k.min(cols).next_power_of_two());
@@ -401,7 +414,7 @@ fn short_rows_take_the_warp_kernel_within_its_bounds() {
     // first chunk (8192 x 2048 blocks, k 512, index order) takes it.
     let qsa = SelectSpec::new(8192, 2048, 512, DType::BF16).with_order(Index);
     let pl = plan(&qsa, true, &dev).unwrap();
-    assert!(pl.short().unwrap().warp);
+    assert!(pl.short().unwrap().kernel == ShortKernel::Warp);
     assert_eq!((pl.smem_bytes(), pl.row_slots(), pl.block()), (4 * 7168, 2048, 128));
     let d =
         |rows: usize, cols: usize, k: usize| plan(&SelectSpec::new(rows, cols, k, DType::BF16), true, &dev).unwrap();
@@ -409,38 +422,85 @@ fn short_rows_take_the_warp_kernel_within_its_bounds() {
     for k in [512, 64, 1] {
         // Columns: c a warp, c + 1 a CTA (1024 x 8192 measured slower on the
         // warp kernel: 150.8 against 84.4 us), SHORT_COLS + 1 the row path.
-        assert!(d(8192, c, k).short().unwrap().warp, "8192 x {c} k {k}");
-        assert!(d(8192, c - 1, k).short().unwrap().warp, "8192 x {} k {k}", c - 1);
+        assert!(d(8192, c, k).short().unwrap().kernel == ShortKernel::Warp, "8192 x {c} k {k}");
+        assert!(d(8192, c - 1, k).short().unwrap().kernel == ShortKernel::Warp, "8192 x {} k {k}", c - 1);
         let pl = d(8192, c + 1, k);
-        assert!(!pl.short().unwrap().warp, "8192 x {} k {k}", c + 1);
+        assert!(pl.short().unwrap().kernel != ShortKernel::Warp, "8192 x {} k {k}", c + 1);
         assert_eq!((pl.row_slots(), pl.block()), (8192, SHORT_BLOCK));
         assert_eq!(d(8192, SHORT_COLS as usize + 1, k).path(), Path::Row);
         // Rows: r a warp each, r - 1 a CTA each (528 x 2048 measured slower
         // on the warp kernel: 13.3 against 10.4 us index, 23.9 against 20.5
         // score).
-        assert!(d(r, 2048, k).short().unwrap().warp, "{r} x 2048 k {k}");
-        assert!(!d(r - 1, 2048, k).short().unwrap().warp, "{} x 2048 k {k}", r - 1);
-        assert!(!d(528, 2048, k).short().unwrap().warp);
-        assert!(!d(133, 2048, k).short().unwrap().warp);
+        assert!(d(r, 2048, k).short().unwrap().kernel == ShortKernel::Warp, "{r} x 2048 k {k}");
+        assert!(d(r - 1, 2048, k).short().unwrap().kernel != ShortKernel::Warp, "{} x 2048 k {k}", r - 1);
+        assert!(d(528, 2048, k).short().unwrap().kernel != ShortKernel::Warp);
+        assert!(d(133, 2048, k).short().unwrap().kernel != ShortKernel::Warp);
     }
-    assert!(!d(1024, 8192, 512).short().unwrap().warp);
+    assert!(d(1024, 8192, 512).short().unwrap().kernel != ShortKernel::Warp);
     // The short path's own bounds hold first: k past SHORT_MAX_K, the row path.
     assert_eq!(d(8192, 2048, SHORT_MAX_K as usize + 1).path(), Path::Row);
-    assert!(d(8192, 2048, SHORT_MAX_K as usize).short().unwrap().warp);
+    assert!(d(8192, 2048, SHORT_MAX_K as usize).short().unwrap().kernel == ShortKernel::Warp);
     // The switches: the warp kernel off (CTA), the short path off.
-    assert!(!plan_with(&qsa, true, &dev, &CTA).unwrap().short().unwrap().warp);
+    assert!(plan_with(&qsa, true, &dev, &CTA).unwrap().short().unwrap().kernel != ShortKernel::Warp);
     assert_eq!(plan_with(&qsa, true, &dev, &NO_SHORT).unwrap().path(), Path::Row);
     // Any batch the short path takes (the check's parity run), and a wider
     // column bound (the dev tool's A/B at SHORT_COLS): the warp kernel where
     // the CTA's four slabs fit the device's shared memory.
-    assert!(w(133, 2048, 512, DType::F32).short().unwrap().warp);
+    assert!(w(133, 2048, 512, DType::F32).short().unwrap().kernel == ShortKernel::Warp);
     let wide = PathOptions { short_warp_cols: SHORT_COLS, ..WARP_ANY_ROWS };
     let pl = plan_with(&SelectSpec::new(1024, 8192, 512, DType::F32), true, &dev, &wide).unwrap();
-    assert!(pl.short().unwrap().warp);
+    assert!(pl.short().unwrap().kernel == ShortKernel::Warp);
     assert_eq!(pl.smem_bytes() as u64, short_warp_smem_bytes(8192, 512, DType::F32, Score));
     // Where four slabs do not fit (48 KiB a block): the CTA kernel.
     let small = DeviceProps { sm_count: 40, max_smem_per_block: 49_152, smem_per_sm: 65_536, max_threads_per_sm: 1024 };
     let on = |cols| plan_with(&SelectSpec::new(64, cols, 512, DType::F32), true, &small, &WARP_ANY_ROWS).unwrap();
-    assert!(!on(4096).short().unwrap().warp); // 4 x (1 + 16 + 4) KiB > 48 KiB
-    assert!(on(1024).short().unwrap().warp); // 4 x (1 + 4 + 4) KiB
+    assert!(on(4096).short().unwrap().kernel != ShortKernel::Warp); // 4 x (1 + 16 + 4) KiB > 48 KiB
+    assert!(on(1024).short().unwrap().kernel == ShortKernel::Warp); // 4 x (1 + 4 + 4) KiB
+}
+
+/// The wide kernel's bounds: index order, at most one row a SM, rows of at most
+/// SHORT_WIDE_COLS columns, k at most SHORT_WIDE_MAX_K (each side of every
+/// bound), every dtype; past them the row, grid or split plan the
+/// geometry takes with the wide kernel off, which `short_wide_cols: 0`
+/// gives everywhere.
+#[test]
+fn few_rows_take_the_wide_kernel_within_its_bounds() {
+    let dev = h200();
+    let no_wide = PathOptions { short_wide_cols: 0, ..PathOptions::default() };
+    let c = SHORT_WIDE_COLS as usize;
+    let kmax = SHORT_WIDE_MAX_K as usize;
+    assert_eq!(c, (SHORT_WIDE_BLOCK * SHORT_WIDE_ITEMS) as usize);
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let pl = |rows: usize, cols: usize, k: usize, opts: &PathOptions| {
+            let spec = SelectSpec::new(rows, cols, k, dtype).with_order(OutputOrder::Index);
+            plan_with(&spec, true, &dev, opts).unwrap()
+        };
+        // Score order: the plan of the wide kernel off.
+        let score = |rows, cols, k, opts: &PathOptions| {
+            plan_with(&SelectSpec::new(rows, cols, k, dtype), true, &dev, opts).unwrap()
+        };
+        assert_eq!(score(1, c, 512, &PathOptions::default()), score(1, c, 512, &no_wide));
+        assert_eq!(score(7, 3000, 512, &PathOptions::default()), score(7, 3000, 512, &no_wide));
+        let wide = |rows, cols, k| pl(rows, cols, k, &PathOptions::default()).short().map(|s| s.kernel);
+        for (rows, cols, k) in [(1, 1, 1), (1, 16, 512), (1, c, 512), (1, c, kmax), (132, c, 2048), (7, 3000, 3000)] {
+            let p = pl(rows, cols, k, &PathOptions::default());
+            let s = p.short().expect("short");
+            assert_eq!(s.kernel, ShortKernel::Wide, "{rows} x {cols} k {k} {dtype}");
+            assert_eq!((p.block(), s.row_slots, p.workspace_bytes()), (SHORT_WIDE_BLOCK, rows as u32, 0));
+            // The selection's scratch: min(k, cols) rounded up to a power of two.
+            let cap = k.min(cols).next_power_of_two();
+            assert_eq!((s.sel_cap as usize, s.smem_bytes as usize), (cap, cap * 8));
+            assert_ne!(pl(rows, cols, k, &no_wide).short().map(|s| s.kernel), Some(ShortKernel::Wide));
+        }
+        // One column, one k, one row past each bound.
+        assert_ne!(wide(1, c + 1, 512), Some(ShortKernel::Wide), "{dtype}");
+        assert_ne!(wide(1, c, kmax + 1), Some(ShortKernel::Wide), "{dtype}");
+        assert_ne!(wide(133, 2048, 512), Some(ShortKernel::Wide), "{dtype}");
+        assert_eq!(wide(133, 2048, 512), Some(ShortKernel::Cta), "{dtype}");
+        assert_eq!(pl(1, c + 1, 512, &PathOptions::default()).path(), Path::Grid, "{dtype}");
+        // A narrower bound from the engine's switch.
+        let narrow = PathOptions { short_wide_cols: 4096, ..PathOptions::default() };
+        assert_eq!(pl(1, 4096, 512, &narrow).short().map(|s| s.kernel), Some(ShortKernel::Wide));
+        assert_ne!(pl(1, 4097, 512, &narrow).short().map(|s| s.kernel), Some(ShortKernel::Wide));
+    }
 }
