@@ -162,6 +162,36 @@ __device__ __forceinline__ int tok_rest(const Tokens& T, const TokRow& r, u32 u)
     return u < (u32)(r.tail_hi - r.tail_lo) ? tok_id(T, r, r.tail_lo + (int)u) : -1;
 }
 
+// The token write of a row without a page table or values (ids only), by a
+// group of NT threads (t: this thread's rank in it): the m selected columns
+// (col(s): column of output slot s) as ratio ids each, then the tail
+// tokens, then -1, each entry j of out[0, width) written by thread j mod
+// NT. The same ids as tok_put / tok_rest with no page table, with none of
+// their per-entry tests (the first chunk's warp kernel spent ~45% of its
+// instructions in the general form's write).
+template <int NT, typename Col>
+__device__ __forceinline__ void tok_write_ids(int* out, const TokRow& r, u32 m, u32 ratio, u32 width, u32 t,
+                                              Col col) {
+    const u32 nsel = m * ratio;
+    // j = s * ratio + i, kept incrementally (no divide per entry).
+    u32 s = t / ratio, i = t - s * ratio;
+    const u32 ds = (u32)NT / ratio, di = (u32)NT - ds * ratio;
+    for (u32 j = t; j < nsel; j += NT) {
+        out[j] = r.start + (int)(col(s) * ratio + i);
+        s += ds;
+        i += di;
+        if (i >= ratio) {
+            i -= ratio;
+            ++s;
+        }
+    }
+    const u32 tail = (u32)(r.tail_hi - r.tail_lo);
+    for (u32 j = nsel + t; j < width; j += NT) {
+        const u32 u = j - nsel;
+        out[j] = u < tail ? r.tail_lo + (int)u : -1;
+    }
+}
+
 // The row's valid ids, given m selected columns.
 __device__ __forceinline__ int tok_count(const Tokens& T, const TokRow& r, u32 m) {
     return (int)m * T.ratio + (r.tail_hi - r.tail_lo);

@@ -275,6 +275,12 @@ __device__ __forceinline__ void short_write(const Params& P, int row, const TokR
         const Tokens& T = P.tok;
         const long long o0 = (long long)row * T.width;
         const u32 ratio = (u32)T.ratio;
+        if (!T.page_table && !P.out_val) {  // ids only: the lean form
+            tok_write_ids<NT>(P.out_idx + o0, tr, m, ratio, (u32)T.width, (u32)tid,
+                              [&](u32 s) { return composite_col(sel[s]); });
+            if (tid == 0 && T.counts) T.counts[row] = tok_count(T, tr, m);
+            return;
+        }
         const u32 nsel = m * ratio;
         // j = s * ratio + i, kept incrementally (no divide per entry).
         u32 s = (u32)tid / ratio, i = (u32)tid - s * ratio;
