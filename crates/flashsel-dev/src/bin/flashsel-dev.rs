@@ -334,7 +334,8 @@ fn time_wide(e: &CudaEngine) {
                 let positions = vec![(4 * blocks - 1) as i64; rows];
                 let qspec = QsaSpec::new(rows, blocks).with_ratio(4).with_k_blocks(512);
                 let want = flashsel::cpu::qsa_select(&view, &positions, &qspec, None).unwrap();
-                let path = path_name(&e.plan(&SelectSpec::new(rows, blocks, 512, DType::BF16), true).unwrap());
+                let spec = SelectSpec::new(rows, blocks, 512, DType::BF16).with_order(OutputOrder::Index);
+                let path = path_name(&e.plan(&spec, true).unwrap());
                 let (got, mut t) = e.time_qsa_select(&view, &positions, &qspec, None, 30).unwrap();
                 t.sort_by(f64::total_cmp);
                 let ok = got.ids == want.ids && got.counts == want.counts;

@@ -93,21 +93,39 @@ __device__ __forceinline__ void wide_load(const void* row, int len, bool aligned
     const int c0 = tid * WIDE_ITEMS;
     n = min(max(len - c0, 0), (int)WIDE_ITEMS);
     uint4 w[WIDE_ITEMS / VEC];
-#pragma unroll
-    for (int j = 0; j < WIDE_ITEMS / VEC; ++j) {
-        const u32 e0 = (u32)(c0 + j * VEC);
-        w[j] = e0 < (u32)len ? load_vec<TAG>(row, e0, (u32)len, aligned) : make_uint4(0, 0, 0, 0);
-    }
     u32 lo = ~0u, hi = 0u;
+    if (aligned && n == WIDE_ITEMS) {
+        // Whole and aligned (every thread but the row's last few): plain
+        // 16-byte loads, no test per element.
+        const uint4* src = (const uint4*)((const char*)row + (size_t)c0 * sizeof(typename E::raw));
 #pragma unroll
-    for (int j = 0; j < WIDE_ITEMS / VEC; ++j) {
+        for (int j = 0; j < WIDE_ITEMS / VEC; ++j) w[j] = __ldg(src + j);
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) {
-            const int i = j * VEC + q;
-            key[i] = order_key<TAG>(unpack<TAG>(w[j], q), nan_largest);
-            if (i < n) {
+        for (int j = 0; j < WIDE_ITEMS / VEC; ++j) {
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) {
+                const int i = j * VEC + q;
+                key[i] = order_key<TAG>(unpack<TAG>(w[j], q), nan_largest);
                 lo = min(lo, key[i]);
                 hi = max(hi, key[i]);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < WIDE_ITEMS / VEC; ++j) {
+            const u32 e0 = (u32)(c0 + j * VEC);
+            w[j] = e0 < (u32)len ? load_vec<TAG>(row, e0, (u32)len, aligned) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < WIDE_ITEMS / VEC; ++j) {
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) {
+                const int i = j * VEC + q;
+                key[i] = order_key<TAG>(unpack<TAG>(w[j], q), nan_largest);
+                if (i < n) {
+                    lo = min(lo, key[i]);
+                    hi = max(hi, key[i]);
+                }
             }
         }
     }
@@ -127,10 +145,12 @@ __device__ __forceinline__ void wide_select(const u32 (&key)[WIDE_ITEMS], int n,
     while (lo != hi && need != cnt) {  // uniform
         const u32 r = hi - lo;
         const int shift = bit_len(r) > SBITS ? bit_len(r) - SBITS : 0;
+        if (n > 0) {  // threads past the row's end skip their registers
 #pragma unroll
-        for (int i = 0; i < WIDE_ITEMS; ++i) {
-            const u32 d = key[i] - lo;
-            if (i < n && d <= r) atomicAdd(&sh.hist[d >> shift], 1u);
+            for (int i = 0; i < WIDE_ITEMS; ++i) {
+                const u32 d = key[i] - lo;
+                if (i < n && d <= r) atomicAdd(&sh.hist[d >> shift], 1u);
+            }
         }
         __syncthreads();
         // Thread t scans bins [SBINS - 2 (t + 1), SBINS - 2 t) from the top,
@@ -172,9 +192,11 @@ __device__ __forceinline__ void wide_place(const u32 (&key)[WIDE_ITEMS], int n, 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const u32 r = hi - lo;
     u32 v = 0;
+    if (n > 0) {
 #pragma unroll
-    for (int i = 0; i < WIDE_ITEMS; ++i) {
-        if (i < n) v += key[i] > hi ? 1u : (key[i] - lo <= r ? 0x10000u : 0u);
+        for (int i = 0; i < WIDE_ITEMS; ++i) {
+            if (i < n) v += key[i] > hi ? 1u : (key[i] - lo <= r ? 0x10000u : 0u);
+        }
     }
     const u32 incl = warp_inclusive_sum(v, lane);
     if (lane == 31) sh.part[warp] = incl;
@@ -183,6 +205,10 @@ __device__ __forceinline__ void wide_place(const u32 (&key)[WIDE_ITEMS], int n, 
     u32 inr = excl >> 16;                      // keys in the range at lower columns
     u32 pos = (excl & 0xffffu) + min(inr, need);  // selected keys at lower columns
     const u32 c0 = (u32)tid * WIDE_ITEMS;
+    // The selection's shared address, once (a generic store rebuilt it for
+    // each of the 16 entries).
+    const u32 at = (u32)__cvta_generic_to_shared(sel);
+    if (n == 0) return;
 #pragma unroll
     for (int i = 0; i < WIDE_ITEMS; ++i) {
         const bool in = i < n && key[i] - lo <= r;
@@ -190,7 +216,11 @@ __device__ __forceinline__ void wide_place(const u32 (&key)[WIDE_ITEMS], int n, 
         inr += in ? 1u : 0u;
         // composite(key, column) as its two words (the 64-bit form's
         // arithmetic, unrolled 16 times, spilled at 64 registers).
-        if (s) ((uint2*)sel)[pos] = make_uint2(0xffffffffu - (c0 + (u32)i), key[i]);
+        if (s) {
+            asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(at + pos * 8u), "r"(0xffffffffu - (c0 + (u32)i)),
+                         "r"(key[i])
+                         : "memory");
+        }
         pos += s ? 1u : 0u;
     }
 }

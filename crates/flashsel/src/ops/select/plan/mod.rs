@@ -80,10 +80,11 @@
 //!   radix passes on shared bins and the selection placed by one CTA scan,
 //!   no global scratch and no second kernel (issue 21's decode rows of
 //!   16,384 QSA blocks; `set_short_wide`, `FLASHSEL_SHORT_WIDE=0` turns it
-//!   off). Measured (H200, docs/perf-log.md v42): 1 x 16,384 k 512 bf16
-//!   12.4 -> 9.2 us (grid), 1 x 4096 18.5 -> 8.8 (row), 132 x 16,384 k
-//!   2048 16.8 -> 10.1 (row); score order stays on the other paths (a
-//!   bitonic sort by the CTA measured 16.7 against 12.4 us at 1 x 16,384).
+//!   off). Measured (H200, docs/perf-log.md v42, index order): 1 x 16,384
+//!   k 512 bf16 12.4 -> 8.1 us (grid), 1 x 4096 18.5 -> 6.4 (row), 1 x
+//!   1024 8.2 -> 6.2 (row), 132 x 16,384 k 2048 16.8 -> 9.1 (row); score
+//!   order stays on the other paths (a bitonic sort by the CTA measured
+//!   16.7 against 12.4 us at 1 x 16,384).
 //! - Work follows the active lengths: a CTA's range is its share of
 //!   `lengths[row]`, not of `cols`, so short rows in a wide buffer cost what
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
