@@ -162,6 +162,11 @@ __device__ __forceinline__ int tok_rest(const Tokens& T, const TokRow& r, u32 u)
     return u < (u32)(r.tail_hi - r.tail_lo) ? tok_id(T, r, r.tail_lo + (int)u) : -1;
 }
 
+// The row's valid ids, given m selected columns.
+__device__ __forceinline__ int tok_count(const Tokens& T, const TokRow& r, u32 m) {
+    return (int)m * T.ratio + (r.tail_hi - r.tail_lo);
+}
+
 // The token write of a row without a page table or values (ids only), by a
 // group of NT threads (t: this thread's rank in it): the m selected columns
 // (col(s): column of output slot s) as ratio ids each, then the tail
@@ -169,9 +174,14 @@ __device__ __forceinline__ int tok_rest(const Tokens& T, const TokRow& r, u32 u)
 // NT. The same ids as tok_put / tok_rest with no page table, with none of
 // their per-entry tests (the first chunk's warp kernel spent ~45% of its
 // instructions in the general form's write).
-template <int NT, typename Col>
-__device__ __forceinline__ void tok_write_ids(int* out, const TokRow& r, u32 m, u32 ratio, u32 width, u32 t,
-                                              Col col) {
+// Returns false, writing nothing, where the row has a page table or values
+// (the general write runs); else also the row's count (thread 0).
+template <int NT, typename Params, typename Col>
+__device__ __forceinline__ bool tok_write_ids(const Params& P, int row, const TokRow& r, u32 m, u32 t, Col col) {
+    const Tokens& T = P.tok;
+    if (T.page_table || P.out_val) return false;
+    int* out = P.out_idx + (long long)row * T.width;
+    const u32 ratio = (u32)T.ratio, width = (u32)T.width;
     const u32 nsel = m * ratio;
     // j = s * ratio + i, kept incrementally (no divide per entry).
     u32 s = t / ratio, i = t - s * ratio;
@@ -190,11 +200,8 @@ __device__ __forceinline__ void tok_write_ids(int* out, const TokRow& r, u32 m, 
         const u32 u = j - nsel;
         out[j] = u < tail ? r.tail_lo + (int)u : -1;
     }
-}
-
-// The row's valid ids, given m selected columns.
-__device__ __forceinline__ int tok_count(const Tokens& T, const TokRow& r, u32 m) {
-    return (int)m * T.ratio + (r.tail_hi - r.tail_lo);
+    if (t == 0 && T.counts) T.counts[row] = tok_count(T, r, m);
+    return true;
 }
 
 #endif  // FLASHSEL_SELECT_TOKENS_CUH

@@ -140,6 +140,23 @@ __device__ __forceinline__ void short_load(const void* row, int len, bool aligne
     cta_min_max<SWARPS>(lo, hi, sh.red, kmin, kmax);
 }
 
+// After a radix pass: the range narrows to its crossing bin (sh.cross_bin,
+// bins of 2^shift keys from lo): lo moves to the bin's lower edge and hi to
+// at most its upper one, the bins above it leave the range (`above` gains
+// and `need` loses their keys) and cnt becomes the bin's keys. Sh: the
+// kernel's shared state (cross_bin, cross_above, cross_cnt).
+template <typename Sh>
+__device__ __forceinline__ void take_crossing(const Sh& sh, int shift, u32& lo, u32& hi, u32& above, u32& need,
+                                              u32& cnt) {
+    const u32 b = sh.cross_bin, up = sh.cross_above, c = sh.cross_cnt;  // read once (the refs may alias)
+    above += up;
+    need -= up;
+    cnt = c;
+    const u32 mask = (1u << shift) - 1u;
+    lo += b << shift;
+    if (hi - lo > mask) hi = lo + mask;
+}
+
 // Exact radix select of the k-th largest key among keys[0, len) (k < len):
 // on return the keys in [lo, hi] hold the k-th, `above` keys lie above hi,
 // and the selection is every key above hi plus the `need` lowest columns of
@@ -184,13 +201,7 @@ __device__ __forceinline__ void short_select(const u32* keys, int len, u32 k, Sh
             }
         }
         __syncthreads();
-        const u32 b = sh.cross_bin;
-        above += sh.cross_above;
-        need -= sh.cross_above;
-        cnt = sh.cross_cnt;
-        const u32 mask = (1u << shift) - 1u;
-        lo += b << shift;
-        if (hi - lo > mask) hi = lo + mask;
+        take_crossing(sh, shift, lo, hi, above, need, cnt);
         __syncthreads();  // the crossing bin read before the next pass writes it
     }
 }
@@ -241,13 +252,11 @@ __device__ __forceinline__ void short_gather(const u32* keys, int len, u32 lo, u
     }
 }
 
-// Bitonic sort of sel[0, n) descending (n a power of two) by a CTA of NT
-// threads.
-template <int NT>
+// Bitonic sort of sel[0, n) descending (n a power of two).
 __device__ __forceinline__ void short_sort(u64* sel, u32 n) {
     for (u32 size = 2; size <= n; size <<= 1) {
         for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
-            for (u32 t = threadIdx.x; t < n / 2; t += NT) {
+            for (u32 t = threadIdx.x; t < n / 2; t += SB) {
                 const u32 i = 2 * t - (t & (stride - 1));
                 const u32 j = i + stride;
                 const u64 a = sel[i], b = sel[j];
@@ -275,12 +284,7 @@ __device__ __forceinline__ void short_write(const Params& P, int row, const TokR
         const Tokens& T = P.tok;
         const long long o0 = (long long)row * T.width;
         const u32 ratio = (u32)T.ratio;
-        if (!T.page_table && !P.out_val) {  // ids only: the lean form
-            tok_write_ids<NT>(P.out_idx + o0, tr, m, ratio, (u32)T.width, (u32)tid,
-                              [&](u32 s) { return composite_col(sel[s]); });
-            if (tid == 0 && T.counts) T.counts[row] = tok_count(T, tr, m);
-            return;
-        }
+        if (tok_write_ids<NT>(P, row, tr, m, (u32)tid, [&](u32 s) { return composite_col(sel[s]); })) return;
         const u32 nsel = m * ratio;
         // j = s * ratio + i, kept incrementally (no divide per entry).
         u32 s = (u32)tid / ratio, i = (u32)tid - s * ratio;
@@ -356,7 +360,7 @@ __device__ __forceinline__ void short_impl(const Params& P) {
             const u32 n = 1u << bit_len(m - 1);
             for (u32 i = m + tid; i < n; i += SB) sel[i] = 0ull;  // below every composite
             __syncthreads();
-            short_sort<SB>(sel, n);
+            short_sort(sel, n);
         }
     }
     short_write<TAG, TOK, SB>(P, row, tr, m, sel, row_scores);

@@ -332,11 +332,7 @@ __device__ __forceinline__ void short_warp_impl(const Params& P) {
         const Tokens& T = P.tok;
         const long long o0 = (long long)row * T.width;
         const u32 ratio = (u32)T.ratio;
-        if (!T.page_table && !P.out_val) {  // ids only: the lean form
-            tok_write_ids<32>(P.out_idx + o0, tr, m, ratio, (u32)T.width, (u32)lane, sel_col);
-            if (lane == 0 && T.counts) T.counts[row] = tok_count(T, tr, m);
-            return;
-        }
+        if (tok_write_ids<32>(P, row, tr, m, (u32)lane, sel_col)) return;
         const u32 nsel = m * ratio;
         // j = s * ratio + i, kept incrementally (no divide per entry).
         u32 s = (u32)lane / ratio, i = (u32)lane - s * ratio;

@@ -173,13 +173,7 @@ __device__ __forceinline__ void wide_select(const u32 (&key)[WIDE_ITEMS], int n,
         __syncthreads();
         // (The next pass writes the crossing bin's words only after two more
         // barriers, each after every thread's reads here.)
-        const u32 b = sh.cross_bin;
-        above += sh.cross_above;
-        need -= sh.cross_above;
-        cnt = sh.cross_cnt;
-        const u32 mask = (1u << shift) - 1u;
-        lo += b << shift;
-        if (hi - lo > mask) hi = lo + mask;
+        take_crossing(sh, shift, lo, hi, above, need, cnt);
     }
 }
 
