@@ -205,8 +205,10 @@ __device__ __forceinline__ void wide_place(const u32 (&key)[WIDE_ITEMS], int n, 
     if (n == 0) return;
 #pragma unroll
     for (int i = 0; i < WIDE_ITEMS; ++i) {
-        const bool in = i < n && key[i] - lo <= r;
-        const bool s = (i < n && key[i] > hi) || (in && inr < need);
+        // Bitwise, not short-circuit: no branch per entry.
+        const bool ok = i < n;
+        const bool in = ok & (key[i] - lo <= r);
+        const bool s = (ok & (key[i] > hi)) | (in & (inr < need));
         inr += in ? 1u : 0u;
         // composite(key, column) as its two words (the 64-bit form's
         // arithmetic, unrolled 16 times, spilled at 64 registers).
