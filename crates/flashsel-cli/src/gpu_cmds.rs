@@ -121,6 +121,9 @@ pub fn plan(args: &PlanArgs) -> Result<(), String> {
                 Some(flashsel::plan::ShortKernel::Wide) => {
                     ("one wide CTA per row (at most one an SM), the row in registers", "selection scratch")
                 }
+                Some(flashsel::plan::ShortKernel::Cluster) => {
+                    ("a cluster of wide CTAs per row, the row in their registers", "selection scratch")
+                }
                 _ => ("one small CTA per short row, the row in shared memory", "selection scratch"),
             },
         };
@@ -233,12 +236,13 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let paths: Vec<String> = rep.by_path.iter().map(|(p, n)| format!("{p:?} {n}")).collect();
     println!(
-        "cases run: {}, failed: {} (by path: {}; grid cases on the 8- or 4-element kernels: {}; short cases on the wide kernel: {})",
+        "cases run: {}, failed: {} (by path: {}; grid cases on the 8- or 4-element kernels: {}; short cases on the wide kernel: {}, on its cluster form: {})",
         rep.run,
         rep.failed,
         paths.join(", "),
         rep.grid_narrow,
-        rep.short_wide
+        rep.short_wide,
+        rep.short_cluster
     );
     if rep.failed > 0 {
         for f in &rep.failures {

@@ -293,7 +293,8 @@ fn time_short(e: &CudaEngine) {
 
 /// The short path's wide kernel (at most one row a SM, the row in one
 /// CTA's registers) against the plan the same rows take without it (the
-/// engine's `set_short_wide(0)`: the row or grid path), on single decode
+/// engine's `set_short_wide(0)`: the row or grid path) and with its cluster
+/// form for the rows that take it (`set_short_cluster`), on single decode
 /// rows and a few rows up to SHORT_WIDE_COLS, both orders and the dtypes;
 /// then QSA decode rows of 4,096 .. 16,384 blocks (ids and counts). Graph
 /// replays, medians of 30, every output against the CPU engine.
@@ -316,9 +317,16 @@ fn time_wide(e: &CudaEngine) {
         (1, 2048, 32),
         (64, 8192, 2048),
     ];
-    for (mode, cols) in [("off", 0), ("wide", SHORT_WIDE_COLS)] {
+    let cluster0 = e.short_cluster();
+    for (mode, cols, cluster) in
+        [("off", 0, false), ("wide", SHORT_WIDE_COLS, false), ("wide, clusters", SHORT_WIDE_COLS, true)]
+    {
+        if cluster && !cluster0 {
+            continue; // no clusters on this device (or FLASHSEL_SHORT_CLUSTER=0)
+        }
         println!("WIDE mode {mode}");
         e.set_short_wide(cols);
+        e.set_short_cluster(cluster);
         for &(rows, c, k) in &shapes {
             time_shape_in::<bf16>(e, rows, c, k, OutputOrder::Index, Data::Normal, bw, &mut rng);
             time_shape_in::<f32>(e, rows, c, k, OutputOrder::Index, Data::Normal, bw, &mut rng);
@@ -349,6 +357,7 @@ fn time_wide(e: &CudaEngine) {
         }
     }
     e.set_short_wide(SHORT_WIDE_COLS);
+    e.set_short_cluster(cluster0);
 }
 
 /// Per row: the keys at or above the sampled bound, the bins' shift, the

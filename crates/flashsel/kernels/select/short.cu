@@ -9,7 +9,10 @@
 // fs_short_warp_tok_*: four rows a CTA, no CTA barrier; select/short/warp.cuh
 // has its algorithm and cost). Batches of at most one row a SM, of <=
 // SHORT_WIDE_COLS columns in index order, take one wide CTA a row with the
-// row in its registers (fs_short_wide_*, fs_short_wide_tok_*: select/short/wide.cuh).
+// row in its registers (fs_short_wide_*, fs_short_wide_tok_*: select/short/wide.cuh);
+// on sm_90+ a few of those rows, wider than SHORT_CLUSTER_MIN_COLS, take a
+// cluster of FS_SHORT_CLUSTER_CTAS such CTAs a row instead (fs_short_cluster_*,
+// fs_short_cluster_tok_*: select/short/cluster.cuh).
 //
 // ALGORITHM (select/short/kernel.cuh; one row per CTA of FS_SHORT_BLOCK threads)
 //   1. Load the row's len elements once (16-byte loads where aligned) as
@@ -57,6 +60,7 @@
 #include "select/short/kernel.cuh"
 #include "select/short/warp.cuh"
 #include "select/short/wide.cuh"
+#include "select/short/cluster.cuh"
 
 // Eight CTAs an SM (<= 64 registers): a short row's latency is hidden by
 // the other rows in flight.
@@ -86,3 +90,15 @@ extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_wi
 extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_wide_tok_f32(const ScanTokParams p) { short_wide_impl<32, true>(p); }
 extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_wide_tok_bf16(const ScanTokParams p) { short_wide_impl<16, true>(p); }
 extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_wide_tok_f16(const ScanTokParams p) { short_wide_impl<15, true>(p); }
+
+// The wide kernel's cluster form: clusters of FS_SHORT_CLUSTER_CTAS CTAs
+// (plan::SHORT_CLUSTER_CTAS), the cluster shape set at the launch.
+#ifndef FS_SHORT_CLUSTER_CTAS
+#error "the host passes FS_SHORT_CLUSTER_CTAS (plan::SHORT_CLUSTER_CTAS)"
+#endif
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_cluster_f32(const ScanParams p) { short_cluster_impl<32, false, FS_SHORT_CLUSTER_CTAS>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_cluster_bf16(const ScanParams p) { short_cluster_impl<16, false, FS_SHORT_CLUSTER_CTAS>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_cluster_f16(const ScanParams p) { short_cluster_impl<15, false, FS_SHORT_CLUSTER_CTAS>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_cluster_tok_f32(const ScanTokParams p) { short_cluster_impl<32, true, FS_SHORT_CLUSTER_CTAS>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_cluster_tok_bf16(const ScanTokParams p) { short_cluster_impl<16, true, FS_SHORT_CLUSTER_CTAS>(p); }
+extern "C" __global__ void __launch_bounds__(FS_SHORT_WIDE_BLOCK, 1) fs_short_cluster_tok_f16(const ScanTokParams p) { short_cluster_impl<15, true, FS_SHORT_CLUSTER_CTAS>(p); }

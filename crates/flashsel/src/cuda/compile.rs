@@ -159,6 +159,12 @@ impl Module {
                 "fs_short_wide_tok_f32",
                 "fs_short_wide_tok_bf16",
                 "fs_short_wide_tok_f16",
+                "fs_short_cluster_f32",
+                "fs_short_cluster_bf16",
+                "fs_short_cluster_f16",
+                "fs_short_cluster_tok_f32",
+                "fs_short_cluster_tok_bf16",
+                "fs_short_cluster_tok_f16",
             ],
             Module::IndexerQsa => &crate::ops::indexer::device::SCORE_ENTRIES,
             Module::IndexerQsaStaged => &crate::ops::indexer::device::STAGED_ENTRIES,
@@ -233,6 +239,7 @@ impl Variant {
             o.push(format!("-DFS_SHORT_BLOCK={}", plan::SHORT_BLOCK));
             o.push(format!("-DFS_SHORT_WARPS={}", plan::SHORT_WARPS));
             o.push(format!("-DFS_SHORT_WIDE_BLOCK={}", plan::SHORT_WIDE_BLOCK));
+            o.push(format!("-DFS_SHORT_CLUSTER_CTAS={}", plan::SHORT_CLUSTER_CTAS));
         }
         if self.profile {
             o.push("-DFS_PROFILE=1".into());

@@ -7,7 +7,9 @@
 //!   may start before the stream's previous kernel has finished, so it must
 //!   execute `griddepcontrol.wait` before it reads what that kernel wrote;
 //! - `cooperative`: every CTA resident at once, or the launch fails (kernels
-//!   whose CTAs wait on each other).
+//!   whose CTAs wait on each other);
+//! - `cluster`: CTAs launched as thread-block clusters of that many along x
+//!   (sm_90+: kernels that read each other's shared memory).
 
 use std::ffi::c_void;
 
@@ -35,6 +37,8 @@ pub(crate) struct Launch {
     pub stream: u64,
     pub programmatic: bool,
     pub cooperative: bool,
+    /// CTAs a thread-block cluster along x (sm_90+; 0 or 1: no cluster).
+    pub cluster: u32,
 }
 
 pub(crate) fn check(r: sys::CUresult, what: &str) -> Result<()> {
@@ -56,7 +60,7 @@ impl Launch {
     pub(crate) unsafe fn run<P: KernelParams>(&self, f: &CudaFunction, params: &P) -> Result<()> {
         let mut param = params as *const P as *mut c_void;
         let args = &mut param as *mut *mut c_void;
-        let mut attrs: [sys::CUlaunchAttribute; 2] = std::mem::zeroed();
+        let mut attrs: [sys::CUlaunchAttribute; 3] = std::mem::zeroed();
         let mut n = 0;
         if self.programmatic {
             attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -66,6 +70,13 @@ impl Launch {
         if self.cooperative {
             attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
             attrs[n].value.cooperative = 1;
+            n += 1;
+        }
+        if self.cluster > 1 {
+            attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attrs[n].value.clusterDim.x = self.cluster;
+            attrs[n].value.clusterDim.y = 1;
+            attrs[n].value.clusterDim.z = 1;
             n += 1;
         }
         let config = sys::CUlaunchConfig {

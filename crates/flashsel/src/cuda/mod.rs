@@ -75,6 +75,10 @@ pub struct CudaEngine {
     /// `FLASHSEL_SHORT_WIDE=<cols>` at creation, 0: none;
     /// [`CudaEngine::set_short_wide`]).
     short_wide_cols: std::sync::atomic::AtomicU64,
+    /// Whether the wide kernel's few widest rows take its cluster form
+    /// (sm_90+; `FLASHSEL_SHORT_CLUSTER=0` at creation: off;
+    /// [`CudaEngine::set_short_cluster`]).
+    short_cluster: std::sync::atomic::AtomicBool,
 }
 
 fn arch_name(major: i32, minor: i32) -> &'static str {
@@ -147,6 +151,9 @@ impl CudaEngine {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(crate::ops::select::plan::SHORT_WIDE_COLS),
         );
+        let short_cluster = std::sync::atomic::AtomicBool::new(
+            major >= 9 && std::env::var("FLASHSEL_SHORT_CLUSTER").map_or(true, |v| v != "0"),
+        );
         Ok(Self {
             ctx,
             stream,
@@ -158,6 +165,7 @@ impl CudaEngine {
             short_warp_cols,
             short_warp_min_rows,
             short_wide_cols,
+            short_cluster,
         })
     }
 
@@ -216,6 +224,16 @@ impl CudaEngine {
     /// its rows on the other paths too; the dev tool times both).
     pub fn set_short_wide(&self, cols: u64) {
         self.short_wide_cols.store(cols, std::sync::atomic::Ordering::Relaxed);
+    }
+    /// Whether the short path's wide kernel gives its few widest rows a
+    /// thread-block cluster each (`plan::ShortKernel::Cluster`; sm_90+).
+    pub fn short_cluster(&self) -> bool {
+        self.short_cluster.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    /// Sets [`CudaEngine::short_cluster`] for later plans; `true` has no
+    /// effect below sm_90 (no clusters there).
+    pub fn set_short_cluster(&self, on: bool) {
+        self.short_cluster.store(on && arch_major(self.arch) >= 9, std::sync::atomic::Ordering::Relaxed);
     }
     /// Whether launches use programmatic dependent launch (sm_90 and later):
     /// see [`launch`].

@@ -177,6 +177,42 @@ __device__ __forceinline__ void wide_select(const u32 (&key)[WIDE_ITEMS], int n,
     }
 }
 
+// Stores each selected key of a thread's ITEMS registers (columns c0 ..,
+// n of them before the row's end) as composite(key, column) at place pos
+// of the selection, pos counting on: every key above hi, and of those in
+// [lo, hi] while inr (the in-range keys at lower columns) < need. `at`: the
+// selection's shared address, this CTA's (CLUSTER false) or a cluster
+// CTA's (true: st.shared::cluster, sm_90+).
+template <int ITEMS, bool CLUSTER>
+__device__ __forceinline__ void place_items(const u32 (&key)[ITEMS], int n, u32 c0, u32 lo, u32 hi, u32 need, u32 inr,
+                                            u32 pos, u32 at) {
+    const u32 r = hi - lo;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        // Bitwise, not short-circuit: no branch per entry.
+        const bool ok = i < n;
+        const bool in = ok & (key[i] - lo <= r);
+        const bool s = (ok & (key[i] > hi)) | (in & (inr < need));
+        inr += in ? 1u : 0u;
+        // composite(key, column) as its two words (the 64-bit form's
+        // arithmetic, unrolled 16 times, spilled at 64 registers).
+        if (s) {
+            if constexpr (CLUSTER) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                asm volatile("st.shared::cluster.v2.u32 [%0], {%1, %2};" ::"r"(at + pos * 8u),
+                             "r"(0xffffffffu - (c0 + (u32)i)), "r"(key[i])
+                             : "memory");
+#endif
+            } else {
+                asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(at + pos * 8u), "r"(0xffffffffu - (c0 + (u32)i)),
+                             "r"(key[i])
+                             : "memory");
+            }
+        }
+        pos += s ? 1u : 0u;
+    }
+}
+
 // The selection in column order into sel[0, m) as composites: every key
 // above hi and the `need` lowest columns of those in [lo, hi]; one CTA
 // exclusive scan of the threads' (above, in range) counts, packed as
@@ -198,27 +234,11 @@ __device__ __forceinline__ void wide_place(const u32 (&key)[WIDE_ITEMS], int n, 
     const u32 excl = incl - v + warps_before(sh.part, warp, lane);
     u32 inr = excl >> 16;                      // keys in the range at lower columns
     u32 pos = (excl & 0xffffu) + min(inr, need);  // selected keys at lower columns
-    const u32 c0 = (u32)tid * WIDE_ITEMS;
     // The selection's shared address, once (a generic store rebuilt it for
     // each of the 16 entries).
     const u32 at = (u32)__cvta_generic_to_shared(sel);
     if (n == 0) return;
-#pragma unroll
-    for (int i = 0; i < WIDE_ITEMS; ++i) {
-        // Bitwise, not short-circuit: no branch per entry.
-        const bool ok = i < n;
-        const bool in = ok & (key[i] - lo <= r);
-        const bool s = (ok & (key[i] > hi)) | (in & (inr < need));
-        inr += in ? 1u : 0u;
-        // composite(key, column) as its two words (the 64-bit form's
-        // arithmetic, unrolled 16 times, spilled at 64 registers).
-        if (s) {
-            asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(at + pos * 8u), "r"(0xffffffffu - (c0 + (u32)i)),
-                         "r"(key[i])
-                         : "memory");
-        }
-        pos += s ? 1u : 0u;
-    }
+    place_items<WIDE_ITEMS, false>(key, n, (u32)tid * WIDE_ITEMS, lo, hi, need, inr, pos, at);
 }
 
 // One row per CTA (CTA x takes row rows - 1 - x, as the CTA kernel).

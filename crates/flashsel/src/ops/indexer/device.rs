@@ -619,6 +619,7 @@ impl CudaEngine {
             stream,
             programmatic: false,
             cooperative: false,
+            cluster: 0,
         };
         self.context().bind_to_thread().map_err(cuda_err)?;
         l.run(&f, &params)
@@ -957,6 +958,7 @@ impl CudaEngine {
             stream: args.stream,
             programmatic: pdl,
             cooperative: true,
+            cluster: 0,
         };
         l.run(&f, &params)
     }

@@ -481,6 +481,7 @@ impl CudaEngine {
             stream,
             programmatic: false,
             cooperative: false,
+            cluster: 0,
         };
         let f = self.function(KernelId { module: Module::SparseMla, global_buffer: false, entry })?;
         on(ctas, smem).run(&f, &p)?;

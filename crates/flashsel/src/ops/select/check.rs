@@ -270,7 +270,8 @@ pub fn run_case(e: &CudaEngine, c: &Case, rng: &mut Rng) -> Result<Outcome> {
 /// A short-row plan's parity runs: `run` again on each other path the
 /// engine's switches give the geometry (the row path with the short path
 /// off, the short path's CTA kernel, its warp kernel where the row fits
-/// one), each plan once; the first failure's detail, or `None`. The
+/// one, the wide kernel without its cluster form), each plan once; the
+/// first failure's detail, or `None`. The
 /// switches are restored. Other plans: `None`, nothing run.
 pub(crate) fn short_parity(
     e: &CudaEngine,
@@ -282,15 +283,18 @@ pub(crate) fn short_parity(
         return Ok(None);
     }
     let (wc0, wr0) = e.short_warp();
+    let cl0 = e.short_cluster();
     let mut seen = vec![plan.clone()];
     let mut parity = || -> Result<Option<String>> {
-        for (label, short, (wc, wr)) in [
-            ("row path (short path off)", false, (wc0, wr0)),
-            ("short path, CTA kernel", true, (0, 0)),
-            ("short path, warp kernel", true, (plan::SHORT_COLS, 0)),
+        for (label, short, (wc, wr), cluster) in [
+            ("row path (short path off)", false, (wc0, wr0), cl0),
+            ("short path, CTA kernel", true, (0, 0), cl0),
+            ("short path, warp kernel", true, (plan::SHORT_COLS, 0), cl0),
+            ("short path, wide kernel without clusters", true, (wc0, wr0), false),
         ] {
             e.set_short_rows(short);
             e.set_short_warp(wc, wr);
+            e.set_short_cluster(cluster);
             let p = e.plan(spec, true)?;
             if seen.contains(&p) {
                 continue;
@@ -306,6 +310,7 @@ pub(crate) fn short_parity(
     let out = parity();
     e.set_short_rows(true);
     e.set_short_warp(wc0, wr0);
+    e.set_short_cluster(cl0);
     out
 }
 
@@ -641,6 +646,8 @@ pub struct Report {
     pub grid_narrow: usize,
     /// Of the short cases, those on the wide kernel (`fs_short_wide_*`).
     pub short_wide: usize,
+    /// Of the short cases, those on its cluster form (`fs_short_cluster_*`).
+    pub short_cluster: usize,
 }
 
 /// Runs the suite (plus the graph-capture and chained-call checks), calling
@@ -831,6 +838,7 @@ impl Report {
         }
         self.grid_narrow += (o.grid_items > 0 && o.grid_items < plan::GRID_ITEMS) as usize;
         self.short_wide += (o.short_kernel == Some(plan::ShortKernel::Wide)) as usize;
+        self.short_cluster += (o.short_kernel == Some(plan::ShortKernel::Cluster)) as usize;
         match self.by_path.iter_mut().find(|(p, _)| *p == o.path) {
             Some((_, n)) => *n += 1,
             None => self.by_path.push((o.path, 1)),

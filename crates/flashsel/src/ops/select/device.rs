@@ -206,7 +206,7 @@ pub(crate) unsafe fn zero_state(
     let init = e.function(KernelId { module: Module::SelectGrid, global_buffer: false, entry: "fs_grid_init_all" })?;
     let block = plan::BLOCK;
     let ctas = (words as u64).div_ceil(block as u64 * 8).clamp(1, 1024) as u32;
-    let l = Launch { grid: (ctas, 1), block, smem: 0, stream, programmatic, cooperative: false };
+    let l = Launch { grid: (ctas, 1), block, smem: 0, stream, programmatic, cooperative: false, cluster: 0 };
     l.run(&init, &GridInitParams { state, words: words as i64 })
 }
 
@@ -257,9 +257,9 @@ fn filter_kernel(kind: FilterKernel, dtype: DType, global_buffer: bool, tok: boo
 }
 
 /// The short-row kernel of a dtype; `tok`: its token form; `kernel`: the
-/// CTA, warp or wide kernel.
+/// CTA, warp or wide kernel, or the wide kernel's cluster form.
 fn short_kernel(dtype: DType, tok: bool, kernel: plan::ShortKernel) -> KernelId {
-    use plan::ShortKernel::{Cta, Warp, Wide};
+    use plan::ShortKernel::{Cluster, Cta, Warp, Wide};
     let entry = match (dtype, tok, kernel) {
         (DType::F32, false, Cta) => "fs_short_f32",
         (DType::BF16, false, Cta) => "fs_short_bf16",
@@ -279,6 +279,12 @@ fn short_kernel(dtype: DType, tok: bool, kernel: plan::ShortKernel) -> KernelId 
         (DType::F32, true, Wide) => "fs_short_wide_tok_f32",
         (DType::BF16, true, Wide) => "fs_short_wide_tok_bf16",
         (_, true, Wide) => "fs_short_wide_tok_f16",
+        (DType::F32, false, Cluster) => "fs_short_cluster_f32",
+        (DType::BF16, false, Cluster) => "fs_short_cluster_bf16",
+        (_, false, Cluster) => "fs_short_cluster_f16",
+        (DType::F32, true, Cluster) => "fs_short_cluster_tok_f32",
+        (DType::BF16, true, Cluster) => "fs_short_cluster_tok_bf16",
+        (_, true, Cluster) => "fs_short_cluster_tok_f16",
     };
     KernelId { module: Module::SelectShort, global_buffer: false, entry }
 }
@@ -315,6 +321,7 @@ impl CudaEngine {
             short_warp_cols: self.short_warp().0,
             short_warp_min_rows: self.short_warp().1,
             short_wide_cols: self.short_wide(),
+            short_cluster: self.short_cluster(),
             ..plan::PathOptions::default()
         };
         plan::plan_with(spec, has_lengths, &self.props(), &opts)
@@ -476,6 +483,7 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &Job) -> Result<()> {
         stream: a.stream,
         programmatic,
         cooperative,
+        cluster: 0,
     };
     if let Plan::Grid(g) = plan {
         let gp = GridParams {
@@ -526,7 +534,11 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &Job) -> Result<()> {
             tok,
         };
         let kern = e.function(short_kernel(spec.dtype, is_tok, s.kernel))?;
-        return on((s.row_slots, 1), s.smem_bytes, pdl, false).run(&kern, &sp);
+        let mut l = on((s.row_slots, 1), s.smem_bytes, pdl, false);
+        if s.kernel == plan::ShortKernel::Cluster {
+            l.cluster = plan::SHORT_CLUSTER_CTAS;
+        }
+        return l.run(&kern, &sp);
     }
     let f = plan.filter().expect("a row or split plan");
     let split = plan.split();

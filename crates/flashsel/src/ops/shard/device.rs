@@ -292,6 +292,7 @@ impl CudaEngine {
             stream: a.stream,
             programmatic: false,
             cooperative: false,
+            cluster: 0,
         };
         let pack = if elem == 4 { "sh_pack_b32" } else { "sh_pack_b16" };
         let pack = self.function(KernelId { module: Module::ShardMerge, global_buffer: false, entry: pack })?;

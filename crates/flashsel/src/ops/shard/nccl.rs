@@ -435,6 +435,7 @@ impl CudaEngine {
             stream: a.stream,
             programmatic: false,
             cooperative: false,
+            cluster: 0,
         };
         let clipped = a.lengths.is_some() || qsa.is_some();
         if clipped {

@@ -84,7 +84,14 @@
 //!   k 512 bf16 12.4 -> 8.1 us (grid), 1 x 4096 18.5 -> 6.4 (row), 1 x
 //!   1024 8.2 -> 6.2 (row), 132 x 16,384 k 2048 16.8 -> 9.1 (row); score
 //!   order stays on the other paths (a bitonic sort by the CTA measured
-//!   16.7 against 12.4 us at 1 x 16,384).
+//!   16.7 against 12.4 us at 1 x 16,384). On sm_90+, batches of at most
+//!   [`SHORT_CLUSTER_MAX_ROWS`] rows wider than [`SHORT_CLUSTER_MIN_COLS`]
+//!   take its cluster form (`ShortKernel::Cluster`,
+//!   `kernels/select/short/cluster.cuh`): a row on a cluster of
+//!   [`SHORT_CLUSTER_CTAS`] CTAs, the histograms summed through distributed
+//!   shared memory (v43: 1 x 16,384 k 512 bf16 7.76 -> 6.71 us, QSA decode
+//!   1 x 16,384 blocks 8.9 -> 8.1; `set_short_cluster`,
+//!   `FLASHSEL_SHORT_CLUSTER=0` turns it off).
 //! - Work follows the active lengths: a CTA's range is its share of
 //!   `lengths[row]`, not of `cols`, so short rows in a wide buffer cost what
 //!   their length costs (the grid is sized by `cols`; CTAs with empty ranges
@@ -195,6 +202,18 @@ pub const SHORT_WIDE_COLS: u64 = SHORT_WIDE_BLOCK as u64 * SHORT_WIDE_ITEMS as u
 /// Short path's wide kernel: the largest `k` (the selection's scratch, 32
 /// KiB; the score order's bitonic sort grows with it).
 pub const SHORT_WIDE_MAX_K: u64 = 4096;
+/// CTAs a cluster of the wide kernel's cluster form (`ShortKernel::Cluster`;
+/// kernel: its entries' `CS`). 2, 4 and 8 measured on the H200 (perf-log
+/// v43): 1 x 16,384 k 512 bf16 6.97 / 6.71 / ~8.7 us against the wide
+/// kernel's 7.76.
+pub const SHORT_CLUSTER_CTAS: u32 = 4;
+/// Rows of the wide kernel's batches take its cluster form only when wider
+/// than this (1 x 8192 measured 6.71 against 6.35 us bf16, 8.27 against
+/// 6.09 f32) ...
+pub const SHORT_CLUSTER_MIN_COLS: u64 = 8192;
+/// ... in batches of at most this many rows (16 x 16,384 f32 measured 8.79
+/// against 7.85 us, 67 rows 20.4 against 8.9).
+pub const SHORT_CLUSTER_MAX_ROWS: u64 = 4;
 /// Grid `x` limit of the CUDA launch.
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;
 /// Grid `y` limit of the CUDA launch.
@@ -269,6 +288,11 @@ pub enum ShortKernel {
     /// `fs_short_wide_*`: one CTA of [`SHORT_WIDE_BLOCK`] threads per row,
     /// the row in registers (at most one row a SM).
     Wide,
+    /// `fs_short_cluster_*` (sm_90+): the wide kernel's row held by a
+    /// thread-block cluster of [`SHORT_CLUSTER_CTAS`] CTAs of
+    /// [`SHORT_WIDE_BLOCK`] threads (a few rows wider than
+    /// [`SHORT_CLUSTER_MIN_COLS`]).
+    Cluster,
 }
 
 impl ShortKernel {
@@ -278,6 +302,7 @@ impl ShortKernel {
             ShortKernel::Cta => "cta",
             ShortKernel::Warp => "warp",
             ShortKernel::Wide => "wide",
+            ShortKernel::Cluster => "cluster",
         }
     }
 }
@@ -287,13 +312,16 @@ impl ShortKernel {
 /// (`fs_short_warp_*`): grid `(ceil(rows / SHORT_WARPS), 1)` of
 /// `32 SHORT_WARPS` threads, warp `w` of CTA `x` on row `rows - 1 - (x
 /// SHORT_WARPS + w)`; the wide kernel (`fs_short_wide_*`): grid `(rows, 1)`
-/// of [`SHORT_WIDE_BLOCK`] threads, CTA `x` on row `rows - 1 - x`.
+/// of [`SHORT_WIDE_BLOCK`] threads, CTA `x` on row `rows - 1 - x`; its
+/// cluster form (`fs_short_cluster_*`): grid `(rows SHORT_CLUSTER_CTAS, 1)`
+/// in clusters of [`SHORT_CLUSTER_CTAS`], cluster `x` on row `rows - 1 - x`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ShortPlan {
     /// Which of the path's kernels runs.
     pub kernel: ShortKernel,
     /// Grid `x` of the launch: one CTA per row (the warp kernel: per
-    /// [`SHORT_WARPS`] rows).
+    /// [`SHORT_WARPS`] rows; the cluster kernel: [`SHORT_CLUSTER_CTAS`]
+    /// per row).
     pub row_slots: u32,
     /// Composites of the selection's scratch: `min(k, cols)` rounded up to a
     /// power of two (the score order's bitonic sort).
@@ -437,7 +465,7 @@ impl Plan {
             Plan::Short(s) => match s.kernel {
                 ShortKernel::Cta => SHORT_BLOCK,
                 ShortKernel::Warp => 32 * SHORT_WARPS,
-                ShortKernel::Wide => SHORT_WIDE_BLOCK,
+                ShortKernel::Wide | ShortKernel::Cluster => SHORT_WIDE_BLOCK,
             },
             _ => BLOCK,
         }
@@ -560,6 +588,11 @@ pub(crate) struct PathOptions {
     /// the wide kernel (0: none; at most [`SHORT_WIDE_COLS`]; the engine's
     /// `set_short_wide`, `FLASHSEL_SHORT_WIDE`).
     pub short_wide_cols: u64,
+    /// Whether the wide kernel's batches of at most
+    /// [`SHORT_CLUSTER_MAX_ROWS`] rows wider than [`SHORT_CLUSTER_MIN_COLS`]
+    /// take its cluster form (thread-block clusters: sm_90+; the engine's
+    /// `set_short_cluster`, `FLASHSEL_SHORT_CLUSTER=0`).
+    pub short_cluster: bool,
 }
 
 impl Default for PathOptions {
@@ -573,6 +606,7 @@ impl Default for PathOptions {
             short_warp_cols: SHORT_WARP_COLS,
             short_warp_min_rows: SHORT_WARP_MIN_ROWS,
             short_wide_cols: SHORT_WIDE_COLS,
+            short_cluster: true,
         }
     }
 }
@@ -683,7 +717,9 @@ pub(crate) fn plan_with(spec: &SelectSpec, has_lengths: bool, dev: &DeviceProps,
 /// The short-row plan, or `None` where it does not apply. At most one row a
 /// SM: the wide kernel, for index order, rows of at most
 /// `opts.short_wide_cols` (<= [`SHORT_WIDE_COLS`]) columns and `k <=
-/// SHORT_WIDE_MAX_K`, else `None`.
+/// SHORT_WIDE_MAX_K` (its cluster form with `opts.short_cluster` for at most
+/// [`SHORT_CLUSTER_MAX_ROWS`] rows wider than [`SHORT_CLUSTER_MIN_COLS`]),
+/// else `None`.
 /// More rows: `None` for rows wider than [`SHORT_COLS`], `k` past
 /// [`SHORT_MAX_K`], more rows than one launch's grid `x`, or shared memory
 /// the device cannot give one CTA; batches of at least
@@ -697,9 +733,18 @@ fn short_plan(spec: &SelectSpec, fit: u64, dev: &DeviceProps, opts: &PathOptions
         let wide = spec.order == OutputOrder::Index
             && cols <= opts.short_wide_cols.min(SHORT_WIDE_COLS)
             && k <= SHORT_WIDE_MAX_K;
+        let cluster = opts.short_cluster
+            && cols > SHORT_CLUSTER_MIN_COLS
+            && rows <= SHORT_CLUSTER_MAX_ROWS
+            && rows * SHORT_CLUSTER_CTAS as u64 <= dev.sm_count as u64;
+        let (kernel, slots) = if cluster {
+            (ShortKernel::Cluster, rows * SHORT_CLUSTER_CTAS as u64)
+        } else {
+            (ShortKernel::Wide, rows.max(1))
+        };
         return (wide && sel_cap * 8 <= dev.max_smem_per_block as u64).then(|| ShortPlan {
-            kernel: ShortKernel::Wide,
-            row_slots: rows.max(1) as u32,
+            kernel,
+            row_slots: slots as u32,
             sel_cap: sel_cap as u32,
             smem_bytes: (sel_cap * 8) as u32,
             fit,

@@ -15,6 +15,7 @@ const NO_GRID: PathOptions = PathOptions {
     short_warp_cols: SHORT_WARP_COLS,
     short_warp_min_rows: SHORT_WARP_MIN_ROWS,
     short_wide_cols: SHORT_WIDE_COLS,
+    short_cluster: true,
 };
 const NO_SHORT: PathOptions = PathOptions {
     grid: true,
@@ -25,6 +26,7 @@ const NO_SHORT: PathOptions = PathOptions {
     short_warp_cols: SHORT_WARP_COLS,
     short_warp_min_rows: SHORT_WARP_MIN_ROWS,
     short_wide_cols: SHORT_WIDE_COLS,
+    short_cluster: true,
 };
 /// The short path's CTA kernel only (the warp kernel off).
 const CTA: PathOptions = PathOptions {
@@ -36,6 +38,7 @@ const CTA: PathOptions = PathOptions {
     short_warp_cols: 0,
     short_warp_min_rows: SHORT_WARP_MIN_ROWS,
     short_wide_cols: SHORT_WIDE_COLS,
+    short_cluster: true,
 };
 /// The warp kernel at its column bound for any batch the short path takes.
 const WARP_ANY_ROWS: PathOptions = PathOptions { short_warp_min_rows: 0, ..CTA_WITH_WARP };
@@ -355,7 +358,9 @@ fn short_rows_take_the_short_path_up_to_short_cols() {
         assert_eq!(pi(rows, 2048, 512).short().map(|s| s.kernel), Some(ShortKernel::Wide), "{rows} rows");
         assert_ne!(p(rows, 2048, 512).path(), Path::Short, "{rows} rows");
     }
-    assert_eq!(pi(1, 16_384, 512).short().map(|s| s.kernel), Some(ShortKernel::Wide));
+    assert_eq!(pi(1, 8192, 512).short().map(|s| s.kernel), Some(ShortKernel::Wide));
+    // (A few rows wider than SHORT_CLUSTER_MIN_COLS: its cluster form.)
+    assert_eq!(pi(1, 16_384, 512).short().map(|s| s.kernel), Some(ShortKernel::Cluster));
     assert_eq!(p(1, 16_384, 512).path(), Path::Grid);
     // k past cols: the scratch is the row's width, rounded up.
     let pl = p(400, 300, 500);
@@ -466,7 +471,9 @@ fn short_rows_take_the_warp_kernel_within_its_bounds() {
 #[test]
 fn few_rows_take_the_wide_kernel_within_its_bounds() {
     let dev = h200();
-    let no_wide = PathOptions { short_wide_cols: 0, ..PathOptions::default() };
+    // The wide kernel itself (its cluster form: the next test).
+    let plain = PathOptions { short_cluster: false, ..PathOptions::default() };
+    let no_wide = PathOptions { short_wide_cols: 0, ..plain };
     let c = SHORT_WIDE_COLS as usize;
     let kmax = SHORT_WIDE_MAX_K as usize;
     assert_eq!(c, (SHORT_WIDE_BLOCK * SHORT_WIDE_ITEMS) as usize);
@@ -479,11 +486,11 @@ fn few_rows_take_the_wide_kernel_within_its_bounds() {
         let score = |rows, cols, k, opts: &PathOptions| {
             plan_with(&SelectSpec::new(rows, cols, k, dtype), true, &dev, opts).unwrap()
         };
-        assert_eq!(score(1, c, 512, &PathOptions::default()), score(1, c, 512, &no_wide));
-        assert_eq!(score(7, 3000, 512, &PathOptions::default()), score(7, 3000, 512, &no_wide));
-        let wide = |rows, cols, k| pl(rows, cols, k, &PathOptions::default()).short().map(|s| s.kernel);
+        assert_eq!(score(1, c, 512, &plain), score(1, c, 512, &no_wide));
+        assert_eq!(score(7, 3000, 512, &plain), score(7, 3000, 512, &no_wide));
+        let wide = |rows, cols, k| pl(rows, cols, k, &plain).short().map(|s| s.kernel);
         for (rows, cols, k) in [(1, 1, 1), (1, 16, 512), (1, c, 512), (1, c, kmax), (132, c, 2048), (7, 3000, 3000)] {
-            let p = pl(rows, cols, k, &PathOptions::default());
+            let p = pl(rows, cols, k, &plain);
             let s = p.short().expect("short");
             assert_eq!(s.kernel, ShortKernel::Wide, "{rows} x {cols} k {k} {dtype}");
             assert_eq!((p.block(), s.row_slots, p.workspace_bytes()), (SHORT_WIDE_BLOCK, rows as u32, 0));
@@ -497,10 +504,49 @@ fn few_rows_take_the_wide_kernel_within_its_bounds() {
         assert_ne!(wide(1, c, kmax + 1), Some(ShortKernel::Wide), "{dtype}");
         assert_ne!(wide(133, 2048, 512), Some(ShortKernel::Wide), "{dtype}");
         assert_eq!(wide(133, 2048, 512), Some(ShortKernel::Cta), "{dtype}");
-        assert_eq!(pl(1, c + 1, 512, &PathOptions::default()).path(), Path::Grid, "{dtype}");
+        assert_eq!(pl(1, c + 1, 512, &plain).path(), Path::Grid, "{dtype}");
         // A narrower bound from the engine's switch.
-        let narrow = PathOptions { short_wide_cols: 4096, ..PathOptions::default() };
+        let narrow = PathOptions { short_wide_cols: 4096, ..plain };
         assert_eq!(pl(1, 4096, 512, &narrow).short().map(|s| s.kernel), Some(ShortKernel::Wide));
         assert_ne!(pl(1, 4097, 512, &narrow).short().map(|s| s.kernel), Some(ShortKernel::Wide));
+    }
+}
+
+#[test]
+fn the_widest_few_wide_rows_take_clusters() {
+    // The wide kernel's batches of at most SHORT_CLUSTER_MAX_ROWS rows wider
+    // than SHORT_CLUSTER_MIN_COLS take its cluster form: SHORT_CLUSTER_CTAS
+    // CTAs a row; one past each bound, the switch off, or too few SMs for
+    // the clusters: the wide kernel.
+    let dev = h200();
+    let c = SHORT_WIDE_COLS as usize;
+    let min = SHORT_CLUSTER_MIN_COLS as usize;
+    let rmax = SHORT_CLUSTER_MAX_ROWS as usize;
+    let off = PathOptions { short_cluster: false, ..PathOptions::default() };
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let pl = |rows: usize, cols: usize, k: usize, opts: &PathOptions, dev: &DeviceProps| {
+            let spec = SelectSpec::new(rows, cols, k, dtype).with_order(OutputOrder::Index);
+            plan_with(&spec, true, dev, opts).unwrap()
+        };
+        let kernel = |p: &Plan| p.short().map(|s| s.kernel);
+        for (rows, cols, k) in [(1, min + 1, 512), (1, c, 512), (1, c, SHORT_WIDE_MAX_K as usize), (rmax, c, 2048)] {
+            let p = pl(rows, cols, k, &PathOptions::default(), &dev);
+            let s = p.short().expect("short");
+            assert_eq!(s.kernel, ShortKernel::Cluster, "{rows} x {cols} k {k} {dtype}");
+            assert_eq!((p.block(), s.row_slots), (SHORT_WIDE_BLOCK, rows as u32 * SHORT_CLUSTER_CTAS), "{dtype}");
+            let cap = k.min(cols).next_power_of_two();
+            assert_eq!((s.sel_cap as usize, s.smem_bytes as usize, p.workspace_bytes()), (cap, cap * 8, 0));
+            assert_eq!(kernel(&pl(rows, cols, k, &off, &dev)), Some(ShortKernel::Wide), "{dtype}");
+        }
+        assert_eq!(kernel(&pl(1, min, 512, &PathOptions::default(), &dev)), Some(ShortKernel::Wide));
+        assert_eq!(kernel(&pl(rmax + 1, c, 512, &PathOptions::default(), &dev)), Some(ShortKernel::Wide));
+        assert_ne!(kernel(&pl(1, c + 1, 512, &PathOptions::default(), &dev)), Some(ShortKernel::Cluster));
+        // Score order never takes the wide kernel nor its clusters.
+        let score = plan_with(&SelectSpec::new(1, c, 512, dtype), true, &dev, &PathOptions::default()).unwrap();
+        assert_eq!(score, plan_with(&SelectSpec::new(1, c, 512, dtype), true, &dev, &off).unwrap());
+        // A device with fewer SMs than a batch's clusters need.
+        let small = DeviceProps::hopper(7);
+        assert_eq!(kernel(&pl(2, c, 512, &PathOptions::default(), &small)), Some(ShortKernel::Wide));
+        assert_eq!(kernel(&pl(1, c, 512, &PathOptions::default(), &small)), Some(ShortKernel::Cluster));
     }
 }
