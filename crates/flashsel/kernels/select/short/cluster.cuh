@@ -40,9 +40,10 @@
 // COST
 //   Per row: one read of each score, per key a conversion, a compare a pass
 //   and a shared atomic while in range (on CS SMs at once); per pass one
-//   cluster barrier, 2 CS remote 4-byte reads a thread and the wide
-//   kernel's two CTA barriers; the place one more cluster barrier, the
-//   write one.
+//   cluster barrier, CS remote 8-byte reads a thread (its two bins from
+//   each CTA) and the wide kernel's two CTA barriers; the place one more
+//   cluster barrier and CS - 1 remote reads at most; the write one more
+//   barrier.
 #ifndef FLASHSEL_SELECT_SHORT_CLUSTER_CUH
 #define FLASHSEL_SELECT_SHORT_CLUSTER_CUH
 
@@ -244,6 +245,8 @@ __device__ __forceinline__ void short_cluster_impl(const Params& P) {
     TokRow tr;
     int len;
     const void* row_scores = short_row<TAG, TOK>(P, row, tr, len);
+    // As the wide kernel: the planner keeps rows within the registers and
+    // sends index order only.
     if (len > XB * WIDE_ITEMS || !P.order_index) __trap();
     const u32 k = (u32)P.k;
     const u32 m = min(k, (u32)len);
