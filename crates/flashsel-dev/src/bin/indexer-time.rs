@@ -1,10 +1,15 @@
 //! Times qsa_scores / qsa_indexer on issue 22's shapes (a developer run; the
 //! bench rows are `flashsel bench --only indexer`). `indexer-time TEXT` runs
-//! only the shapes whose name contains TEXT.
+//! only the shapes whose name contains TEXT; `indexer-time sweep` the decode
+//! planner's crossover; `indexer-time clusters` (or `clusters 1 x 4096`,
+//! one of its shapes) the fused decode kernel's cluster form beside its grid
+//! form.
 use flashsel::contract::DType;
 use flashsel::cuda::CudaEngine;
 use flashsel::data::Rng;
-use flashsel::ops::indexer::device::{indexer_group_rows, score_form, IndexerPath, ScoreForm};
+use flashsel::ops::indexer::device::{
+    indexer_group_rows, score_form, DecodePlan, IndexerPath, ScoreForm, DECODE_CLUSTER_MAX_CTAS,
+};
 use flashsel::ops::indexer::{BlockKeys, KeyElem, PageMap, QsaIndexerSpec, QsaScoresSpec, F8E4M3};
 use half::bf16;
 
@@ -69,6 +74,28 @@ fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64
         let (i_grp, tg) = e.time_qsa_indexer_on(&q, &keys, &positions, &ispec, None, 30, grouped).unwrap();
         other = format!("  grouped {:>9.2} us{}", med(tg), if i_grp == i_gpu { "" } else { " MISMATCH" });
     }
+    // The fused decode kernel's other form at the same geometry (the grid
+    // form beside a cluster plan; the cluster form beside a grid plan of at
+    // most DECODE_CLUSTER_MAX_CTAS CTAs a row on a device with clusters).
+    if let IndexerPath::Decode(p) = path {
+        if p.cluster || (p.ctas <= DECODE_CLUSTER_MAX_CTAS && e.props().clusters) {
+            let alt = IndexerPath::Decode(p.with_cluster(!p.cluster));
+            let (i_alt, ta) = e.time_qsa_indexer_on(&q, &keys, &positions, &ispec, None, 30, alt).unwrap();
+            let form = if p.cluster { "grid form" } else { "cluster form" };
+            other += &format!("  {form} {:>9.2} us{}", med(ta), if i_alt == i_gpu { "" } else { " MISMATCH" });
+        }
+        // `clusters`: the cluster form at 1, 2 and 4 CTAs a row too.
+        if s.name.starts_with("clusters") && e.props().clusters {
+            for ctas in [1usize, 2, 4] {
+                let tile_cap = nb.div_ceil(ctas).next_multiple_of(8);
+                let smem = p.smem - 4 * p.tile_cap + 4 * tile_cap;
+                let alt = IndexerPath::Decode(DecodePlan { ctas, tile_cap, smem, cluster: true, ..p });
+                if let Ok((i_alt, ta)) = e.time_qsa_indexer_on(&q, &keys, &positions, &ispec, None, 30, alt) {
+                    other += &format!("  c{ctas} {:>7.2}{}", med(ta), if i_alt == i_gpu { "" } else { " MISMATCH" });
+                }
+            }
+        }
+    }
     let mut ok = "unverified".to_string();
     if s.verify {
         // The fused call against qsa_select on the CPU over the device's scores.
@@ -118,6 +145,20 @@ fn main() {
                 let name: &'static str = Box::leak(format!("sweep {rows} x {tokens} fp8").into_boxed_str());
                 run(&e, &sh(name, rows, tokens, rows > 1, false, false), f8, bw);
             }
+        }
+        return;
+    }
+    if std::env::args().nth(1).is_some_and(|a| a.starts_with("clusters")) {
+        // The fused decode kernel's cluster form beside its grid form.
+        for (rows, tokens) in
+            [(1usize, 1024usize), (1, 4096), (1, 8192), (2, 4096), (4, 4096), (8, 4096), (16, 8192), (64, 4096)]
+        {
+            let name: &'static str = Box::leak(format!("clusters {rows} x {tokens}").into_boxed_str());
+            run(&e, &sh(name, rows, tokens, rows > 1, false, true), b, bw);
+        }
+        for (rows, tokens) in [(1usize, 65_536usize), (4, 65_536), (32, 131_072)] {
+            let name: &'static str = Box::leak(format!("clusters {rows} x {tokens}").into_boxed_str());
+            run(&e, &sh(name, rows, tokens, true, false, false), b, bw);
         }
         return;
     }

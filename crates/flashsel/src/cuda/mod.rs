@@ -134,6 +134,7 @@ impl CudaEngine {
             max_smem_per_block: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
             smem_per_sm: attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)? as u32,
             max_threads_per_sm: attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)? as u32,
+            clusters: major >= 9,
         };
         let stream = ctx.new_stream().map_err(cuda_err)?;
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());

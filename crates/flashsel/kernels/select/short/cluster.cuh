@@ -47,45 +47,8 @@
 #ifndef FLASHSEL_SELECT_SHORT_CLUSTER_CUH
 #define FLASHSEL_SELECT_SHORT_CLUSTER_CUH
 
+#include "common/cluster.cuh"
 #include "select/short/wide.cuh"
-
-// Distributed shared memory (sm_90+).
-__device__ __forceinline__ u32 cluster_rank() {
-    u32 r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-    return r;
-}
-// Every thread of every CTA of the cluster arrives; this CTA's earlier
-// shared writes are visible to the others after it, and theirs to it.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-// The shared address `a` of this CTA as the same variable of CTA `rank`.
-__device__ __forceinline__ u32 cluster_map(u32 a, u32 rank) {
-    u32 r = a;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-#endif
-    return r;
-}
-__device__ __forceinline__ uint2 cluster_ld2(u32 a) {
-    uint2 v = make_uint2(0u, 0u);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("ld.shared::cluster.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a) : "memory");
-#endif
-    return v;
-}
-__device__ __forceinline__ u32 cluster_ld(u32 a) {
-    u32 v = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
-#endif
-    return v;
-}
 
 struct ClusterShared {
     u32 hist[2][SBINS];  // by pass parity

@@ -167,6 +167,39 @@ pub fn cases(quick: bool) -> Vec<IndexerCase> {
         c.order = order;
         out.push(c);
     }
+    // The fused decode kernel's cluster form (at most
+    // DECODE_CLUSTER_MAX_CTAS CTAs a row; each case also runs the grid form
+    // of its plan): one CTA, four (the bench's 4,096 tokens), three in score
+    // order over ties and pages, sixteen heads of 256 over f32 keys (two
+    // head passes); and the first width past it (five CTAs: the grid form).
+    let clustered = [
+        (
+            1usize,
+            200usize,
+            4usize,
+            128usize,
+            DType::BF16,
+            DType::BF16,
+            Values::Normal,
+            None,
+            OutputOrder::Index,
+            64usize,
+        ),
+        (1, 1024, 4, 128, DType::BF16, DType::BF16, Values::Ties, None, OutputOrder::Index, 512),
+        (2, 700, 4, 128, DType::BF16, DType::F8E4M3, Values::Ties, Some(64), OutputOrder::Score, 300),
+        (3, 1000, 16, 256, DType::F32, DType::F32, Values::Special, None, OutputOrder::Index, 700),
+        (2, 1025, 4, 64, DType::F32, DType::BF16, Values::Ties, None, OutputOrder::Index, 512),
+    ];
+    for (j, &(rows, blocks, heads, dim, q, k, values, pages, order, kb)) in clustered.iter().enumerate() {
+        if quick && j == 3 {
+            continue;
+        }
+        let mut c = base(rows, blocks, heads, dim, q, k, values);
+        c.k_blocks = Some(kb);
+        c.page_size = pages;
+        c.order = order;
+        out.push(c);
+    }
     // Every e4m3 code through each key dtype (the sm_89+ pair conversion
     // and the portable one), one head and four, paged and not.
     for (j, k) in ks.into_iter().enumerate() {
@@ -424,12 +457,16 @@ fn abs(v: &[f32]) -> Vec<f32> {
 
 /// The device indexer paths a case runs: the grouped path (the case's
 /// groups, or the engine's), and the fused decode kernel where its plan
-/// takes the shape.
+/// takes the shape (a cluster plan also in the grid form, the same
+/// geometry).
 fn case_paths(e: &CudaEngine, c: &IndexerCase, ispec: &QsaIndexerSpec) -> Vec<IndexerPath> {
     let rows = c.group.unwrap_or_else(|| super::device::indexer_group_rows(ispec));
     let mut out = vec![IndexerPath::Grouped { rows }];
     if let Some(p) = decode_plan(ispec, &e.props()) {
         out.push(IndexerPath::Decode(p));
+        if p.cluster {
+            out.push(IndexerPath::Decode(p.with_cluster(false)));
+        }
     }
     out
 }
@@ -459,7 +496,13 @@ pub fn run_case(e: &CudaEngine, c: &IndexerCase, rng: &mut Rng) -> Result<Outcom
         ScoreForm::Staged(_) => "staged",
     };
     let case = match decode {
-        Some(p) => format!("{} scores={form} decode={}x{}", c.describe(), p.ctas, p.slots),
+        Some(p) => format!(
+            "{} scores={form} decode={}x{}{}",
+            c.describe(),
+            p.ctas,
+            p.slots,
+            if p.cluster { " (clusters; also the grid form)" } else { "" }
+        ),
         None => format!("{} scores={form}", c.describe()),
     };
     Ok(Outcome {
@@ -557,7 +600,12 @@ pub fn bad_values_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {
     let ids: CudaSlice<i32> = s.alloc_zeros(7 * width).map_err(cuda_err)?;
     let counts: CudaSlice<i32> = s.alloc_zeros(7).map_err(cuda_err)?;
     let mut paths = vec![IndexerPath::Grouped { rows: 7 }];
-    paths.extend(decode_plan(&ispec, &e.props()).map(IndexerPath::Decode));
+    if let Some(p) = decode_plan(&ispec, &e.props()) {
+        paths.push(IndexerPath::Decode(p));
+        if p.cluster {
+            paths.push(IndexerPath::Decode(p.with_cluster(false)));
+        }
+    }
     for path in paths {
         let wb = e.qsa_indexer_workspace_bytes_on(&ispec, path)?;
         let ws: CudaSlice<u8> = s.alloc_zeros(wb.max(256)).map_err(cuda_err)?;

@@ -296,7 +296,7 @@ struct DecodeParams {
     tile_cap: i32,
     nan_largest: i32,
     order_index: i32,
-    pad: i32,
+    cluster: i32,
 }
 // SAFETY: #[repr(C)], the kernel's layout (size asserted here and there).
 unsafe impl KernelParams for DecodeParams {}
@@ -316,6 +316,15 @@ const DECODE_MAX_CTAS: usize = 1024;
 /// A row's CTAs hold at least this many blocks each (one a thread) when the
 /// row allows: fewer CTAs meet faster.
 const DECODE_MIN_CHUNK: usize = 256;
+/// The most CTAs a row of the fused decode kernel's cluster form
+/// (`qsa::DEC_CLUSTER_MAX`): rows of at most `4 * DECODE_MIN_CHUNK` blocks
+/// (4,096 tokens at ratio 4) meet at cluster barriers instead of global
+/// ones, in batches of at most one CTA an SM. Measured on the H200
+/// (perf-log v44): 1 x 4,096 tokens 12.21 -> 11.91 us, 8 x 4,096 13.17 ->
+/// 12.24, 64 x 4,096 at 2 CTAs a row 14.80 -> 13.67; 8 CTAs a row were
+/// slower (1 x 8,192: 12.70 -> 19.44), and so were batches whose clusters
+/// do not all fit at once (64 x 4,096 at 4 CTAs a row: 27.1).
+pub const DECODE_CLUSTER_MAX_CTAS: usize = 4;
 /// The fused decode kernel's scratch for the histogram or the staged list
 /// (`qsa::DEC_SCRATCH_BYTES`).
 const DECODE_SCRATCH_BYTES: usize = 32_768;
@@ -327,8 +336,8 @@ fn decode_fixed_smem(dim: usize) -> usize {
 }
 
 /// The fused decode kernel's geometry: `ctas` CTAs a row, `slots` rows in
-/// flight (the grid is `ctas * slots` CTAs, two an SM, all resident), each
-/// CTA's chunk of a row at most `tile_cap` blocks.
+/// flight (the grid is `ctas * slots` CTAs, two an SM), each CTA's chunk of
+/// a row at most `tile_cap` blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodePlan {
     pub ctas: usize,
@@ -336,6 +345,20 @@ pub struct DecodePlan {
     pub tile_cap: usize,
     /// Dynamic shared memory a CTA, bytes.
     pub smem: usize,
+    /// The cluster form (sm_90+, at most [`DECODE_CLUSTER_MAX_CTAS`] CTAs a
+    /// row): a row's CTAs are one thread-block cluster and meet at its
+    /// barriers, with no state to zero and no cooperative launch. Otherwise
+    /// every CTA is resident at once (a cooperative launch) and a row's CTAs
+    /// meet through its state in the workspace. Both give the same bytes.
+    pub cluster: bool,
+}
+
+impl DecodePlan {
+    /// The same geometry in the other form (`cluster`: the cluster form,
+    /// which takes at most [`DECODE_CLUSTER_MAX_CTAS`] CTAs a row).
+    pub fn with_cluster(self, cluster: bool) -> Self {
+        Self { cluster, ..self }
+    }
 }
 
 /// How the device indexer runs a request (every path returns the same bytes).
@@ -357,7 +380,9 @@ fn decode_cta_smem(dev: &DeviceProps) -> usize {
 /// The fused decode kernel's plan for `spec` on a device, or `None` when the
 /// request is not a decode batch it takes: more than [`DECODE_MAX_ROWS`]
 /// rows, `k_blocks > DECODE_MAX_K`, or a row whose scores do not fit the
-/// GPU's shared memory at two CTAs an SM. A pure function of the shape and
+/// GPU's shared memory at two CTAs an SM. Rows of at most
+/// [`DECODE_CLUSTER_MAX_CTAS`] CTAs in batches of at most one CTA an SM take
+/// the cluster form where the device has clusters. A pure function of the shape and
 /// the device (not of the positions: the device cannot see them), so the
 /// chunks are sized by `NB`; the kernel splits each row by its own `V`.
 pub fn decode_plan(spec: &QsaIndexerSpec, dev: &DeviceProps) -> Option<DecodePlan> {
@@ -381,7 +406,8 @@ pub fn decode_plan(spec: &QsaIndexerSpec, dev: &DeviceProps) -> Option<DecodePla
     let ctas = (total / slots).min(DECODE_MAX_CTAS).min(spec.blocks.div_ceil(DECODE_MIN_CHUNK).max(min_ctas));
     let tile_cap = spec.blocks.div_ceil(ctas).next_multiple_of(8);
     debug_assert!(tile_cap <= tile_max && ctas * slots <= total);
-    Some(DecodePlan { ctas, slots, tile_cap, smem: fixed + 4 * tile_cap })
+    let cluster = dev.clusters && ctas <= DECODE_CLUSTER_MAX_CTAS && ctas * slots <= dev.sm_count as usize;
+    Some(DecodePlan { ctas, slots, tile_cap, smem: fixed + 4 * tile_cap, cluster })
 }
 
 /// The widest rows (`NB`) the fused decode kernel is the default for: past
@@ -850,7 +876,8 @@ impl CudaEngine {
 
     /// The fused decode launch (arguments checked by the caller): the rows'
     /// state zeroed, then one cooperative grid of `plan.ctas * plan.slots`
-    /// CTAs.
+    /// CTAs; or (the cluster form) one grid of `plan.slots` clusters of
+    /// `plan.ctas` CTAs.
     unsafe fn launch_decode(&self, args: &DeviceQsaIndexer, plan: &DecodePlan) -> Result<()> {
         let spec = &args.spec;
         if spec.rows == 0 {
@@ -864,6 +891,7 @@ impl CudaEngine {
             || !plan.tile_cap.is_multiple_of(8)
             || plan.tile_cap < spec.blocks.div_ceil(plan.ctas.max(1)).next_multiple_of(8)
             || plan.smem < fixed + 4 * plan.tile_cap
+            || (plan.cluster && (plan.ctas > DECODE_CLUSTER_MAX_CTAS || !self.props().clusters))
         {
             return Err(Error::InvalidOption {
                 what: "decode plan",
@@ -877,12 +905,13 @@ impl CudaEngine {
             entry: decode_entry(args.q_dtype, args.keys.dtype, spec.dim),
         })?;
         self.context().bind_to_thread().map_err(cuda_err)?;
-        // Every CTA must be resident at once (the row barriers): the plan's
-        // bound, two CTAs an SM within half an SM's shared memory (the
-        // cooperative launch refuses anything else).
+        // The grid form: every CTA must be resident at once (the row
+        // barriers): the plan's bound, two CTAs an SM within half an SM's
+        // shared memory (the cooperative launch refuses anything else). The
+        // cluster form's CTAs meet only within their cluster.
         let grid = plan.ctas * plan.slots;
         let dev = self.props();
-        if grid > 2 * dev.sm_count as usize || plan.smem > decode_cta_smem(&dev) {
+        if (!plan.cluster && grid > 2 * dev.sm_count as usize) || plan.smem > decode_cta_smem(&dev) {
             return Err(Error::InvalidOption {
                 what: "decode plan",
                 value: format!("{grid} CTAs of {} bytes", plan.smem),
@@ -944,21 +973,24 @@ impl CudaEngine {
             tile_cap: plan.tile_cap as i32,
             nan_largest: i32::from(spec.nan == NanPolicy::Largest),
             order_index: i32::from(spec.order == OutputOrder::Index),
-            pad: 0,
+            cluster: i32::from(plan.cluster),
         };
-        // The rows' state zeroed, then the kernel, which may start early
-        // (PDL: it scores first and waits for the zeroes before its first
-        // use of the state).
+        // The grid form: the rows' state zeroed, then the kernel, which may
+        // start early (PDL: it scores first and waits for the zeroes before
+        // its first use of the state). The cluster form has no state: the
+        // kernel alone, waiting for the stream's earlier work first.
         let pdl = self.pdl();
-        crate::ops::select::device::zero_state(self, state, spec.rows * DECODE_STATE_WORDS, args.stream, pdl)?;
+        if !plan.cluster {
+            crate::ops::select::device::zero_state(self, state, spec.rows * DECODE_STATE_WORDS, args.stream, pdl)?;
+        }
         let l = Launch {
             grid: (grid as u32, 1),
             block: SCORE_THREADS as u32,
             smem: plan.smem as u32,
             stream: args.stream,
             programmatic: pdl,
-            cooperative: true,
-            cluster: 0,
+            cooperative: !plan.cluster,
+            cluster: if plan.cluster { plan.ctas as u32 } else { 0 },
         };
         l.run(&f, &params)
     }
@@ -1243,11 +1275,9 @@ mod tests {
         let spec = QsaScoresSpec::new(8192, 65_536).with_dim(256);
         assert_eq!(score_form(&spec, b, b, 1, &h200), ScoreForm::Plain);
         // A GPU with less shared memory a CTA than the geometry.
-        let small =
-            DeviceProps { sm_count: 40, max_smem_per_block: 49_152, smem_per_sm: 65_536, max_threads_per_sm: 1024 };
+        let small = DeviceProps::small_test_device();
         assert_eq!(score_form(&QsaScoresSpec::new(8192, 65_536), b, b, 1, &small), ScoreForm::Plain);
-        let ada =
-            DeviceProps { sm_count: 84, max_smem_per_block: 101_376, smem_per_sm: 102_400, max_threads_per_sm: 1536 };
+        let ada = DeviceProps::ada(84);
         assert!(matches!(score_form(&QsaScoresSpec::new(8192, 65_536), b, b, 1, &ada), ScoreForm::Staged(_)));
     }
 
@@ -1281,6 +1311,7 @@ mod tests {
         assert_eq!(std::mem::offset_of!(DecodeParams, ids), 176);
         assert_eq!(std::mem::offset_of!(DecodeParams, cols), 208);
         assert_eq!(std::mem::offset_of!(DecodeParams, order_index), 232);
+        assert_eq!(std::mem::offset_of!(DecodeParams, cluster), 236);
     }
 
     /// The paths of the shapes on an H200 (132 SMs): decode batches
@@ -1321,6 +1352,33 @@ mod tests {
         let wide = QsaIndexerSpec::new(1, 262_144).with_heads(16).with_dim(256);
         let p = decode_plan(&wide, &h200).unwrap();
         assert!(p.smem <= 233_472 / 2 - 1024 && p.tile_cap * p.ctas >= 262_144);
+    }
+
+    /// Rows of at most DECODE_CLUSTER_MAX_CTAS CTAs take the cluster form
+    /// where the device has clusters, at the same geometry as the grid form.
+    #[test]
+    fn decode_rows_of_few_ctas_take_clusters() {
+        let h200 = DeviceProps::hopper(132);
+        let plan = |rows, blocks, dev: &DeviceProps| decode_plan(&QsaIndexerSpec::new(rows, blocks), dev).unwrap();
+        // 4,096 tokens: four CTAs of 256 blocks, one cluster.
+        let p = plan(1, 1024, &h200);
+        assert_eq!((p.ctas, p.slots, p.cluster), (4, 1, true));
+        // Up to four CTAs a row (1,024 blocks); the fifth is the grid form.
+        assert_eq!((plan(1, 1025, &h200).ctas, plan(1, 1025, &h200).cluster), (5, false));
+        assert_eq!((plan(1, 200, &h200).ctas, plan(1, 200, &h200).cluster), (1, true));
+        // At most a CTA an SM: 33 rows of four CTAs, 66 of two.
+        assert_eq!((plan(33, 1024, &h200).ctas, plan(33, 1024, &h200).cluster), (4, true));
+        assert_eq!((plan(34, 1024, &h200).ctas, plan(34, 1024, &h200).cluster), (4, false));
+        let p = plan(64, 500, &h200);
+        assert_eq!((p.ctas, p.slots, p.cluster), (2, 64, true));
+        let p = plan(64, 65_536, &h200);
+        assert_eq!((p.ctas, p.slots, p.cluster), (4, 64, false));
+        assert!(!plan(1, 262_144, &h200).cluster && !plan(16, 262_144, &h200).cluster);
+        // Without clusters (below sm_90): the same geometry in the grid form.
+        let ampere = DeviceProps { clusters: false, ..h200 };
+        for (rows, blocks) in [(1usize, 1024usize), (1, 200), (64, 500)] {
+            assert_eq!(plan(rows, blocks, &ampere), plan(rows, blocks, &h200).with_cluster(false));
+        }
     }
 
     #[test]

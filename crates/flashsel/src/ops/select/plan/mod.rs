@@ -228,12 +228,31 @@ pub struct DeviceProps {
     /// Shared memory per SM, bytes.
     pub smem_per_sm: u32,
     pub max_threads_per_sm: u32,
+    /// Whether kernels may run as thread-block clusters (sm_90+).
+    pub clusters: bool,
 }
 
 impl DeviceProps {
     /// An H100/H200 (132 SMs, 227 KiB opt-in shared memory per block).
     pub fn hopper(sm_count: u32) -> Self {
-        Self { sm_count, max_smem_per_block: 232_448, smem_per_sm: 233_472, max_threads_per_sm: 2048 }
+        Self { sm_count, max_smem_per_block: 232_448, smem_per_sm: 233_472, max_threads_per_sm: 2048, clusters: true }
+    }
+    /// An Ada part (sm_89: 99 KiB opt-in shared memory per block, 1,536
+    /// threads an SM, no clusters).
+    pub fn ada(sm_count: u32) -> Self {
+        Self { sm_count, max_smem_per_block: 101_376, smem_per_sm: 102_400, max_threads_per_sm: 1536, clusters: false }
+    }
+    /// A small device for the planners' tests: 40 SMs, 48 KiB of shared
+    /// memory a block, no clusters.
+    #[cfg(test)]
+    pub(crate) fn small_test_device() -> Self {
+        Self {
+            sm_count: 40,
+            max_smem_per_block: 49_152,
+            smem_per_sm: 65_536,
+            max_threads_per_sm: 1024,
+            clusters: false,
+        }
     }
 }
 

@@ -311,8 +311,7 @@ fn shared_buffers_take_the_room_there_is() {
     let pl = p(4, 1 << 20, 100_000);
     assert_eq!((pl.buffer(), pl.cap(), pl.stage_bytes()), (Buffer::Global, 2 * 100_000 + TILE, 0));
     // A smaller device (sm_86: 100 KiB per SM, 99 KiB per block): the minimum.
-    let ampere =
-        DeviceProps { sm_count: 84, max_smem_per_block: 101_376, smem_per_sm: 102_400, max_threads_per_sm: 1536 };
+    let ampere = DeviceProps::ada(84);
     let pl = plan(&SelectSpec::new(8192, 131_072, 2048, DType::F32), false, &ampere).unwrap();
     assert_eq!((pl.buffer(), pl.cap(), pl.stage_bytes()), (Buffer::Shared, 2 * 2048 + TILE, 0));
 }
@@ -374,7 +373,7 @@ fn short_rows_take_the_short_path_up_to_short_cols() {
     assert_eq!(off(1, 16_384, 512).path(), Path::Grid);
     // A device whose shared memory a short row does not fit (48 KiB a
     // block): the row path there, the short path for a narrower row.
-    let small = DeviceProps { sm_count: 40, max_smem_per_block: 49_152, smem_per_sm: 65_536, max_threads_per_sm: 1024 };
+    let small = DeviceProps::small_test_device();
     let on = |cols, k| plan_with(&SelectSpec::new(64, cols, k, DType::F32), true, &small, &CTA).unwrap().path();
     assert_eq!(on(8192, 512), Path::Short); // 32 KiB keys + 4 KiB selection + static < 48 KiB
     let tight = DeviceProps { max_smem_per_block: 40_960, ..small };
@@ -457,7 +456,7 @@ fn short_rows_take_the_warp_kernel_within_its_bounds() {
     assert!(pl.short().unwrap().kernel == ShortKernel::Warp);
     assert_eq!(pl.smem_bytes() as u64, short_warp_smem_bytes(8192, 512, DType::F32, Score));
     // Where four slabs do not fit (48 KiB a block): the CTA kernel.
-    let small = DeviceProps { sm_count: 40, max_smem_per_block: 49_152, smem_per_sm: 65_536, max_threads_per_sm: 1024 };
+    let small = DeviceProps::small_test_device();
     let on = |cols| plan_with(&SelectSpec::new(64, cols, 512, DType::F32), true, &small, &WARP_ANY_ROWS).unwrap();
     assert!(on(4096).short().unwrap().kernel != ShortKernel::Warp); // 4 x (1 + 16 + 4) KiB > 48 KiB
     assert!(on(1024).short().unwrap().kernel == ShortKernel::Warp); // 4 x (1 + 4 + 4) KiB
