@@ -37,16 +37,19 @@
 // zeroes (PDL_WAIT) before its first use of the state.
 //
 // The cluster form (P.cluster, sm_90+; rows of at most DEC_CLUSTER_MAX CTAs
-// in batches of at most a CTA an SM, ops/indexer/device.rs decode_plan): a
+// of at most 512 blocks, in batches of at most a CTA an SM,
+// ops/indexer/device.rs decode_plan): a
 // row's CTAs are one thread-block cluster, so they meet at cluster barriers
 // and read each other's histograms and counts from shared memory
 // (common/cluster.cuh): no state, no init kernel, no cooperative launch.
-// Every step above is the same, so are the bytes; the histograms alternate
+// Every step above is the same but the digits, four of 8 bits (256 bins: a
+// pass's clear, scan and remote reads one bin a thread), so are the bytes
+// (the selection is exact whatever its digits); the histograms alternate
 // between two halves of the scratch by pass, a CTA's half being read by the
-// others until the next pass's barrier. Measured (perf-log v44): 0.3-1.1 us
-// faster than the grid form on 1-64 rows of 4,096 tokens; slower with 8 CTAs
-// a row (a pass's remote reads grow with the CTAs) and where the batch's
-// clusters do not all fit at once.
+// others until the next pass's barrier. Measured (perf-log v44): 1 x 4,096
+// tokens 12.19 -> 9.72 us against the grid form; slower with 8 CTAs a row
+// (a pass's remote reads grow with the CTAs) and where the batch's clusters
+// do not all fit at once.
 //
 // Invariants: exact on every input (the radix passes count every key, no
 // bound or sample decides anything); a row's CTAs agree on every uniform
@@ -78,6 +81,9 @@ enum : int {
     DEC_WARPS = DEC_THREADS / 32,
     DEC_BINS = 2048,      // the widest digit, 11 bits
     DEC_PASSES = 3,       // digits of 11, 11 and 10 bits
+    DEC_DIGIT = 11,       // bits a digit (the last one: what is left)
+    DEC_CLUSTER_DIGIT = 8,   // the cluster form's: 256 bins, one a thread
+    DEC_CLUSTER_PASSES = 4,  // its digits of 8 bits
     DEC_MAX_CTAS = 1024,  // CTAs a row (the per-CTA counts' room)
     DEC_HDR = 32,         // the barrier counter's 128-byte line
     DEC_STATE_WORDS = DEC_HDR + DEC_PASSES * DEC_BINS + 2 * DEC_MAX_CTAS,
@@ -138,29 +144,23 @@ __device__ __forceinline__ void dec_sum2(DecShared& sh, u32& a, u32& b) {
 }
 
 // Thread t's bins [t per, t per + per) of the row's histogram of a pass
-// (per = nb / DEC_THREADS: 8 or 4): the row's global sums `gh` (the grid
-// form), or the sums over the cluster's CTAs of their shared histograms at
-// `hist` (the cluster form, in rank order: integer sums, any order is exact).
+// (per = nb / DEC_THREADS): the row's global sums `gh` (the grid form: per
+// 8 or 4), or the sums over the cluster's CTAs of their shared histograms
+// at `hist` (the cluster form: per 1; in rank order, integer sums: any
+// order is exact).
 __device__ __forceinline__ void dec_bins(const DecodeParams& P, const u32* gh, const u32* hist, u32 per,
                                          u32 (&c)[8]) {
     const int tid = threadIdx.x;
     uint4 v0 = make_uint4(0u, 0u, 0u, 0u), v1 = v0;
     if (P.cluster) {
-        // Every rank's loads issued before the first sum (in flight at once:
+        // Every rank's load issued before the first sum (in flight at once:
         // one remote round trip, not one a rank).
-        const u32 at = smem_at(hist + tid * per);
-        uint4 x[DEC_CLUSTER_MAX], y[DEC_CLUSTER_MAX];
+        const u32 at = smem_at(hist + tid);
+        u32 x[DEC_CLUSTER_MAX];
 #pragma unroll
-        for (int q = 0; q < DEC_CLUSTER_MAX; ++q) {
-            const u32 a = cluster_map(at, (u32)q);
-            x[q] = q < P.ctas ? cluster_ld4(a) : v0;
-            y[q] = q < P.ctas && per == 8 ? cluster_ld4(a + 16u) : v0;
-        }
+        for (int q = 0; q < DEC_CLUSTER_MAX; ++q) x[q] = q < P.ctas ? cluster_ld(cluster_map(at, (u32)q)) : 0u;
 #pragma unroll
-        for (int q = 0; q < DEC_CLUSTER_MAX; ++q) {
-            v0 = make_uint4(v0.x + x[q].x, v0.y + x[q].y, v0.z + x[q].z, v0.w + x[q].w);
-            v1 = make_uint4(v1.x + y[q].x, v1.y + y[q].y, v1.z + y[q].z, v1.w + y[q].w);
-        }
+        for (int q = 0; q < DEC_CLUSTER_MAX; ++q) v0.x += x[q];
     } else {
         v0 = ld_relaxed_v4(gh + tid * per);
         if (per == 8) v1 = ld_relaxed_v4(gh + tid * per + 4);
@@ -283,9 +283,14 @@ __device__ __forceinline__ void decode_select(const DecodeParams& P, int row, in
     u32 r = m, prefix = 0;
     int hi = 32;
     PDL_WAIT();  // the state's zeroes (fs_grid_init_all) before its first use
+    // Digits from the top: 11, 11 and 10 bits (the grid form: each pass a
+    // row barrier), or 8 bits four times (the cluster form: a pass's clear,
+    // scan and remote reads one bin a thread; its barriers are cheap).
+    const int digit = P.cluster ? DEC_CLUSTER_DIGIT : DEC_DIGIT;
+    const int passes = P.cluster ? DEC_CLUSTER_PASSES : DEC_PASSES;
 #pragma unroll 1
-    for (int pass = 0; pass < DEC_PASSES; ++pass) {
-        const int lo = pass == 0 ? 21 : pass == 1 ? 10 : 0;
+    for (int pass = 0; pass < passes; ++pass) {
+        const int lo = hi > digit ? hi - digit : 0;
         const u32 nb = 1u << (hi - lo);
         // The CTA's histogram of the pass, in the scratch's two halves by
         // pass parity: the cluster form's CTAs read each other's after the
@@ -298,7 +303,7 @@ __device__ __forceinline__ void decode_select(const DecodeParams& P, int row, in
             const u32 x = sk[i];
             if (hi >= 32 || (x >> hi) == prefix) atomicAdd(&hist[(x >> lo) & (nb - 1u)], 1u);
         }
-        u32* gh = st + DEC_HDR + pass * DEC_BINS;
+        u32* gh = st + DEC_HDR + pass * DEC_BINS;  // (the grid form: pass < DEC_PASSES)
         if (P.cluster) {
             cluster_sync();  // every CTA's bins counted
         } else {

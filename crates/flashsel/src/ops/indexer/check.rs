@@ -171,7 +171,9 @@ pub fn cases(quick: bool) -> Vec<IndexerCase> {
     // DECODE_CLUSTER_MAX_CTAS CTAs a row; each case also runs the grid form
     // of its plan): one CTA, four (the bench's 4,096 tokens), three in score
     // order over ties and pages, sixteen heads of 256 over f32 keys (two
-    // head passes); and the first width past it (five CTAs: the grid form).
+    // head passes), forty rows given three CTAs each instead of four (a CTA
+    // an SM), four CTAs of 512 blocks in score order; and the first width
+    // past it (nine CTAs: the grid form).
     let clustered = [
         (
             1usize,
@@ -188,7 +190,9 @@ pub fn cases(quick: bool) -> Vec<IndexerCase> {
         (1, 1024, 4, 128, DType::BF16, DType::BF16, Values::Ties, None, OutputOrder::Index, 512),
         (2, 700, 4, 128, DType::BF16, DType::F8E4M3, Values::Ties, Some(64), OutputOrder::Score, 300),
         (3, 1000, 16, 256, DType::F32, DType::F32, Values::Special, None, OutputOrder::Index, 700),
-        (2, 1025, 4, 64, DType::F32, DType::BF16, Values::Ties, None, OutputOrder::Index, 512),
+        (40, 1000, 4, 128, DType::BF16, DType::BF16, Values::Normal, Some(16), OutputOrder::Index, 512),
+        (4, 2048, 4, 128, DType::BF16, DType::BF16, Values::Ties, Some(64), OutputOrder::Score, 512),
+        (2, 2049, 4, 64, DType::F32, DType::BF16, Values::Ties, None, OutputOrder::Index, 512),
     ];
     for (j, &(rows, blocks, heads, dim, q, k, values, pages, order, kb)) in clustered.iter().enumerate() {
         if quick && j == 3 {

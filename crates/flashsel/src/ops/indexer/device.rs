@@ -317,14 +317,20 @@ const DECODE_MAX_CTAS: usize = 1024;
 /// row allows: fewer CTAs meet faster.
 const DECODE_MIN_CHUNK: usize = 256;
 /// The most CTAs a row of the fused decode kernel's cluster form
-/// (`qsa::DEC_CLUSTER_MAX`): rows of at most `4 * DECODE_MIN_CHUNK` blocks
-/// (4,096 tokens at ratio 4) meet at cluster barriers instead of global
-/// ones, in batches of at most one CTA an SM. Measured on the H200
-/// (perf-log v44): 1 x 4,096 tokens 12.21 -> 11.91 us, 8 x 4,096 13.17 ->
-/// 12.24, 64 x 4,096 at 2 CTAs a row 14.80 -> 13.67; 8 CTAs a row were
-/// slower (1 x 8,192: 12.70 -> 19.44), and so were batches whose clusters
-/// do not all fit at once (64 x 4,096 at 4 CTAs a row: 27.1).
+/// (`qsa::DEC_CLUSTER_MAX`), each with at most [`DECODE_CLUSTER_MAX_CHUNK`]
+/// blocks: rows of at most 2,048 blocks (8,192 tokens at ratio 4) meet at
+/// cluster barriers instead of global ones, in batches of at most one CTA
+/// an SM. Measured on the H200 (perf-log v44, the grid form's plan against
+/// the cluster form's): 1 x 4,096 tokens 12.19 -> 9.72 us, 8 x 4,096 13.05
+/// -> 10.07, 1 x 8,192 12.70 -> 12.44, 16 x 8,192 13.93 -> 13.22; 8 CTAs a
+/// row were slower (1 x 8,192: 19.44 with 11-bit digits), and so were
+/// batches whose clusters do not all fit at once (64 x 4,096 at 4 CTAs a
+/// row: 19.80 against 13.73 at 2).
 pub const DECODE_CLUSTER_MAX_CTAS: usize = 4;
+/// The most blocks a CTA of the cluster form takes (two scoring rounds);
+/// a row of more takes the grid form (64 x 4,096 tokens at 1 CTA a row:
+/// 17.87 us against 13.73 at 2).
+const DECODE_CLUSTER_MAX_CHUNK: usize = 2 * DECODE_MIN_CHUNK;
 /// The fused decode kernel's scratch for the histogram or the staged list
 /// (`qsa::DEC_SCRATCH_BYTES`).
 const DECODE_SCRATCH_BYTES: usize = 32_768;
@@ -380,9 +386,9 @@ fn decode_cta_smem(dev: &DeviceProps) -> usize {
 /// The fused decode kernel's plan for `spec` on a device, or `None` when the
 /// request is not a decode batch it takes: more than [`DECODE_MAX_ROWS`]
 /// rows, `k_blocks > DECODE_MAX_K`, or a row whose scores do not fit the
-/// GPU's shared memory at two CTAs an SM. Rows of at most
-/// [`DECODE_CLUSTER_MAX_CTAS`] CTAs in batches of at most one CTA an SM take
-/// the cluster form where the device has clusters. A pure function of the shape and
+/// GPU's shared memory at two CTAs an SM. Rows that [`DECODE_CLUSTER_MAX_CTAS`]
+/// CTAs of at most `DECODE_CLUSTER_MAX_CHUNK` blocks hold, in batches of at
+/// most one CTA an SM, take the cluster form where the device has clusters. A pure function of the shape and
 /// the device (not of the positions: the device cannot see them), so the
 /// chunks are sized by `NB`; the kernel splits each row by its own `V`.
 pub fn decode_plan(spec: &QsaIndexerSpec, dev: &DeviceProps) -> Option<DecodePlan> {
@@ -404,10 +410,21 @@ pub fn decode_plan(spec: &QsaIndexerSpec, dev: &DeviceProps) -> Option<DecodePla
     let waves = spec.rows.div_ceil(max_slots.min(spec.rows));
     let slots = spec.rows.div_ceil(waves);
     let ctas = (total / slots).min(DECODE_MAX_CTAS).min(spec.blocks.div_ceil(DECODE_MIN_CHUNK).max(min_ctas));
+    // The cluster form: at most DECODE_CLUSTER_MAX_CTAS CTAs a row (fewer
+    // where the batch would not fit a CTA an SM) of at most
+    // DECODE_CLUSTER_MAX_CHUNK blocks each.
+    if dev.clusters {
+        let fit = (dev.sm_count as usize / slots).min(ctas).min(DECODE_CLUSTER_MAX_CTAS);
+        if fit > 0 && spec.blocks.div_ceil(fit) <= DECODE_CLUSTER_MAX_CHUNK {
+            let tile_cap = spec.blocks.div_ceil(fit).next_multiple_of(8);
+            if tile_cap <= tile_max {
+                return Some(DecodePlan { ctas: fit, slots, tile_cap, smem: fixed + 4 * tile_cap, cluster: true });
+            }
+        }
+    }
     let tile_cap = spec.blocks.div_ceil(ctas).next_multiple_of(8);
     debug_assert!(tile_cap <= tile_max && ctas * slots <= total);
-    let cluster = dev.clusters && ctas <= DECODE_CLUSTER_MAX_CTAS && ctas * slots <= dev.sm_count as usize;
-    Some(DecodePlan { ctas, slots, tile_cap, smem: fixed + 4 * tile_cap, cluster })
+    Some(DecodePlan { ctas, slots, tile_cap, smem: fixed + 4 * tile_cap, cluster: false })
 }
 
 /// The widest rows (`NB`) the fused decode kernel is the default for: past
@@ -1355,7 +1372,8 @@ mod tests {
     }
 
     /// Rows of at most DECODE_CLUSTER_MAX_CTAS CTAs take the cluster form
-    /// where the device has clusters, at the same geometry as the grid form.
+    /// where the device has clusters (fewer CTAs a row where that makes the
+    /// batch fit a CTA an SM).
     #[test]
     fn decode_rows_of_few_ctas_take_clusters() {
         let h200 = DeviceProps::hopper(132);
@@ -1363,14 +1381,25 @@ mod tests {
         // 4,096 tokens: four CTAs of 256 blocks, one cluster.
         let p = plan(1, 1024, &h200);
         assert_eq!((p.ctas, p.slots, p.cluster), (4, 1, true));
-        // Up to four CTAs a row (1,024 blocks); the fifth is the grid form.
-        assert_eq!((plan(1, 1025, &h200).ctas, plan(1, 1025, &h200).cluster), (5, false));
+        // Up to four CTAs a row of up to 512 blocks (2,048); past them the
+        // grid form at 256 blocks a CTA.
+        let p = plan(1, 2048, &h200);
+        assert_eq!((p.ctas, p.tile_cap, p.cluster), (4, 512, true));
+        assert_eq!((plan(1, 1025, &h200).ctas, plan(1, 1025, &h200).cluster), (4, true));
+        assert_eq!((plan(1, 2049, &h200).ctas, plan(1, 2049, &h200).cluster), (9, false));
+        assert_eq!((plan(16, 2048, &h200).ctas, plan(16, 2048, &h200).cluster), (4, true));
         assert_eq!((plan(1, 200, &h200).ctas, plan(1, 200, &h200).cluster), (1, true));
         // At most a CTA an SM: 33 rows of four CTAs, 66 of two.
         assert_eq!((plan(33, 1024, &h200).ctas, plan(33, 1024, &h200).cluster), (4, true));
-        assert_eq!((plan(34, 1024, &h200).ctas, plan(34, 1024, &h200).cluster), (4, false));
         let p = plan(64, 500, &h200);
         assert_eq!((p.ctas, p.slots, p.cluster), (2, 64, true));
+        // 34-66 rows of 4,096 tokens: as many CTAs a row as a CTA an SM
+        // allows (three at 34-44 rows, two at 45-66, up to 512 blocks a
+        // CTA); wider rows: the grid form at four.
+        let p = plan(64, 1024, &h200);
+        assert_eq!((p.ctas, p.slots, p.tile_cap, p.cluster), (2, 64, 512, true));
+        assert_eq!((plan(34, 1024, &h200).ctas, plan(34, 1024, &h200).cluster), (3, true));
+        assert_eq!((plan(64, 1025, &h200).ctas, plan(64, 1025, &h200).cluster), (4, false));
         let p = plan(64, 65_536, &h200);
         assert_eq!((p.ctas, p.slots, p.cluster), (4, 64, false));
         assert!(!plan(1, 262_144, &h200).cluster && !plan(16, 262_144, &h200).cluster);
