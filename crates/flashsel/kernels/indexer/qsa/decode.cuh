@@ -59,8 +59,9 @@
 // rules, in the chain's order) and read nothing out of bounds.
 //
 // Cost: the scorer's (each visible block's key read once) plus, per row,
-// 2 to 5 row barriers (global, or the cluster's) and, per CTA, three to five passes over its chunk in
-// shared memory; global traffic besides the keys is the histograms' bins,
+// 2 to 5 global row barriers (the cluster form: 2 to 6 cluster barriers,
+// and one more a CTA at its end) and, per CTA, three to six passes over its
+// chunk in shared memory; global traffic besides the keys is the histograms' bins,
 // the ids, and (score order) the k composites. Measured (perf-log v37):
 // the selection adds ~11 us to the scoring at 1M tokens (264 CTAs), its
 // passes' latency chains.
@@ -80,10 +81,10 @@ enum : int {
     DEC_THREADS = SCORE_THREADS,
     DEC_WARPS = DEC_THREADS / 32,
     DEC_BINS = 2048,      // the widest digit, 11 bits
-    DEC_PASSES = 3,       // digits of 11, 11 and 10 bits
     DEC_DIGIT = 11,       // bits a digit (the last one: what is left)
-    DEC_CLUSTER_DIGIT = 8,   // the cluster form's: 256 bins, one a thread
-    DEC_CLUSTER_PASSES = 4,  // its digits of 8 bits
+    DEC_PASSES = (32 + DEC_DIGIT - 1) / DEC_DIGIT,  // 3: digits of 11, 11 and 10 bits
+    DEC_CLUSTER_DIGIT = 8,                          // the cluster form's: 256 bins, one a thread
+    DEC_CLUSTER_PASSES = 32 / DEC_CLUSTER_DIGIT,    // 4
     DEC_MAX_CTAS = 1024,  // CTAs a row (the per-CTA counts' room)
     DEC_HDR = 32,         // the barrier counter's 128-byte line
     DEC_STATE_WORDS = DEC_HDR + DEC_PASSES * DEC_BINS + 2 * DEC_MAX_CTAS,
@@ -92,6 +93,8 @@ enum : int {
 };
 enum : int { DEC_SCRATCH_BYTES = 32768 };  // the histogram and picked columns, or the staged list
 static_assert(DEC_MAX_K * 8 <= DEC_SCRATCH_BYTES, "the staged list fits the scratch");
+static_assert(DEC_CLUSTER_PASSES * DEC_CLUSTER_DIGIT == 32 && (1 << DEC_CLUSTER_DIGIT) == DEC_THREADS,
+              "the cluster form's digits: whole, one bin a thread");
 static_assert(2 * DEC_BINS * 4 + DEC_MAX_K * 4 <= DEC_SCRATCH_BYTES, "two histograms and the picked columns fit the scratch");
 
 // The launch's parameter block (ops/indexer/device.rs DecodeParams).
@@ -169,7 +172,8 @@ __device__ __forceinline__ void dec_bins(const DecodeParams& P, const u32* gh, c
     c[4] = v1.x, c[5] = v1.y, c[6] = v1.z, c[7] = v1.w;
 }
 
-// The crossing bin of the row's histogram (nb bins, 1024 or 2048; thread t
+// The crossing bin of the row's histogram (nb bins: 2048 or 1024, the
+// cluster form 256; thread t
 // holding bins [t per, t per + per) in c, dec_bins) from the top: the bin b
 // with above < r <= above + cnt, above the count in the bins above b.
 // Every thread returns the same triple.
@@ -315,10 +319,11 @@ __device__ __forceinline__ void decode_select(const DecodeParams& P, int row, in
             arrivals += (u32)P.ctas;
             grid_barrier(bar, arrivals);
         }
+        const u32 per = nb / DEC_THREADS;  // bins a thread
         u32 c[8];
-        dec_bins(P, gh, hist, nb / DEC_THREADS, c);
+        dec_bins(P, gh, hist, per, c);
         u32 b, above, cnt;
-        dec_crossing(sh, c, nb / DEC_THREADS, r, b, above, cnt);
+        dec_crossing(sh, c, per, r, b, above, cnt);
         r -= above;
         prefix = (prefix << (hi - lo)) | b;
         hi = lo;

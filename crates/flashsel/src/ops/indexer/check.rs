@@ -459,12 +459,10 @@ fn abs(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x.abs()).collect()
 }
 
-/// The device indexer paths a case runs: the grouped path (the case's
-/// groups, or the engine's), and the fused decode kernel where its plan
-/// takes the shape (a cluster plan also in the grid form, the same
-/// geometry).
-fn case_paths(e: &CudaEngine, c: &IndexerCase, ispec: &QsaIndexerSpec) -> Vec<IndexerPath> {
-    let rows = c.group.unwrap_or_else(|| super::device::indexer_group_rows(ispec));
+/// The device indexer paths a case runs: the grouped path of `rows` rows,
+/// and the fused decode kernel where its plan takes the shape (a cluster
+/// plan also in the grid form, the same geometry).
+fn paths_of(e: &CudaEngine, rows: usize, ispec: &QsaIndexerSpec) -> Vec<IndexerPath> {
     let mut out = vec![IndexerPath::Grouped { rows }];
     if let Some(p) = decode_plan(ispec, &e.props()) {
         out.push(IndexerPath::Decode(p));
@@ -473,6 +471,11 @@ fn case_paths(e: &CudaEngine, c: &IndexerCase, ispec: &QsaIndexerSpec) -> Vec<In
         }
     }
     out
+}
+
+/// A case's paths: [`paths_of`] with the case's groups, or the engine's.
+fn case_paths(e: &CudaEngine, c: &IndexerCase, ispec: &QsaIndexerSpec) -> Vec<IndexerPath> {
+    paths_of(e, c.group.unwrap_or_else(|| super::device::indexer_group_rows(ispec)), ispec)
 }
 
 /// Runs one case with fresh data from `rng`.
@@ -603,14 +606,7 @@ pub fn bad_values_check(e: &CudaEngine, rng: &mut Rng) -> Result<Outcome> {
     let width = ispec.width();
     let ids: CudaSlice<i32> = s.alloc_zeros(7 * width).map_err(cuda_err)?;
     let counts: CudaSlice<i32> = s.alloc_zeros(7).map_err(cuda_err)?;
-    let mut paths = vec![IndexerPath::Grouped { rows: 7 }];
-    if let Some(p) = decode_plan(&ispec, &e.props()) {
-        paths.push(IndexerPath::Decode(p));
-        if p.cluster {
-            paths.push(IndexerPath::Decode(p.with_cluster(false)));
-        }
-    }
-    for path in paths {
+    for path in paths_of(e, 7, &ispec) {
         let wb = e.qsa_indexer_workspace_bytes_on(&ispec, path)?;
         let ws: CudaSlice<u8> = s.alloc_zeros(wb.max(256)).map_err(cuda_err)?;
         let iargs = super::DeviceQsaIndexer {

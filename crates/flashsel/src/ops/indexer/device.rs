@@ -386,11 +386,12 @@ fn decode_cta_smem(dev: &DeviceProps) -> usize {
 /// The fused decode kernel's plan for `spec` on a device, or `None` when the
 /// request is not a decode batch it takes: more than [`DECODE_MAX_ROWS`]
 /// rows, `k_blocks > DECODE_MAX_K`, or a row whose scores do not fit the
-/// GPU's shared memory at two CTAs an SM. Rows that [`DECODE_CLUSTER_MAX_CTAS`]
-/// CTAs of at most `DECODE_CLUSTER_MAX_CHUNK` blocks hold, in batches of at
-/// most one CTA an SM, take the cluster form where the device has clusters. A pure function of the shape and
-/// the device (not of the positions: the device cannot see them), so the
-/// chunks are sized by `NB`; the kernel splits each row by its own `V`.
+/// GPU's shared memory at two CTAs an SM. Rows that
+/// [`DECODE_CLUSTER_MAX_CTAS`] CTAs of at most `DECODE_CLUSTER_MAX_CHUNK`
+/// blocks hold, in batches of at most one CTA an SM, take the cluster form
+/// where the device has clusters. A pure function of the shape and the
+/// device (not of the positions: the device cannot see them), so the chunks
+/// are sized by `NB`; the kernel splits each row by its own `V`.
 pub fn decode_plan(spec: &QsaIndexerSpec, dev: &DeviceProps) -> Option<DecodePlan> {
     if spec.rows == 0 || spec.rows > DECODE_MAX_ROWS || spec.k_blocks > DECODE_MAX_K || spec.blocks == 0 {
         return None;
