@@ -11,7 +11,9 @@
 #                                    (default 2), `flashsel bench --backend
 #                                    cuda --only GROUPS` of base, then new;
 #                                    then `flashsel check --only select` of
-#                                    new (CHECK=0 skips it; SEED, default 7)
+#                                    new (CHECK=0 skips it; SEED, default 7;
+#                                    FILTER=TEXT checks only the cases whose
+#                                    description contains TEXT)
 #
 # Every step runs under its own timeout and writes its log to $OUT before the
 # next starts, so a step that hangs costs its timeout, not the call's 600 s,
@@ -53,15 +55,16 @@ run)
         done
     done
     if [ "${CHECK:-1}" != 0 ]; then
-        step "check --only select --seed ${SEED:-7}: new"
-        timeout "${CHECK_TIMEOUT:-240}" "$AB/new/flashsel" check --only select --seed "${SEED:-7}" >"$OUT/check.log" 2>&1
+        step "check --only select --seed ${SEED:-7} ${FILTER:+--filter $FILTER}: new"
+        timeout "${CHECK_TIMEOUT:-240}" "$AB/new/flashsel" check --only select --seed "${SEED:-7}" \
+            ${FILTER:+--filter "$FILTER"} >"$OUT/check.log" 2>&1
         echo "rc=$?"
         tail -2 "$OUT/check.log"
     fi
     step done
     ;;
 *)
-    sed -n '2,20p' "${BASH_SOURCE[0]}"
+    sed -n '2,22p' "${BASH_SOURCE[0]}"
     exit 2
     ;;
 esac

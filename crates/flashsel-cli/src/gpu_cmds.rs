@@ -64,6 +64,11 @@ pub struct CheckArgs {
     #[arg(long, value_name = "SUITE", value_delimiter = ',',
           value_parser = PossibleValuesParser::new(["select", "indexer", "mla"]))]
     pub only: Vec<String>,
+    /// Run only the cases whose description (as the progress lines print
+    /// it) contains TEXT, e.g. `ranges`, `qsa`, `merge`, `decode`. Their
+    /// data differ from a whole run's: skipped cases draw none.
+    #[arg(long, value_name = "TEXT")]
+    pub filter: Option<String>,
 }
 
 /// `sm_90a`, `sm_80`, `compute_90`, ...
@@ -214,10 +219,16 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     eprintln!("device {} ({}), seed {}", e.device_name(), e.arch(), args.seed);
     e.warm_up().map_err(|e| e.to_string())?;
     let wants = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
-    let mla_failed = if wants("mla") { check_mla(&e, args)? } else { 0 };
+    let (mla_run, mla_failed) = if wants("mla") { check_mla(&e, args)? } else { (0, 0) };
+    // A filter that keeps no case has checked nothing: an error, not a pass.
+    let none_kept = |run: usize| match &args.filter {
+        Some(f) if run == 0 => Err(format!("no case's description contains --filter {f:?}")),
+        _ => Ok(()),
+    };
     // The indexer alone, unless the select suite (which holds it) runs.
     let indexer_only = !wants("select") && args.only.iter().any(|o| o == "indexer");
     if !wants("select") && !indexer_only {
+        none_kept(mla_run)?;
         return if mla_failed > 0 { Err(format!("{mla_failed} sparse MLA cases failed")) } else { Ok(()) };
     }
     let show = |i: usize, n: usize, o: &check::Outcome| {
@@ -229,9 +240,9 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
         }
     };
     let rep = if indexer_only {
-        check::run_indexer_suite(&e, args.quick, args.seed, show)
+        check::run_indexer_suite(&e, args.quick, args.seed, args.filter.as_deref(), show)
     } else {
-        check::run_suite(&e, args.quick, args.seed, show)
+        check::run_suite(&e, args.quick, args.seed, args.filter.as_deref(), show)
     }
     .map_err(|e| e.to_string())?;
     let paths: Vec<String> = rep.by_path.iter().map(|(p, n)| format!("{p:?} {n}")).collect();
@@ -250,16 +261,17 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
         }
         return Err(format!("{} of {} cases differ from the CPU engine", rep.failed, rep.run));
     }
+    none_kept(rep.run + mla_run)?;
     if mla_failed > 0 {
         return Err(format!("{mla_failed} sparse MLA cases failed"));
     }
     Ok(())
 }
 
-/// The sparse MLA suite; returns how many cases failed.
-fn check_mla(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Result<usize, String> {
+/// The sparse MLA suite; returns how many cases ran and how many failed.
+fn check_mla(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Result<(usize, usize), String> {
     use flashsel::ops::mla::check;
-    let rep = check::run_suite(e, args.quick, args.seed, |i, n, o| {
+    let rep = check::run_suite(e, args.quick, args.seed, args.filter.as_deref(), |i, n, o| {
         let split = if o.split { "split-KV + combine" } else { "one pass" };
         let path = format!("{} kernel, {split}", o.path.name());
         if o.ok {
@@ -281,5 +293,5 @@ fn check_mla(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Result<usize, 
     for f in &rep.failures {
         println!("FAILED {}: {}", f.case, f.detail);
     }
-    Ok(rep.failed)
+    Ok((rep.run, rep.failed))
 }

@@ -793,6 +793,9 @@ fn nvrtc_kernels_compile_only_lists_every_variant() {
 fn check_without_a_gpu_says_why() {
     let o = flashsel_without_gpu(&["check", "--quick"]);
     assert_fails(&o, 1, &["backend unavailable"]);
+    // --filter is taken (a usage error would exit 2).
+    let o = flashsel_without_gpu(&["check", "--only", "select", "--filter", "ranges"]);
+    assert_fails(&o, 1, &["backend unavailable"]);
 }
 
 // ------------------------------------------------------------- bench, info

@@ -599,15 +599,19 @@ pub struct MlaReport {
     pub failures: Vec<MlaOutcome>,
 }
 
-/// Runs every case, calling `progress` after each.
+/// Runs every case, or with `filter` those whose description contains it
+/// (their data then differ from a whole run's: skipped cases draw none),
+/// calling `progress` after each.
 pub fn run_suite(
     e: &CudaEngine,
     quick: bool,
     seed: u64,
+    filter: Option<&str>,
     mut progress: impl FnMut(usize, usize, &MlaOutcome),
 ) -> Result<MlaReport> {
     let mut rng = Rng::new(seed ^ 0x006d_6c61);
-    let cases = cases(quick);
+    let cases: Vec<MlaCase> =
+        cases(quick).into_iter().filter(|c| filter.is_none_or(|f| c.describe().contains(f))).collect();
     let mut rep = MlaReport::default();
     for (i, c) in cases.iter().enumerate() {
         let o = run_case(e, c, &mut rng).unwrap_or_else(|err| MlaOutcome {

@@ -650,110 +650,106 @@ pub struct Report {
     pub short_cluster: usize,
 }
 
-/// Runs the suite (plus the graph-capture and chained-call checks), calling
-/// `progress` after each case. Stops at nothing: every case runs and is
-/// counted.
+/// One case of a run: its description (as the progress lines print it) and
+/// how to run it on the run's shared data stream.
+type Job<'a> = (String, Path, Box<dyn Fn(&mut Rng) -> Result<Outcome> + 'a>);
+
+/// Runs the jobs whose description contains `filter` (all without one), in
+/// order, on one data stream from `seed`, calling `progress` after each.
+/// Stops at nothing: every kept job runs and is counted; an error is a
+/// failed case on the path the job names. (A filter changes the data of
+/// the cases it keeps: the skipped ones draw nothing from the stream.)
+fn run_jobs(
+    jobs: Vec<Job<'_>>,
+    rng: &mut Rng,
+    filter: Option<&str>,
+    progress: &mut impl FnMut(usize, usize, &Outcome),
+) -> Report {
+    let jobs: Vec<Job<'_>> = jobs.into_iter().filter(|(name, _, _)| filter.is_none_or(|f| name.contains(f))).collect();
+    let mut rep = Report::default();
+    for (i, (name, path, run)) in jobs.iter().enumerate() {
+        let o = run(rng).unwrap_or_else(|err| Outcome::error(name.clone(), *path, err));
+        rep.record(&o);
+        progress(i + 1, jobs.len(), &o);
+    }
+    rep
+}
+
+/// Runs the suite (plus the graph-capture and chained-call checks, the QSA
+/// block selection, the indexer and the context-parallel merge), or with
+/// `filter` only the cases whose description contains it, calling
+/// `progress` after each. Stops at nothing: every case runs and is counted.
 pub fn run_suite(
     e: &CudaEngine,
     quick: bool,
     seed: u64,
+    filter: Option<&str>,
     mut progress: impl FnMut(usize, usize, &Outcome),
 ) -> Result<Report> {
+    use crate::ops::{qsa::check as qc, shard::check as sc};
     let mut rng = Rng::new(seed);
     let cases = suite(e, quick, &mut rng);
-    let mut rep = Report::default();
     // Graph capture of a grid geometry (cooperative launch) and of a split one.
     let graphs = [300_000usize, 1_000_000];
     // Back-to-back calls sharing a workspace: grid, split and row plans.
     let chains = [(1usize, 262_144usize, 512usize), (1, 2_097_152, 2048), (160, 8192, 256)];
-    let qsa = crate::ops::qsa::check::cases(quick);
+    let qsa = qc::cases(quick);
     let indexer = crate::ops::indexer::check::cases(quick);
-    let shard = crate::ops::shard::check::cases(quick);
-    let total = cases.len() + graphs.len() + chains.len() + qsa.len() + 2 + indexer.len() + 1 + shard.len();
-    for (i, c) in cases.iter().enumerate() {
-        let o = run_case(e, c, &mut rng).unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
-        rep.record(&o);
-        progress(i + 1, total, &o);
+    let shard = sc::cases(quick);
+    let mut jobs: Vec<Job<'_>> = Vec::new();
+    for c in &cases {
+        jobs.push((c.describe(), Path::Row, Box::new(move |rng| run_case(e, c, rng))));
     }
-    for (i, &cols) in graphs.iter().enumerate() {
-        let o = graph_replay_check(e, &mut rng, cols)
-            .unwrap_or_else(|err| Outcome::error(graph_case(cols), Path::Split, err));
-        rep.record(&o);
-        progress(cases.len() + i + 1, total, &o);
+    for cols in graphs {
+        jobs.push((graph_case(cols), Path::Split, Box::new(move |rng| graph_replay_check(e, rng, cols))));
     }
-    for (i, &(rows, cols, k)) in chains.iter().enumerate() {
-        let o = chained_calls_check(e, &mut rng, rows, cols, k)
-            .unwrap_or_else(|err| Outcome::error(chained_case(rows, cols, k), Path::Row, err));
-        rep.record(&o);
-        progress(cases.len() + graphs.len() + i + 1, total, &o);
+    for (rows, cols, k) in chains {
+        jobs.push((
+            chained_case(rows, cols, k),
+            Path::Row,
+            Box::new(move |rng| chained_calls_check(e, rng, rows, cols, k)),
+        ));
     }
-    // The QSA block selection (the token kernels' QSA rows) and device rows
-    // out of range.
-    let done = cases.len() + graphs.len() + chains.len();
-    for (i, c) in qsa.iter().enumerate() {
-        let o = crate::ops::qsa::check::run_case(e, c, &mut rng)
-            .unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
-        rep.record(&o);
-        progress(done + i + 1, total, &o);
+    // The QSA block selection (the token kernels' QSA rows), device rows
+    // out of range, the parity of every path.
+    for c in &qsa {
+        jobs.push((c.describe(), Path::Row, Box::new(move |rng| qc::run_case(e, c, rng))));
     }
-    let o = crate::ops::qsa::check::bad_rows_check(e, &mut rng)
-        .unwrap_or_else(|err| Outcome::error(crate::ops::qsa::check::bad_rows_case(), Path::Grid, err));
-    rep.record(&o);
-    let done = done + qsa.len() + 2; // the QSA cases, bad rows, parity
-    progress(done - 1, total, &o);
-    let o = crate::ops::qsa::check::parity_check(e, &mut rng)
-        .unwrap_or_else(|err| Outcome::error(crate::ops::qsa::check::parity_case(), Path::Row, err));
-    rep.record(&o);
-    progress(done, total, &o);
-    indexer_cases(e, &indexer, &mut rng, &mut rep, done, total, &mut progress);
-    let done = total - shard.len();
+    jobs.push((qc::bad_rows_case(), Path::Grid, Box::new(move |rng| qc::bad_rows_check(e, rng))));
+    jobs.push((qc::parity_case(), Path::Row, Box::new(move |rng| qc::parity_check(e, rng))));
+    indexer_jobs(e, &indexer, &mut jobs);
     // The context-parallel merge of simulated ranks (ops/shard/check.rs).
-    for (i, c) in shard.iter().enumerate() {
-        let o = crate::ops::shard::check::run_case(e, c, &mut rng)
-            .unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
-        rep.record(&o);
-        progress(done + i + 1, total, &o);
+    for c in &shard {
+        jobs.push((c.describe(), Path::Row, Box::new(move |rng| sc::run_case(e, c, rng))));
     }
-    Ok(rep)
+    Ok(run_jobs(jobs, &mut rng, filter, &mut progress))
 }
 
 /// The indexer's cases alone (`flashsel check --only indexer`): every
 /// [`crate::ops::indexer::check::cases`] case on each device path, then the
-/// device values out of range.
+/// device values out of range; with `filter`, those whose description
+/// contains it.
 pub fn run_indexer_suite(
     e: &CudaEngine,
     quick: bool,
     seed: u64,
+    filter: Option<&str>,
     mut progress: impl FnMut(usize, usize, &Outcome),
 ) -> Result<Report> {
     let mut rng = Rng::new(seed);
     let indexer = crate::ops::indexer::check::cases(quick);
-    let total = indexer.len() + 1;
-    let mut rep = Report::default();
-    indexer_cases(e, &indexer, &mut rng, &mut rep, 0, total, &mut progress);
-    Ok(rep)
+    let mut jobs: Vec<Job<'_>> = Vec::new();
+    indexer_jobs(e, &indexer, &mut jobs);
+    Ok(run_jobs(jobs, &mut rng, filter, &mut progress))
 }
 
-/// The indexer cases, then the device values out of range: cases
-/// `done + 1 ..= done + cases.len() + 1` of `total`.
-fn indexer_cases(
-    e: &CudaEngine,
-    cases: &[crate::ops::indexer::check::IndexerCase],
-    rng: &mut Rng,
-    rep: &mut Report,
-    done: usize,
-    total: usize,
-    progress: &mut impl FnMut(usize, usize, &Outcome),
-) {
+/// The indexer cases, then the device values out of range.
+fn indexer_jobs<'a>(e: &'a CudaEngine, cases: &'a [crate::ops::indexer::check::IndexerCase], jobs: &mut Vec<Job<'a>>) {
     use crate::ops::indexer::check as ic;
-    for (i, c) in cases.iter().enumerate() {
-        let o = ic::run_case(e, c, rng).unwrap_or_else(|err| Outcome::error(c.describe(), Path::Row, err));
-        rep.record(&o);
-        progress(done + i + 1, total, &o);
+    for c in cases {
+        jobs.push((c.describe(), Path::Row, Box::new(move |rng| ic::run_case(e, c, rng))));
     }
-    let o = ic::bad_values_check(e, rng).unwrap_or_else(|err| Outcome::error(ic::bad_values_case(), Path::Row, err));
-    rep.record(&o);
-    progress(done + cases.len() + 1, total, &o);
+    jobs.push((ic::bad_values_case(), Path::Row, Box::new(move |rng| ic::bad_values_check(e, rng))));
 }
 
 const CHAINED_CALLS: usize = 4;
@@ -937,5 +933,44 @@ mod tests {
         let normal = generate(Data::Normal, rows * cols, &mut Rng::new(12));
         let held = normal.chunks(cols).filter(|r| row_count_above_sample_rank(r, k, 3.0) >= k).count();
         assert_eq!(held, rows);
+    }
+
+    /// A filter keeps the jobs whose description contains it, in order, on
+    /// one data stream; an error counts as a failure on the job's path; no
+    /// filter keeps every job.
+    #[test]
+    fn run_jobs_keeps_what_the_filter_names() {
+        let ok = |name: &str| {
+            let name = name.to_string();
+            Box::new(move |rng: &mut Rng| {
+                Ok(Outcome {
+                    case: format!("{name} {}", rng.below(1000)),
+                    path: Path::Row,
+                    ctas_per_row: 1,
+                    grid_items: 0,
+                    short_kernel: None,
+                    ok: true,
+                    detail: String::new(),
+                })
+            }) as Box<dyn Fn(&mut Rng) -> Result<Outcome>>
+        };
+        let jobs = || -> Vec<Job<'static>> {
+            vec![
+                ("a ranges".into(), Path::Row, ok("a")),
+                ("b".into(), Path::Row, ok("b")),
+                ("c ranges".into(), Path::Grid, Box::new(|_: &mut Rng| Err(crate::contract::Error::Io("x".into())))),
+                ("d ranges".into(), Path::Row, ok("d")),
+            ]
+        };
+        let mut seen = Vec::new();
+        let rep = run_jobs(jobs(), &mut Rng::new(1), Some("ranges"), &mut |i, n, o| seen.push((i, n, o.case.clone())));
+        assert_eq!((rep.run, rep.failed), (3, 1));
+        assert_eq!(seen.iter().map(|(i, n, _)| (*i, *n)).collect::<Vec<_>>(), [(1, 3), (2, 3), (3, 3)]);
+        assert!(seen[0].2.starts_with("a ") && seen[1].2 == "c ranges" && seen[2].2.starts_with("d "));
+        assert_eq!(rep.failures[0].path, Path::Grid);
+        let all = run_jobs(jobs(), &mut Rng::new(1), None, &mut |_, _, _| {});
+        assert_eq!((all.run, all.failed), (4, 1));
+        let none = run_jobs(jobs(), &mut Rng::new(1), Some("qsa"), &mut |_, _, _| {});
+        assert_eq!(none.run, 0);
     }
 }
