@@ -65,7 +65,8 @@ def topk(
 ) -> _A | tuple[_A, _A]: ...
 def backends() -> dict[str, dict[str, Any]]: ...
 
-# QSA block selection (CPU engine; NumPy arrays or CPU tensors): (ids int32
+# QSA block selection (CPU engine: NumPy arrays, CPU tensors; CUDA engine: CUDA
+# tensors, on the current stream, graph-capturable): (ids int32
 # [T, k_blocks * ratio + ratio - 1], counts int32 [T]).
 def qsa_select(
     scores: _A,

@@ -73,12 +73,14 @@ def topk(
         ``"lowest"`` (default: NaN below ``-inf``) or ``"largest"`` (NaN above
         ``+inf``, like ``torch.topk``).
     starts
-        Per-row range starts (DSA's ``ks``; CPU engine so far): row ``i``
+        Per-row range starts (DSA's ``ks``): row ``i``
         selects among columns ``starts[i] .. lengths[i]`` (half-open, ends
         default to ``cols``); indices stay absolute column numbers. A query at
         position ``t`` that may attend to its own key passes ``lengths[i] = t +
         1``. One int32/int64 entry per row, or a scalar for every row; each in
-        ``0..=end``. CUDA tensors with ``starts`` raise ``NotImplementedError``.
+        ``0..=end``; for CUDA inputs as ``lengths`` (a tensor's values are
+        not checked: a row whose range is out of bounds comes out as all
+        padding).
     return_values
         Also return the selected scores, bit for bit in the input dtype
         (native byte order; ``-inf`` where padded, i.e. ``0xFF80`` for bf16
@@ -675,7 +677,7 @@ def _topk_cuda(
 
 
 # ---------------------------------------------------------------------------
-# QSA block selection (CPU engine)
+# QSA block selection (the CPU engine; CUDA tensors through _qsa_cuda)
 # ---------------------------------------------------------------------------
 
 
@@ -718,15 +720,19 @@ def qsa_select(
     ``page_table[seq, tok // page_size] * page_size + tok % page_size``.
 
     ``scores``: ``[T, NB]`` block scores, a NumPy array (float32, float16,
-    bfloat16 or its uint16/int16 bit patterns) or a CPU torch tensor; the CPU
-    engine runs it (CUDA tensors are not supported yet). ``positions``:
-    ``[T]`` int32 or int64. Returns ``(ids, counts)``: int32 ``[T, width]``
-    and int32 ``[T]`` (NumPy arrays, or CPU tensors for tensor input).
+    bfloat16 or its uint16/int16 bit patterns) or a torch tensor on the CPU
+    (the CPU engine) or a CUDA device (the CUDA engine: one launch on the
+    current stream, no host synchronisation, capturable in a CUDA graph;
+    ``positions``, ``page_table`` and ``seq_ids`` should then be CUDA
+    tensors on the scores' device, as host data is copied over, and their
+    device values are not checked: an out-of-range row is all ``-1``, count
+    0). ``positions``: ``[T]`` int32 or int64. Returns ``(ids, counts)``:
+    int32 ``[T, width]`` and int32 ``[T]`` (NumPy arrays, or tensors on the
+    scores' device for tensor input), the same bytes on both engines.
 
     Raises ``TypeError`` for unsupported types, ``ValueError`` for bad shapes
-    or options, a position whose ``V`` exceeds ``NB``, a negative position, or
-    a token whose page the table lacks, ``NotImplementedError`` for CUDA
-    tensors.
+    or options and, for host data, a position whose ``V`` exceeds ``NB``, a
+    negative position, or a token whose page the table lacks.
     """
     order = _check_option("order", order, _ORDERS)
     nan = _check_option("nan", nan, _NANS)

@@ -82,12 +82,17 @@ def qsa_scores(
     -------
     scores
         float32 ``[T, NB]``: a NumPy array, or a tensor on q's device when
-        ``q`` is a tensor (CUDA: returned without waiting, the same bytes as
-        the CPU engine). The arithmetic and its summation order are fixed
-        (docs/semantics.md): the same bytes on every run, in any batch. Against
-        the exact value the error is at most ``(d + H + 2) * 2**-24 * M +
-        (d * H + 1) * 2**-149`` with ``M = sum over h, j of |q[t, h, j] *
-        kbar[b, j]| / sqrt(d)``. A NaN input gives a NaN score.
+        ``q`` is a tensor (CUDA: returned without waiting). Each engine's
+        arithmetic and summation order are fixed (docs/semantics.md): the
+        same bytes on every run, in any batch. The CPU engine's error
+        against the exact value is at most ``(d + H + 2) * 2**-24 * M + (d
+        * H + 1) * 2**-149`` with ``M = sum over h, j of |q[t, h, j] *
+        kbar[b, j]| / sqrt(d)``. The CUDA engine scores on tensor cores in
+        its own order: its own bits (not the CPU engine's), the same on
+        every run on one GPU model, within its own stated bound
+        (docs/semantics.md, "The CUDA engine"); an infinite float32 q value
+        beside float32 keys is not handled there (it can give NaN). A NaN
+        input gives a NaN score.
 
     Raises
     ------
