@@ -237,3 +237,16 @@ def test_int16_tensors_are_refused_with_a_hint():
             flashsel.topk(x, 2)
     with pytest.raises(TypeError, match="torch.float32, torch.float16 or torch.bfloat16"):
         flashsel.topk(torch.zeros(3, 8, dtype=torch.int32, device=DEV), 2)
+
+
+def test_int64_lengths_past_int32_are_out_of_range_rows():
+    # docs/semantics.md (Errors): int64 device lengths are clamped into
+    # [-1, 2^31 - 1] before the kernel sees them, so 2^32 + 5 is a row out of
+    # range (all padding), never one wrapped into 5 columns.
+    x = data("normal", 4, 1000, torch.float32, seed=8)
+    lens = torch.tensor([2**32 + 5, 5, -(2**32) + 5, 1000], dtype=torch.int64, device=DEV)
+    gi, gv = flashsel.topk(x, 10, lengths=lens, return_values=True)
+    wi, wv = cpu_ref(x, 10, torch.tensor([0, 5, 0, 1000], dtype=torch.int32))
+    assert torch.equal(gi[[0, 2]].cpu(), torch.full((2, 10), -1, dtype=torch.int32))
+    assert torch.equal(gi[[1, 3]].cpu(), wi[[1, 3]])
+    assert torch.equal(gv[[1, 3]].cpu().view(torch.int32), wv[[1, 3]].view(torch.int32))

@@ -207,3 +207,17 @@ def test_split_kv_is_deterministic_and_empty_rows():
     out, m, lse = flashsel.sparse_mla_prefill(cq[:1].expand(2, -1, -1), ckv, bad, 0.04,
                                               attn_sink=torch.full((1,), float("inf"), device="cuda"))
     assert torch.all(out == 0) and torch.all(lse == float("inf")) and torch.all(m == float("-inf"))
+
+
+def test_int64_topk_length_past_int32_is_clamped_not_wrapped():
+    # docs/semantics.md: device topk_length values outside 0..=topk are
+    # clamped into it; an int64 2^32 + 5 is topk (not 5), a negative one 0.
+    rng = np.random.default_rng(10)
+    q, kv, idx, _, _ = prefill_inputs(rng, 3, 600, 8, 512, 128, torch.bfloat16)
+    cq, ckv, cidx = cuda(q, kv, idx)
+    big = torch.tensor([2**32 + 5, 2**40, -(2**32) + 5], dtype=torch.int64, device="cuda")
+    same = torch.tensor([128, 128, 0], dtype=torch.int32, device="cuda")
+    got = flashsel.sparse_mla_prefill(cq, ckv, cidx, 0.04, topk_length=big)
+    want = flashsel.sparse_mla_prefill(cq, ckv, cidx, 0.04, topk_length=same)
+    for x, y in zip(got, want):
+        assert torch.equal(x.view(torch.int32), y.view(torch.int32))

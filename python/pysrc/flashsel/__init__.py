@@ -5,14 +5,14 @@ block scores into the token ids (or KV slots) a query attends to;
 :func:`qsa_scores` computes those block scores from the indexer's queries
 and block keys, :func:`qsa_indexer` both at once without the score matrix; :func:`sparse_mla_prefill` and
 :func:`sparse_mla_decode` are the sparse attention that reads the selected
-indices, with FlashMLA's semantics (the float64 reference on the CPU so
-far); :func:`backends` says what can run here; ``__version__`` is the
+indices, with FlashMLA's semantics (the float64 reference on the CPU, the
+CUDA kernels on CUDA tensors); :func:`backends` says what can run here; ``__version__`` is the
 package version. Those are the public names (``__all__``, ``dir(flashsel)``); everything else is private. NumPy arrays and CPU torch tensors go to the CPU engine (the GIL is
 released while it runs); CUDA torch tensors go to the CUDA engine on the
 tensor's device and current stream, asynchronously.
 
-The contract (the same bytes on every backend)
-----------------------------------------------
+The selection contract (topk, qsa_select: the same bytes on every backend)
+--------------------------------------------------------------------------
 * Order: a larger score ranks higher. ``-0.0`` equals ``+0.0``.
 * NaN: ``nan="lowest"`` (default) ranks every NaN below ``-inf``;
   ``nan="largest"`` ranks it above ``+inf``, as ``torch.topk`` does.

@@ -40,6 +40,9 @@ def topk(
     nan: Nan = "lowest",
     return_values: Literal[False] = False,
     starts: Any = None,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
 ) -> _A: ...
 @overload
 def topk(
@@ -51,6 +54,9 @@ def topk(
     nan: Nan = "lowest",
     return_values: Literal[True],
     starts: Any = None,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
 ) -> tuple[_A, _A]: ...
 @overload
 def topk(
@@ -62,6 +68,9 @@ def topk(
     nan: Nan = "lowest",
     return_values: bool,
     starts: Any = None,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
 ) -> _A | tuple[_A, _A]: ...
 def backends() -> dict[str, dict[str, Any]]: ...
 
@@ -118,8 +127,8 @@ def qsa_indexer(
 ) -> tuple[_A, _A]: ...
 
 # Sparse MLA attention with FlashMLA's semantics (the float64 reference on
-# the CPU; NumPy arrays or CPU tensors, float32 / bfloat16; CUDA tensors raise
-# NotImplementedError). Prefill: q [s_q, h_q, d_qk], kv [s_kv, 1, d_qk],
+# the CPU for NumPy arrays and CPU tensors, float32 / bfloat16; the CUDA
+# kernels for CUDA tensors, all on one device, on the current stream). Prefill: q [s_q, h_q, d_qk], kv [s_kv, 1, d_qk],
 # indices int32 [s_q, 1, topk] -> (out [s_q, h_q, d_v] in q's dtype,
 # max_logits float32 [s_q, h_q], lse float32 [s_q, h_q]).
 def sparse_mla_prefill(

@@ -586,7 +586,12 @@ def _cuda_lengths(torch: Any, lengths: Any, device: Any, rows: int, cols: int) -
         raise ValueError(f"lengths must be a scalar or 1-D with one entry per row, got shape {tuple(lengths.shape)}")
     if lengths.shape[0] != rows:
         raise ValueError(f"lengths has {lengths.shape[0]} entries but scores has {_rows_phrase(rows)}")
-    return lengths.detach().to(torch.int32).contiguous()  # on the device, no host sync
+    lengths = lengths.detach()
+    if lengths.dtype == torch.int64:
+        # Into [-1, 2^31 - 1] first (docs/semantics.md, Errors): a large value
+        # is an out-of-range row, never one wrapped into range.
+        lengths = lengths.clamp(-1, 2**31 - 1)
+    return lengths.to(torch.int32).contiguous()  # on the device, no host sync
 
 
 def _cuda_starts(torch: Any, starts: Any, device: Any, rows: int) -> Any:

@@ -82,8 +82,9 @@ def sparse_mla_prefill(
         ``sm_scale * q . k``) and ``lse`` (natural-log sum of exp of those
         logits), float32 ``[s_q, h_q]``. A row with no valid index gives
         ``out = 0``, ``lse = +inf``, ``max_logits = -inf``. NumPy in, NumPy
-        out; a CPU tensor in, CPU tensors out. Computed in float64 and
-        rounded once.
+        out; a CPU tensor in, CPU tensors out. On the CPU computed in
+        float64 and rounded once; on CUDA within FlashMLA's tolerances of
+        that reference (docs/semantics.md).
 
     Raises
     ------
@@ -112,8 +113,9 @@ def sparse_mla_prefill(
 def _sparse_mla_prefill(
     q: Any, kv: Any, indices: Any, sm_scale: Any, d_v: Any, attn_sink: Any, topk_length: Any
 ) -> tuple[Any, Any, Any]:
-    """:func:`sparse_mla_prefill` on NumPy arrays and CPU tensors (the torch
-    operator's implementation), arguments unchecked."""
+    """:func:`sparse_mla_prefill` on NumPy arrays, CPU tensors (the float64
+    reference) and CUDA tensors (the kernels): the torch operator's
+    implementation, arguments unchecked."""
     torch = sys.modules.get("torch")
     is_torch = _is_tensor(torch, q)
     if torch is not None:
@@ -246,8 +248,9 @@ def _sparse_mla_decode(
     topk_length: Any,
     attn_sink: Any,
 ) -> tuple[Any, Any]:
-    """:func:`sparse_mla_decode` on NumPy arrays and CPU tensors (the torch
-    operator's implementation), arguments unchecked."""
+    """:func:`sparse_mla_decode` on NumPy arrays, CPU tensors (the float64
+    reference) and CUDA tensors (the kernels): the torch operator's
+    implementation, arguments unchecked."""
     torch = sys.modules.get("torch")
     is_torch = _is_tensor(torch, q)
     if torch is not None:
@@ -527,12 +530,17 @@ def _cuda_dtype(what: str, x: Any, torch: Any) -> str:
 
 def _cuda_int32(what: str, x: Any, torch: Any, *, strict: bool) -> Any:
     """``_int32_array``'s dtype checks on a CUDA tensor; an int64 tensor is
-    converted on the device (its values are not checked on the host)."""
+    clamped into ``[-1, 2^31 - 1]`` and converted on the device (its values
+    are not checked on the host; a clamped value stays out of range, never
+    wraps into it)."""
     ok = x.dtype == torch.int32 or (not strict and x.dtype == torch.int64)
     if not ok:
         want = "torch.int32" if strict else "torch.int32 or torch.int64"
         raise TypeError(f"{what} must be {want}, got {x.dtype}")
-    return x.detach().to(torch.int32).contiguous()
+    x = x.detach()
+    if x.dtype == torch.int64:
+        x = x.clamp(-1, 2**31 - 1)
+    return x.to(torch.int32).contiguous()
 
 
 def _cuda_sink(x: Any, h_q: int, torch: Any) -> Any:

@@ -6,14 +6,13 @@ implementation, so that :func:`flashsel.topk`, :func:`flashsel.qsa_select`,
 :func:`flashsel.qsa_scores`, :func:`flashsel.qsa_indexer`,
 :func:`flashsel.sparse_mla_prefill` and :func:`flashsel.sparse_mla_decode` on
 torch tensors trace into ``torch.compile`` graphs without a graph break
-(``fullgraph=True``); topk, qsa_select, qsa_scores and qsa_indexer are also
-captured by CUDA graphs.
+(``fullgraph=True``); on CUDA tensors all six are also captured by CUDA
+graphs.
 
 The sparse MLA operators run ``_mla._sparse_mla_prefill`` /
 ``_mla._sparse_mla_decode`` (the CPU float64 reference, or the CUDA kernels
 on CUDA tensors). Their fake implementations accept
-CUDA tensors (all on one device), so that code for the later CUDA kernel
-already traces; see :func:`_mla_prefill_fake`.
+CUDA tensors (all on one device); see :func:`_mla_prefill_fake`.
 
 This module imports torch, so flashsel imports it only when torch is already
 imported: ``flashsel/__init__.py`` does when torch was imported first, and the
@@ -261,7 +260,8 @@ def _mla_decode_impl(
     topk_length: torch.Tensor | None = None,
     attn_sink: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``flashsel::sparse_mla_decode`` on real tensors: ``_mla``'s CPU path."""
+    """``flashsel::sparse_mla_decode`` on real tensors: ``_mla``'s CPU
+    reference, or its CUDA kernels on CUDA tensors."""
     return _mla._sparse_mla_decode(q, k_cache, indices, sm_scale, d_v, is_fp8_kvcache, topk_length, attn_sink)
 
 
