@@ -152,9 +152,10 @@ def qsa_indexer(
     asynchronous call on the current stream, no host synchronisation,
     capturable in a CUDA graph, its workspace from torch's caching
     allocator) runs a decode batch (at most 64 queries, ``k_blocks <= 4096``,
-    rows whose scores fit the GPU's shared memory) as one fused kernel that
-    keeps the scores on chip and never writes them (workspace: 32,896 bytes
-    a query, plus ``8 * k_blocks`` in score order); larger batches are scored
+    ``NB <= 65,536``, rows whose scores fit the GPU's shared memory) as one
+    fused kernel that keeps the scores on chip and never writes them
+    (workspace: 32,896 bytes a query, plus ``8 * k_blocks`` in score order);
+    wider rows and larger batches are scored
     in groups of ``max(1, 64 MiB / (4 * NB))`` rows into that workspace,
     skipping the rows with ``V <= k_blocks`` and every block past a row's
     ``V``, and each group selected with :func:`qsa_select`'s kernels: score
