@@ -128,7 +128,8 @@ def qsa_indexer(
 
 # Sparse MLA attention with FlashMLA's semantics (the float64 reference on
 # the CPU for NumPy arrays and CPU tensors, float32 / bfloat16; the CUDA
-# kernels for CUDA tensors, all on one device, on the current stream). Prefill: q [s_q, h_q, d_qk], kv [s_kv, 1, d_qk],
+# kernels for CUDA tensors, all on one device, on the current stream).
+# Prefill: q [s_q, h_q, d_qk], kv [s_kv, 1, d_qk],
 # indices int32 [s_q, 1, topk] -> (out [s_q, h_q, d_v] in q's dtype,
 # max_logits float32 [s_q, h_q], lse float32 [s_q, h_q]).
 def sparse_mla_prefill(

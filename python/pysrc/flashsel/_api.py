@@ -586,12 +586,7 @@ def _cuda_lengths(torch: Any, lengths: Any, device: Any, rows: int, cols: int) -
         raise ValueError(f"lengths must be a scalar or 1-D with one entry per row, got shape {tuple(lengths.shape)}")
     if lengths.shape[0] != rows:
         raise ValueError(f"lengths has {lengths.shape[0]} entries but scores has {_rows_phrase(rows)}")
-    lengths = lengths.detach()
-    if lengths.dtype == torch.int64:
-        # Into [-1, 2^31 - 1] first (docs/semantics.md, Errors): a large value
-        # is an out-of-range row, never one wrapped into range.
-        lengths = lengths.clamp(-1, 2**31 - 1)
-    return lengths.to(torch.int32).contiguous()  # on the device, no host sync
+    return _clamped_int32(torch, lengths)  # on the device, no host sync
 
 
 def _cuda_starts(torch: Any, starts: Any, device: Any, rows: int) -> Any:
@@ -811,6 +806,18 @@ def _qsa_torch(
     return torch.from_numpy(ids), torch.from_numpy(counts)
 
 
+def _clamped_int32(torch: Any, x: Any) -> Any:
+    """A device int32 / int64 tensor as a contiguous int32 one, converted on
+    its device: int64 values are clamped into [-1, INT32_MAX] first
+    (docs/semantics.md, Errors), so a value outside int32 stays out of range
+    for the kernels (an all-padding row, a clamped length), never wraps into
+    range."""
+    x = x.detach()
+    if x.dtype == torch.int64:
+        x = x.clamp(-1, 2**31 - 1)
+    return x.to(torch.int32).contiguous()
+
+
 def _device_int32(torch: Any, what: str, x: Any, n: int, device: Any, owner: str = "scores") -> Any:
     """A per-row int32 vector of `n` entries on `device`, made without a host
     synchronisation. A CUDA tensor (int32 or int64, on `device`) is clamped
@@ -825,10 +832,7 @@ def _device_int32(torch: Any, what: str, x: Any, n: int, device: Any, owner: str
             raise TypeError(f"{what} must hold int32 or int64 values, got {x.dtype}")
         if x.dim() != 1 or x.shape[0] != n:
             raise ValueError(f"{what} must be 1-D with {n} entries (one per row), got shape {tuple(x.shape)}")
-        x = x.detach()
-        if x.dtype == torch.int64:
-            x = x.clamp(-1, 2**31 - 1)
-        return x.to(torch.int32).contiguous()
+        return _clamped_int32(torch, x)
     host = x.numpy() if isinstance(x, torch.Tensor) else x
     return torch.from_numpy(_int_vector(what, host, n, np.int32)).to(device)
 

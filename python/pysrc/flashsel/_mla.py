@@ -529,18 +529,16 @@ def _cuda_dtype(what: str, x: Any, torch: Any) -> str:
 
 
 def _cuda_int32(what: str, x: Any, torch: Any, *, strict: bool) -> Any:
-    """``_int32_array``'s dtype checks on a CUDA tensor; an int64 tensor is
-    clamped into ``[-1, 2^31 - 1]`` and converted on the device (its values
-    are not checked on the host; a clamped value stays out of range, never
-    wraps into it)."""
+    """``_int32_array``'s dtype checks on a CUDA tensor, converted on the
+    device by ``_api._clamped_int32`` (its values are not checked on the
+    host)."""
     ok = x.dtype == torch.int32 or (not strict and x.dtype == torch.int64)
     if not ok:
         want = "torch.int32" if strict else "torch.int32 or torch.int64"
         raise TypeError(f"{what} must be {want}, got {x.dtype}")
-    x = x.detach()
-    if x.dtype == torch.int64:
-        x = x.clamp(-1, 2**31 - 1)
-    return x.to(torch.int32).contiguous()
+    from . import _api  # noqa: PLC0415 - as in _launch_env
+
+    return _api._clamped_int32(torch, x)
 
 
 def _cuda_sink(x: Any, h_q: int, torch: Any) -> Any:

@@ -611,7 +611,7 @@ pub fn run_suite(
 ) -> Result<MlaReport> {
     let mut rng = Rng::new(seed ^ 0x006d_6c61);
     let cases: Vec<MlaCase> =
-        cases(quick).into_iter().filter(|c| filter.is_none_or(|f| c.describe().contains(f))).collect();
+        cases(quick).into_iter().filter(|c| crate::ops::select::check::filter_keeps(filter, &c.describe())).collect();
     let mut rep = MlaReport::default();
     for (i, c) in cases.iter().enumerate() {
         let o = run_case(e, c, &mut rng).unwrap_or_else(|err| MlaOutcome {

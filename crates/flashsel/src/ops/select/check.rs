@@ -654,6 +654,12 @@ pub struct Report {
 /// how to run it on the run's shared data stream.
 type Job<'a> = (String, Path, Box<dyn Fn(&mut Rng) -> Result<Outcome> + 'a>);
 
+/// Whether `flashsel check --filter` keeps the case `description`: no
+/// filter keeps every case, a filter those whose description contains it.
+pub(crate) fn filter_keeps(filter: Option<&str>, description: &str) -> bool {
+    filter.is_none_or(|f| description.contains(f))
+}
+
 /// Runs the jobs whose description contains `filter` (all without one), in
 /// order, on one data stream from `seed`, calling `progress` after each.
 /// Stops at nothing: every kept job runs and is counted; an error is a
@@ -665,7 +671,7 @@ fn run_jobs(
     filter: Option<&str>,
     progress: &mut impl FnMut(usize, usize, &Outcome),
 ) -> Report {
-    let jobs: Vec<Job<'_>> = jobs.into_iter().filter(|(name, _, _)| filter.is_none_or(|f| name.contains(f))).collect();
+    let jobs: Vec<Job<'_>> = jobs.into_iter().filter(|(name, _, _)| filter_keeps(filter, name)).collect();
     let mut rep = Report::default();
     for (i, (name, path, run)) in jobs.iter().enumerate() {
         let o = run(rng).unwrap_or_else(|err| Outcome::error(name.clone(), *path, err));
