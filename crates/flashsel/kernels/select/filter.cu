@@ -36,6 +36,10 @@
 //                 bound and appends its top min(k, n) to the row's slots; the
 //                 CTA that finishes last merges the slots (a copy when they
 //                 fit its buffer, else the same filter) and writes the row.
+//   The split token kernels (filter_tokens.cu) read a row from the 16-byte
+//   boundary at or below its first score and mask the elements before it
+//   (filter/span.cuh), so a range that starts anywhere loads as an aligned
+//   one; every column moves by the same offset, so the order is unchanged.
 //
 // INVARIANTS
 //   - Composites are unique within a row (the column is in the low word), so the

@@ -6,19 +6,21 @@
 
 #include "select/filter/compact.cuh"
 #include "select/filter/sort.cuh"
+#include "select/filter/span.cuh"
 
-// Writes the final row: the m sorted composites, then padding to k.
+// Writes the final row: the m sorted composites, then padding to k. `span`:
+// the row's first score.
 template <int TAG>
 __device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* out_idx, void* out_val,
-                          const void* row_scores, long long row) {
+                          const void* span, long long row) {
     for (u32 j = threadIdx.x; j < (u32)k; j += FS_BLOCK) {
         const long long o = row * (long long)k + j;
         if (j < m) {
             u64 c = buf[j];
             if (order_index) c = (c << 32) | (c >> 32);
-            const u32 col = composite_col(c);
+            const u32 col = composite_col(c);  // the plain kernels take no head (span.cuh)
             out_idx[o] = (int)col;
-            if (out_val) store_bits<TAG>(out_val, o, value_bits<TAG>((u32)(c >> 32), row_scores, col));
+            if (out_val) store_bits<TAG>(out_val, o, value_bits<TAG>((u32)(c >> 32), span, col));
         } else {
             write_padding<TAG>(out_idx, out_val, o);
         }
@@ -28,8 +30,8 @@ __device__ void write_row(const u64* buf, u32 m, int order_index, int k, int* ou
 // The token form of write_row (the *_tok_* kernels, select/tokens.cuh): the
 // m sorted composites as `ratio` ids each, the tail, -1 to the row's width,
 // and the row's count; values (ratio 1 only, the host checks) as write_row's.
-template <int TAG, typename Params>
-__device__ void write_tokens(const u64* buf, u32 m, int order_index, const Params& P, const void* row_scores, int row) {
+template <int TAG, bool HEAD, typename Params>
+__device__ void write_tokens(const u64* buf, u32 m, int order_index, const Params& P, const void* span, int row) {
     const Tokens& T = P.tok;
     const TokRow r = *tok_stash();
     const long long o0 = (long long)row * T.width;
@@ -39,9 +41,9 @@ __device__ void write_tokens(const u64* buf, u32 m, int order_index, const Param
             const u32 s = j / (u32)T.ratio, i = j - s * (u32)T.ratio;
             u64 c = buf[s];
             if (order_index) c = (c << 32) | (c >> 32);
-            const u32 col = composite_col(c);
+            const u32 col = span_col<TAG, HEAD>(composite_col(c), span);
             P.out_idx[o0 + j] = tok_id(T, r, r.start + (int)col * T.ratio + (int)i);
-            if (P.out_val) store_bits<TAG>(P.out_val, o0 + j, value_bits<TAG>((u32)(c >> 32), row_scores, col));
+            if (P.out_val) store_bits<TAG>(P.out_val, o0 + j, value_bits<TAG>((u32)(c >> 32), span, col));
         } else {
             P.out_idx[o0 + j] = tok_rest(T, r, j - sel);
             if (P.out_val) store_bits<TAG>(P.out_val, o0 + j, Elem<TAG>::NEG_INF);
@@ -315,9 +317,9 @@ __device__ __forceinline__ void finish_with(u64* buf, Shared& sh, int k, int cap
 
 template <int TAG>
 __device__ void finish_row(u64* buf, Shared& sh, int k, int cap, int order_index, int* out_idx, void* out_val,
-                           const void* row_scores, long long row) {
+                           const void* span, long long row) {
     finish_with<TAG>(buf, sh, k, cap, order_index, [&](const u64* b, u32 m) {
-        write_row<TAG>(b, m, order_index, k, out_idx, out_val, row_scores, row);
+        write_row<TAG>(b, m, order_index, k, out_idx, out_val, span, row);
     });
 }
 
@@ -336,11 +338,11 @@ __device__ __noinline__ u32 finish_sorted(u64* buf, Shared& sh, int k, int cap, 
 // takes it by reference copies the block to the stack: measured spills).
 // (Not finish_row with one more parameter: finish_row is a call, and its
 // code would change.)
-template <int TAG, typename Params>
+template <int TAG, bool HEAD, typename Params>
 __device__ __forceinline__ void finish_row_tok(u64* buf, Shared& sh, int k, int cap, int order_index,
-                                               const void* row_scores, int row, const Params& P) {
+                                               const void* span, int row, const Params& P) {
     const u32 m = finish_sorted<TAG>(buf, sh, k, cap, order_index);
-    write_tokens<TAG>(buf, m, order_index, P, row_scores, row);
+    write_tokens<TAG, HEAD>(buf, m, order_index, P, span, row);
     __syncthreads();
 }
 

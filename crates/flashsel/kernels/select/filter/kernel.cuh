@@ -23,12 +23,17 @@
 // Scan: grid (chunks, row slots). CTA (p, y) handles chunk p of rows
 // y, y + gridDim.y, ...; chunk p of a row of length len is
 // [p * L, min(len, (p + 1) * L)) with L = roundup(ceil(len / chunks), 8), so
-// work follows the active length, not the buffer width.
+// work follows the active length, not the buffer width. The split token
+// kernels count columns from the 16-byte boundary at or below the row's
+// first score, h before it (select/filter/span.cuh): the chunks cut [0, h +
+// len) so, chunk 0 from h, and every load is an aligned 16-byte one.
 
 template <int TAG, bool SPLIT, bool TOK, typename Params>
 __device__ void scan_impl(const Params& P) {
     typedef Elem<TAG> E;
     constexpr int TILE = FS_BLOCK * E::ITEMS;
+    // Heads (span.cuh) in the split token kernels only.
+    constexpr bool HEAD = TOK && SPLIT;
     __shared__ Shared sh;
     u64* buf = cta_buffer(P.gbuf, P.cap);
     const int tid = threadIdx.x;
@@ -44,9 +49,12 @@ __device__ void scan_impl(const Params& P) {
         reset(sh);
         const int len = row_span<TOK>(P, row).len;
         long long start, end;
-        chunk_range(len, P.chunks, p, start, end);
-        const void* row_scores = span_scores<TAG, TOK>(P, row);
+        if constexpr (!HEAD) chunk_range(len, P.chunks, p, start, end);
+        const void* span = span_scores<TAG, TOK>(P, row);
+        const u32 h = head_of<TAG, HEAD>(span);
+        const void* row_scores = filter_scores<TAG>(span, h);
         const bool aligned = aligned16(row_scores);
+        if constexpr (HEAD) filter_chunk(len, h, P.chunks, p, start, end);
 
         const long long t_row = PROF_CLOCK();
         // SAMPLING. A split row's CTAs all start from the row-wide key bound
@@ -79,10 +87,10 @@ __device__ void scan_impl(const Params& P) {
         for (int attempt = 0;; ++attempt) {  // uniform
             u32 rate0 = TILE;  // the first segment's pushes per tile, before any is measured
             if (sampled) {
-                rate0 = sample_lb<TAG, ROW_SAMPLE>(sh, row_scores, start, end, aligned, P.k, P.nan_largest, sd);
+                rate0 = sample_lb<TAG, ROW_SAMPLE>(sh, row_scores, sample_start<TAG, HEAD>(start), end, aligned, P.k, P.nan_largest, sd);
                 __syncthreads();
             }
-            stream<TAG, !SPLIT>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P, rate0);
+            stream<TAG, !SPLIT, HEAD>(buf, sh, row_scores, (u32)start, (u32)end, aligned, P, rate0);
             __syncthreads();
             if (!sampled || (long long)sh.count >= want) break;
             restart(sh, attempt == 0 ? PROF_ROW_RESTARTS : PROF_RESCUE_RESTARTS);
@@ -94,7 +102,7 @@ __device__ void scan_impl(const Params& P) {
             split_finish<TAG, TOK>(P, buf, sh, row, row_scores, aligned);
         } else {
             if constexpr (TOK) {
-                finish_row_tok<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, row_scores, row, P);
+                finish_row_tok<TAG, HEAD>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, row_scores, row, P);
             } else {
                 finish_row<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, P.out_idx, P.out_val,
                                 row_scores, row);
@@ -126,11 +134,13 @@ __device__ void prep_impl(const Params& P) {
     for (int row = blockIdx.y; row < P.rows; row += gridDim.y) {
         reset(sh);
         const int len = row_span<TOK>(P, row).len;
-        const void* row_scores = span_scores<TAG, TOK>(P, row);
+        const void* span = span_scores<TAG, TOK>(P, row);
+        const u32 h = head_of<TAG, TOK>(span);
+        const void* row_scores = filter_scores<TAG>(span, h);
         const bool aligned = aligned16(row_scores);
         const bool eligible = sampling_applies<TAG>(len, P.k);
         if (eligible) {
-            sample_lb<TAG, PREP_SAMPLE>(sh, row_scores, 0, len, aligned, P.k, P.nan_largest);
+            sample_lb<TAG, PREP_SAMPLE>(sh, row_scores, sample_start<TAG, TOK>(h), (long long)h + len, aligned, P.k, P.nan_largest);
             __syncthreads();
         }
         if (threadIdx.x == 0) {

@@ -27,6 +27,7 @@ __device__ __forceinline__ void load_slots(u64 (&c)[N], const u64* slots, u32 ba
     }
 }
 
+// row_scores, aligned: the scan's (TOK: from the row's head, span.cuh).
 template <int TAG, bool TOK, typename Params>
 __device__ __forceinline__ void split_finish(const Params& P, u64* buf, Shared& sh, int row, const void* row_scores,
                              bool aligned) {
@@ -82,17 +83,21 @@ __device__ __forceinline__ void split_finish(const Params& P, u64* buf, Shared& 
     }
     __syncthreads();
     const int len = row_len_again<TOK>(P, row);
+    // The row's first score (the plain kernels: the scan's pointer, h = 0).
+    const void* span = TOK ? span_again<TAG, TOK>(P, row) : row_scores;
     if (P.row_lb[row] != 0ull && (int)sh.count < (len < P.k ? len : P.k)) {
         // The row's sampled bound admitted fewer than min(k, len) elements (a
         // sample unrepresentative by over SAMPLE_SD standard deviations:
         // ~1.6e-4 of random rows; flashsel check builds such data): this CTA
-        // selects the whole row again (rescue).
-        rescue<TAG>(buf, sh, row_scores, 0, len, aligned, P.cap, P.k, P.nan_largest, len < P.k ? len : P.k, PROF_SPLIT_FALLBACKS);
+        // selects the whole row again (rescue), in the scan's columns.
+        const u32 h = head_of<TAG, TOK>(span);
+        rescue<TAG, TOK>(buf, sh, row_scores, h, (long long)h + len, aligned, P.cap, P.k, P.nan_largest,
+                         len < P.k ? len : P.k, PROF_SPLIT_FALLBACKS);
     }
     if constexpr (TOK) {
-        finish_row_tok<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, row_scores, row, P);
+        finish_row_tok<TAG, TOK>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, span, row, P);
     } else {
-        finish_row<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, P.out_idx, P.out_val, row_scores, row);
+        finish_row<TAG>(buf, sh, P.k, finish_cap(P.cap, P.stage), P.order_index, P.out_idx, P.out_val, span, row);
     }
     if (tid == 0) PROF_ADD(PROF_MERGE_CYCLES, PROF_CLOCK() - t_m);
 }

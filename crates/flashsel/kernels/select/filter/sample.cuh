@@ -26,6 +26,16 @@ __device__ __forceinline__ bool sampling_applies(long long range, int k) {
     return range >= (long long)SAMPLE_MIN_TILES * FS_BLOCK * Elem<TAG>::ITEMS && 8LL * k <= range;
 }
 
+// Where a sample of a range from `start` begins: `start` rounded up to a
+// 16-byte group where the kernel takes heads (span.cuh), so that its loads
+// are aligned (a sample need not see the range's first few elements;
+// eligible ranges hold >= 4 tiles, so it still begins before `end`).
+template <int TAG, bool HEAD>
+__device__ __forceinline__ long long sample_start(long long start) {
+    constexpr int VEC = Elem<TAG>::VEC;
+    return HEAD ? (start + VEC - 1) & ~(long long)(VEC - 1) : start;
+}
+
 // A sampled bound let fewer than min(k, len) elements through: empty the
 // buffer and drop the bound, so the caller streams its range again exactly
 // (fs_prof[slot] counts it).

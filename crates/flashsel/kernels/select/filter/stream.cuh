@@ -46,7 +46,9 @@ __device__ __forceinline__ void fast_run(Stage<TAG>& ring, u64* buf, Shared& sh,
 
 // Streams [start, end) of one row through the filter into the buffer.
 // Out of line, so that the streaming loop keeps its registers whatever the
-// caller holds.
+// caller holds. HEAD (the split token kernels, span.cuh): the tiles start at the
+// 16-byte group at or below `start`, and the first tile's elements before
+// `start` (thread 0's first group) are cleared from its mask.
 //
 // SEGMENTS. Barriers come only at checkpoints between segments of tiles. At a
 // checkpoint with n composites buffered, (cap - n) / TILE tiles fit whatever
@@ -56,7 +58,7 @@ __device__ __forceinline__ void fast_run(Stage<TAG>& ring, u64* buf, Shared& sh,
 // exceeds cap at the next checkpoint, the segment is discarded (count reset)
 // and streamed again as a safe one. Either way nothing is lost, and lb is read
 // only at checkpoints (between them it is stale-low: admits more, never fewer).
-template <int TAG, bool STAGED>
+template <int TAG, bool STAGED, bool HEAD>
 __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_scores, u32 start,
                                           u32 end, bool aligned, int cap, int k, int nan_largest, u32 rate0) {
     typedef Elem<TAG> E;
@@ -69,11 +71,14 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
     uint4 nxt[NV];
     // Staged: the tiles ahead are in flight into the ring (Stage).
     Stage<TAG> ring(cap);
-    u32 base = start;
+    // The tiles from `start` rounded down to a 16-byte group (`start` itself
+    // stays the range's first element: no register more in the loop).
+    const u32 first = HEAD ? start & ~(u32)(E::VEC - 1) : start;
+    u32 base = first;
     if constexpr (STAGED) ring.fill(row_scores, base, end, aligned);
     else load_tile<TAG>(nxt, row_scores, base, end, aligned);
     u32 left = 0;  // tiles before the next checkpoint (uniform)
-    u32 seg_base = start;
+    u32 seg_base = first;
     u32 seg_n = 0, rate = rate0;  // pushes per tile: expected (a sampled bound) or TILE
     // Entries below `keyed` hold composites, those from it on raw ones (see
     // push_tile); set at the first checkpoint, before any push.
@@ -106,7 +111,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
             if (base >= end) break;
             if (n + TILE > (u32)cap) {
                 const long long t0 = PROF_CLOCK();
-                to_keys<TAG>(buf, keyed, n, start, nan_largest);
+                to_keys<TAG>(buf, keyed, n, HEAD ? start & ~(u32)(E::VEC - 1) : start, nan_largest);
                 __syncthreads();
                 compact<E::TOP_BIT>(buf, sh, n, (u32)k, ((u32)cap - TILE + (u32)k) / 2);
                 n = sh.count;
@@ -131,7 +136,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
                 // test of the loop below hoisted out (per tile: the ring,
                 // ge_mask, the pushes). Tested here, once per segment, so the
                 // loop below pays nothing for it.
-                if (aligned && bd.fast && bd.all_ties &&
+                if (aligned && bd.fast && bd.all_ties && (!HEAD || base >= start) &&
                     end - base >= (u32)(Stage<TAG>::DEPTH * TILE)) {  // uniform
                     u32 r = (end - base - (u32)((Stage<TAG>::DEPTH - 1) * TILE)) / TILE;
                     r = r < left ? r : left;
@@ -156,7 +161,9 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
             if (base + TILE < end) load_tile<TAG>(nxt, row_scores, base + TILE, end, aligned);
         }
         const u32 tile0 = base;
-        const bool full = base + TILE <= end;
+        // Whole and inside the range: a tile before `start` (the first, where
+        // the range does not start on a group) takes the exact filter.
+        const bool full = base + TILE <= end && (!HEAD || base >= start);
         u32 pass;
         if (full && bd.fast && bd.all_ties) {  // uniform
             pass = bd.unord ? ge_mask<TAG, true>(cur, bd) : ge_mask<TAG, false>(cur, bd);
@@ -169,6 +176,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
                                 : fast_mask<TAG, false, true>(cur, bd, tile0, tie);
         } else {
             pass = exact_mask<TAG>(cur, tile0, full ? 0xffffffffu : end - base, bd, nan_largest);
+            if (HEAD && tile0 < start && tid == 0) pass &= ~0u << (start - tile0);  // the elements before the range
         }
         push_tile<TAG>(buf, sh, pass, cur, tile0, (u32)cap);
         base += TILE;
@@ -176,7 +184,7 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
     }
     if constexpr (STAGED) ring.drain();  // nothing may land in the ring after this returns
     // The last checkpoint read n with no push after it: key what is raw.
-    to_keys<TAG>(buf, keyed, n, start, nan_largest);
+    to_keys<TAG>(buf, keyed, n, HEAD ? start & ~(u32)(E::VEC - 1) : start, nan_largest);
     __syncthreads();
 }
 
@@ -184,16 +192,16 @@ __device__ __noinline__ void stream_range(u64* buf, Shared& sh, const void* row_
 // RING: the kernel is built with the staged loop (the row path's; the split
 // kernel without it: its code alone, never run, measured 1 us slower on 64 x
 // 131,072).
-template <int TAG, bool RING>
+template <int TAG, bool RING, bool HEAD>
 __device__ __forceinline__ void stream(u64* buf, Shared& sh, const void* row_scores, u32 start, u32 end,
                                        bool aligned, const ScanParams& P, u32 rate0) {
     if constexpr (RING && !FS_GLOBAL_BUF && Stage<TAG>::DEPTH >= 2) {
         if (P.stage) {  // uniform
-            stream_range<TAG, true>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest, rate0);
+            stream_range<TAG, true, HEAD>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest, rate0);
             return;
         }
     }
-    stream_range<TAG, false>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest, rate0);
+    stream_range<TAG, false, HEAD>(buf, sh, row_scores, start, end, aligned, P.cap, P.k, P.nan_largest, rate0);
 }
 
 // A sampled bound let fewer than `want` elements of [start, end) through, so
@@ -205,7 +213,7 @@ __device__ __forceinline__ void stream(u64* buf, Shared& sh, const void* row_sco
 // lb = 0 that pushes and compacts most of the range. fs_prof[slot] counts
 // rescues, fs_prof[30] the ones that fell through to lb = 0. (The row path
 // does the same in scan_impl's attempt loop.)
-template <int TAG>
+template <int TAG, bool HEAD>
 __device__ __noinline__ void rescue(u64* buf, Shared& sh, const void* row_scores, long long start, long long end,
                                     bool aligned, int cap, int k, int nan_largest, long long want, int slot) {
     // Scalars, not the ScanParams reference: a reference passed to an
@@ -215,14 +223,14 @@ __device__ __noinline__ void rescue(u64* buf, Shared& sh, const void* row_scores
     const long long range = end - start;
     restart(sh, slot);
     if (sampling_applies<TAG>(range, k)) {  // uniform
-        const u32 rate = sample_lb<TAG, 1>(sh, row_scores, start, end, aligned, k, nan_largest, (float)RESCUE_SD);
+        const u32 rate = sample_lb<TAG, 1>(sh, row_scores, sample_start<TAG, HEAD>(start), end, aligned, k, nan_largest, (float)RESCUE_SD);
         __syncthreads();
-        stream_range<TAG, false>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest, rate);
+        stream_range<TAG, false, HEAD>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest, rate);
         __syncthreads();
         if ((long long)sh.count >= want) return;  // uniform
         restart(sh, PROF_RESCUE_RESTARTS);
     }
-    stream_range<TAG, false>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest, (u32)TILE);
+    stream_range<TAG, false, HEAD>(buf, sh, row_scores, (u32)start, (u32)end, aligned, cap, k, nan_largest, (u32)TILE);
 }
 
 #endif  // FLASHSEL_SELECT_FILTER_STREAM_CUH
