@@ -91,7 +91,7 @@ fn lengths_for(c: &Case, rng: &mut Rng) -> Option<Vec<i32>> {
 
 /// Per-row ranges: the edges (empty at 0, one column, the last column,
 /// the whole row, k - 1, k and k + 1 columns from an odd start, empty at
-/// cols), then random.
+/// cols, the whole row from an odd start), then random.
 fn ranges_for(c: &Case, rng: &mut Rng) -> (Vec<i32>, Vec<i32>) {
     let (cols, k) = (c.cols, c.k);
     let odd = 1.min(cols);
@@ -104,6 +104,10 @@ fn ranges_for(c: &Case, rng: &mut Rng) -> (Vec<i32>, Vec<i32>) {
         (odd, (odd + k).min(cols)),
         (odd, (odd + k + 1).min(cols)),
         (cols, cols),
+        // The split token kernels read this row from the 16-byte boundary
+        // below its start (a head); on SampleTrap data its sampled bound
+        // fails and the rescue streams it again, head included.
+        (odd, cols),
     ];
     (0..c.rows)
         .map(|i| {
@@ -494,6 +498,15 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
             c.order = if page_size.is_some() { OutputOrder::Index } else { OutputOrder::Score };
             cases.push(c);
         }
+    }
+    // Split rows with heads whose sampled bound fails (the edge row from an
+    // odd start over SampleTrap data): the merge's rescue, head included.
+    for dtype in [DType::F32, DType::BF16] {
+        let mut c = base(64, 131_072, 2048, dtype, Data::SampleTrap { period: 8192 });
+        c.ranges = true;
+        c.page_size = Some(64);
+        c.order = OutputOrder::Index;
+        cases.push(c);
     }
     for (rows, cols, k) in [(5, 300_000, 700), (1, 262_144, 512), (100, 20_000, 512)] {
         let mut c = base(rows, cols, k, DType::F32, Data::ReluFew);
