@@ -7,6 +7,10 @@
 //!                                first chunk, plain 8192 x 2048 k 512 with and without lengths)
 //! flashsel-dev wide              the short path's wide kernel against the path the same rows take
 //!                                without it (few rows of <= 16,384 columns; QSA decode rows)
+//! flashsel-dev ranges            DSA's ranges to slots (64 x 131,072 f32, k 2048) beside the same rows
+//!                                without slots, with aligned starts, and as plain rows with lengths: what
+//!                                the ranges' heads and the slot write cost; built with `--features
+//!                                profile`, also the split token kernels' phase cycles per row
 //! flashsel-dev rowstats [N]      what the grid sampled pass sees on N+1 random 262,144-column rows (CPU)
 //! flashsel-dev cubin ARCH MODULE [OUT] [--profile]   the ptxas log of one module (select/filter,
 //!                                select/grid), and its cubin; --profile: the build with phase counters
@@ -16,7 +20,7 @@ use flashsel::cuda::compile::{self, Module};
 use flashsel::cuda::CudaEngine;
 use flashsel::data::{generate_seeded, Data, Rng};
 use flashsel::ops::select::check;
-use flashsel::{DType, NanPolicy, OutputOrder, ScoreElem, ScoresView, SelectSpec};
+use flashsel::{DType, NanPolicy, OutputOrder, PageMap, ScoreElem, ScoresView, SelectSpec};
 use half::bf16;
 
 /// The time mode's data seed (its single rows are timed twice on the same data).
@@ -360,6 +364,96 @@ fn time_wide(e: &CudaEngine) {
     e.set_short_cluster(cluster0);
 }
 
+/// DSA's bench shape (`flashsel bench --only dsa`: row r selects [1 + 7r,
+/// cols - 63 + r), k 2048, index order, slots through a random table of
+/// 64-token pages) in four forms, each timed (graph replays, median of 30)
+/// and checked against the CPU engine: ranges to slots; the same ranges
+/// without slots; starts rounded down to 16 bytes (no heads) to slots; and
+/// plain rows with lengths `end - start` from column 0. With the `profile`
+/// feature: each form's filter phase counters.
+fn time_ranges(e: &CudaEngine) {
+    let (rows, cols, k, page_size) = (64usize, 131_072usize, 2048usize, 64usize);
+    let mut rng = Rng::new(TIME_SEED);
+    let data = generate_seeded(Data::Normal, rows * cols, rng.next_u64());
+    let view = ScoresView::new(&data, rows, cols).unwrap();
+    let spec = SelectSpec::new(rows, cols, k, DType::F32).with_order(OutputOrder::Index);
+    let starts: Vec<i32> = (0..rows).map(|r| (1 + 7 * r) as i32).collect();
+    let ends: Vec<i32> = (0..rows).map(|r| (cols - (rows - 1 - r)) as i32).collect();
+    let aligned: Vec<i32> = starts.iter().map(|&s| s & !3).collect();
+    let lengths: Vec<i32> = starts.iter().zip(&ends).map(|(&s, &e)| e - s).collect();
+    let max_pages = cols.div_ceil(page_size);
+    let table = flashsel::data::page_table(&mut rng, 1, max_pages);
+    let seq_ids = vec![0i32; rows];
+    let pages = PageMap::new(&table, max_pages, page_size, &seq_ids).unwrap();
+    let median = |mut t: Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2] * 1e6
+    };
+    type Form<'a> = (&'a str, &'a [i32], Option<&'a PageMap<'a>>);
+    let forms: [Form; 3] = [
+        ("ranges, slots", &starts, Some(&pages)),
+        ("ranges", &starts, None),
+        ("aligned ranges, slots", &aligned, Some(&pages)),
+    ];
+    let plan = e.plan(&spec, true).unwrap();
+    #[cfg(feature = "profile")]
+    for m in [Module::SelectFilterTokens, Module::SelectFilter] {
+        e.take_profile(m, false).unwrap(); // the counts of earlier runs
+    }
+    for (name, s, p) in forms {
+        let (got, t) = e.time_select_ranges(&view, &spec, Some(s), Some(&ends), p, 30).unwrap();
+        let want = match p {
+            Some(m) => flashsel::cpu::select_ranges_paged(&view, &spec, Some(s), Some(&ends), m).unwrap(),
+            None => flashsel::cpu::select_ranges(&view, &spec, s, Some(&ends)).unwrap(),
+        };
+        println!(
+            "RANGES {name:<22} {:>8.2} us | path {} | verified {}",
+            median(t),
+            path_name(&plan),
+            if got.indices == want.indices { "ok" } else { "MISMATCH" }
+        );
+        print_filter_profile(e, Module::SelectFilterTokens, plan.ctas_per_row());
+    }
+    let (got, t) = e.time_select(&view, &spec, Some(&lengths), 30).unwrap();
+    let want = flashsel::cpu::select(&view, &spec, Some(&lengths)).unwrap();
+    println!(
+        "RANGES {:<22} {:>8.2} us | path {} | verified {}",
+        "plain, lengths",
+        median(t),
+        path_name(&plan),
+        if got.indices == want.indices { "ok" } else { "MISMATCH" }
+    );
+    print_filter_profile(e, Module::SelectFilter, plan.ctas_per_row());
+}
+
+/// A filter module's phase counters since the last read (common/profile.cuh:
+/// slots 0-4 per CTA row, 9-13 per finished row, 7 rescues), as averages;
+/// `ctas`: CTAs a row (the plan's). The `profile` feature only.
+#[cfg(feature = "profile")]
+fn print_filter_profile(e: &CudaEngine, module: Module, ctas: u32) {
+    let p = e.take_profile(module, false).unwrap();
+    let cta_rows = p[4].max(1) as f64;
+    let rows = (cta_rows / ctas.max(1) as f64).max(1.0);
+    println!(
+        "  cycles per CTA row ({:.0} of them): row {:.0}, after the stream {:.0}, loop compactions {:.0} ({:.2} a CTA row); \
+         per row ({rows:.0}): last CTA's merge {:.0}, finish compact {:.0}, sort {:.0}, write {:.0}, candidates {:.0}; \
+         rescues {}",
+        cta_rows,
+        p[0] as f64 / cta_rows,
+        p[3] as f64 / cta_rows,
+        p[1] as f64 / cta_rows,
+        p[2] as f64 / cta_rows,
+        p[9] as f64 / rows,
+        p[10] as f64 / rows,
+        p[11] as f64 / rows,
+        p[12] as f64 / rows,
+        p[13] as f64 / rows,
+        p[7]
+    );
+}
+#[cfg(not(feature = "profile"))]
+fn print_filter_profile(_: &CudaEngine, _: Module, _: u32) {}
+
 /// Per row: the keys at or above the sampled bound, the bins' shift, the
 /// crossing bin and, over the row's CTAs, the bins flushed (one global
 /// atomic each) and the keys selected.
@@ -393,7 +487,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mode = args.first().map(String::as_str).unwrap_or("");
     match mode {
-        "time" | "small" | "short" | "wide" => {
+        "time" | "small" | "short" | "wide" | "ranges" => {
             let e = CudaEngine::new(0).expect("a CUDA device");
             println!("device {} arch {} props {:?}", e.device_name(), e.arch(), e.props());
             let t = std::time::Instant::now();
@@ -403,6 +497,7 @@ fn main() {
                 "time" => time(&e),
                 "short" => time_short(&e),
                 "wide" => time_wide(&e),
+                "ranges" => time_ranges(&e),
                 _ => small(&e),
             }
         }
@@ -434,7 +529,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: flashsel-dev time | small | short | wide | rowstats [N] | cubin ARCH MODULE [OUT] [--profile]"
+                "usage: flashsel-dev time | small | short | wide | ranges | rowstats [N] | cubin ARCH MODULE [OUT] [--profile]"
             );
             std::process::exit(2);
         }
