@@ -234,7 +234,10 @@ __device__ __forceinline__ void score_chunk(const DecodeParams& P, int row, int 
         if (pass > 0) __syncthreads();  // every warp is done with the first half's fragments
         load_query_frags<Q_BF16, D, 1>(p, row, 1, h0, hn, qf);
         __syncthreads();
-        const bool mine = sum_row(padded_heads(hn), lane, 0, 0) == 0;  // this lane holds row 0's sums
+        // This lane holds row 0's sums; its R replicas share the writes, lane
+        // t taking the entries (m, j) with (2 m + j) % R == t % R.
+        const int hp = padded_heads(hn), R = sum_replicas(hp), rho = lane & (R - 1);
+        const bool mine = slot_row(hp, lane, 0, 0) == 0;
 #pragma unroll 1
         for (u32 g0 = start + (u32)warp * 32u; g0 < end; g0 += SCORE_WARPS * 32) {
             bool bad_page;
@@ -243,14 +246,14 @@ __device__ __forceinline__ void score_chunk(const DecodeParams& P, int row, int 
             float sum[2][1][4];
             warp_scores<Q_BF16, K, D, 1>(key_at, qf, hn, lane, sum);
             if (!mine) continue;
-#pragma unroll
-            for (int m = 0; m < 2; ++m)
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    const int i = 16 * m + (lane >> 2) + 8 * j;
-                    const u32 b = g0 + (u32)i;
-                    if (b >= end) continue;
-                    float s = sum[m][0][2 * j];
+#pragma unroll 1
+            for (int q0 = 0; q0 < 4; q0 += R) {  // R is warp-uniform
+                const int q = q0 + rho;  // the entry (m, j) = (q >> 1, q & 1)
+                const int i = 16 * (q >> 1) + (lane >> 2) + 8 * (q & 1);
+                const u32 b = g0 + (u32)i;
+                if (b < end) {
+                    const float s0 = q & 1 ? sum[0][0][2] : sum[0][0][0], s1 = q & 1 ? sum[1][0][2] : sum[1][0][0];
+                    float s = q & 2 ? s1 : s0;
                     u32& o = sk[b - start];
                     if (passes == 2 && pass == 0) {
                         o = __float_as_uint(s);
@@ -259,6 +262,7 @@ __device__ __forceinline__ void score_chunk(const DecodeParams& P, int row, int 
                     if (passes == 2) s = __uint_as_float(o) + s;
                     o = order_key<32>(__float_as_uint(finish_score(s, (bad >> i) & 1u, p.scale)), P.nan_largest);
                 }
+            }
         }
     }
 }

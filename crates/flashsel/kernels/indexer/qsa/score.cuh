@@ -193,8 +193,11 @@ __device__ __forceinline__ int padded_heads(int h) { return h <= 1 ? 1 : h <= 2 
 // Rows of a group of NT column tiles.
 __device__ __forceinline__ int group_rows(int hp, int nt) { return hp <= 8 ? nt * 8 / hp : nt / 2; }
 
-// The contract's relu: x if x > 0, NaN if NaN, else +0.0.
-__device__ __forceinline__ float relu(float x) { return (x > 0.f || isnan(x)) ? x : 0.f; }
+// The contract's relu: x if x > 0, NaN if NaN, else +0.0 (one unordered
+// compare and a select: "not x <= 0" holds for x > 0 and for NaN).
+__device__ __forceinline__ float relu(float x) { return !(x <= 0.f) ? x : 0.f; }
+// relu(x) where keep, else +0.0 (a head past H).
+__device__ __forceinline__ float relu_if(float x, bool keep) { return keep && !(x <= 0.f) ? x : 0.f; }
 
 // The B fragments of a group's query columns, in shared memory: entry
 // ((tq * KS + ks) * NT + nt) * 32 + lane holds lane's b0, b1 of step ks,
@@ -311,6 +314,15 @@ __device__ __forceinline__ void warp_scores_rows(const unsigned char* const (&ra
     // 8 n + 2t + 1 of blocks 16 m + g (entries 0, 1) and 16 m + g + 8 (2, 3).
     const int hp = HPC ? HPC : padded_heads(heads);
     const int hmask = hp <= 8 ? hp - 1 : 15;  // a column's head: col & hmask
+    // The lane's two heads: (8 n + 2 t) & hmask, the same for every n up to
+    // 8 heads, 8 (n & 1) + 2 t at sixteen (keep[n & 1]).
+    bool keep[2][2];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+        const int h0 = (8 * n + 2 * t) & hmask;
+        keep[n][0] = h0 < heads;
+        keep[n][1] = h0 + 1 < heads;
+    }
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -324,8 +336,7 @@ __device__ __forceinline__ void warp_scores_rows(const unsigned char* const (&ra
                     acc[m][n][2 * j + 1] = relu(x1);
                     continue;
                 }
-                const int h0 = (8 * n + 2 * t) & hmask;
-                float s = (h0 < heads ? relu(x0) : 0.f) + (h0 + 1 < heads ? relu(x1) : 0.f);
+                float s = relu_if(x0, keep[n & 1][0]) + relu_if(x1, keep[n & 1][1]);
                 if (hp >= 4) s = s + __shfl_xor_sync(FULL_MASK, s, 1);
                 if (hp >= 8) s = s + __shfl_xor_sync(FULL_MASK, s, 2);
                 if (hp == 16) {
@@ -357,30 +368,53 @@ __device__ __forceinline__ void warp_scores(const unsigned char* key_at, const u
 // A visible block's score from its relu sum: NaN for a page outside the
 // cache, else the scaled sum (NaN payloads made the one NaN).
 __device__ __forceinline__ float finish_score(float s, bool bad_page, float scale) {
-    if (bad_page) return __uint_as_float(0x7fc00000u);
     const float score = s * scale;
-    return isnan(score) ? __uint_as_float(0x7fc00000u) : score;
+    return bad_page || isnan(score) ? __uint_as_float(0x7fc00000u) : score;
+}
+
+// Lanes that hold the same finished sums after the head tree (t's low
+// bits): 1 at hp 1 and 2, 2 at hp 4 (t, t ^ 1), 4 at hp 8 and 16.
+__host__ __device__ constexpr int sum_replicas(int hp) { return hp <= 2 ? 1 : hp == 4 ? 2 : 4; }
+// Slots (n, e) a lane's finished sums use: e 1 at hp 1 only.
+__host__ __device__ constexpr int sum_slots(int hp) { return hp == 1 ? 2 : 1; }
+// sum_row for every lane that holds the sum (the row of its first replica).
+__device__ __forceinline__ int slot_row(int hp, int lane, int n, int e) {
+    return sum_row(hp, lane & ~(sum_replicas(hp) - 1), n, e);
 }
 
 // A warp's 32 blocks g0 .. g0 + 31 written from warp_scores' sums: the sum
 // of (block b, slot (n, e)) goes to dst[n] + e * out_stride + b where b <
-// upto[n][e]; bad: the blocks whose page entry is outside the cache.
-template <int NT>
+// upto[n][e] (rows by slot_row); bad: the blocks whose page entry is
+// outside the cache. R = sum_replicas, E = sum_slots of the rows' padded
+// heads: the R lanes that hold a sum share its writes, lane t taking the
+// entries (m, j) with (2 m + j) % R == t % R, so every lane writes 4 E / R
+// of its (m, j, e) entries a tile.
+template <int NT, int R, int E>
 __device__ __forceinline__ void write_sums(const ScoreParams& p, int g0, u32 bad, const float (&sum)[2][NT][4],
                                            float* const (&dst)[NT], const int (&upto)[NT][2], int lane) {
-    const int g = lane >> 2;
+    const int g = lane >> 2, rho = lane & (R - 1);
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int q0 = 0; q0 < 4; q0 += R) {
+        const int q = q0 + rho;  // the entry (m, j) = (q >> 1, q & 1)
+        const int i = 16 * (q >> 1) + g + 8 * (q & 1), b = g0 + i;
+        const bool bad_i = (bad >> i) & 1u;
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const int i = 16 * m + g + 8 * j, b = g0 + i;
-            const bool bad_i = (bad >> i) & 1u;
+        for (int n = 0; n < NT; ++n)
 #pragma unroll
-            for (int n = 0; n < NT; ++n)
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    if (b < upto[n][e]) dst[n][e * p.out_stride + b] = finish_score(sum[m][n][2 * j + e], bad_i, p.scale);
-        }
+            for (int e = 0; e < E; ++e) {
+                float s;
+                if (R == 1) {
+                    s = sum[q0 >> 1][n][2 * (q0 & 1) + e];
+                } else if (R == 2) {  // m = q0 / 2, j = rho
+                    s = rho ? sum[q0 >> 1][n][2] : sum[q0 >> 1][n][0];
+                } else {  // m = rho / 2, j = rho % 2
+                    const float s0 = rho & 1 ? sum[0][n][2] : sum[0][n][0];
+                    const float s1 = rho & 1 ? sum[1][n][2] : sum[1][n][0];
+                    s = rho & 2 ? s1 : s0;
+                }
+                if (b < upto[n][e]) dst[n][e * p.out_stride + b] = finish_score(s, bad_i, p.scale);
+            }
+    }
 }
 
 // The scorer's row checks: the row's V, or -1 for a row whose device values
@@ -447,11 +481,11 @@ __device__ __forceinline__ void score_run(const ScoreParams& p, const int* vis, 
     for (int n = 0; n < NT; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-            const int rr = sum_row(hp, lane, n, e);
+            const int rr = slot_row(hp, lane, n, e);
             const int v = rr >= 0 && rr < len ? vis[r0 + rr] : 0;
             upto[n][e] = v > lim ? v : 0;
         }
-        dst[n] = (float*)p.out + (long long)(row0 + r0 + max(sum_row(hp, lane, n, 0), 0)) * p.out_stride;
+        dst[n] = (float*)p.out + (long long)(row0 + r0 + max(slot_row(hp, lane, n, 0), 0)) * p.out_stride;
     }
 #pragma unroll 1
     for (int g0 = tile0 + warp * 32; g0 < end; g0 += SCORE_WARPS * 32) {
@@ -460,7 +494,14 @@ __device__ __forceinline__ void score_run(const ScoreParams& p, const int* vis, 
         const u32 bad = __ballot_sync(FULL_MASK, bad_page);
         float sum[2][NT][4];
         warp_scores<Q_BF16, K, D, NT>(key_at, qf, p.heads, lane, sum);
-        write_sums<NT>(p, g0, bad, sum, dst, upto, lane);
+        // f32 keys (registers): every lane writes its own slots; others: the
+        // replicas share the writes. Warp-uniform.
+        switch (K::TERMS > 1 ? 1 : hp) {
+        case 1: write_sums<NT, 1, 2>(p, g0, bad, sum, dst, upto, lane); break;
+        case 2: write_sums<NT, 1, 1>(p, g0, bad, sum, dst, upto, lane); break;
+        case 4: write_sums<NT, 2, 1>(p, g0, bad, sum, dst, upto, lane); break;
+        default: write_sums<NT, 4, 1>(p, g0, bad, sum, dst, upto, lane); break;
+        }
     }
 }
 

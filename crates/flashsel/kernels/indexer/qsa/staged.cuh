@@ -148,6 +148,20 @@ __device__ __forceinline__ void score_staged_impl(const ScoreParams& p) {
             int wend = 0;  // the group's last block to write this pass (warp-uniform)
             for (int rr = r0; rr < min(r0 + gr, nrows); ++rr)
                 if (live[rr]) wend = max(wend, vis[rr]);
+            // This lane's sums' rows (row group cg), their outputs and limits
+            // for the pass.
+            float* dst[NT];
+            int upto[NT][2];
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int rr = slot_row(hp, lane, n, e);
+                    const bool mine = rr >= 0 && rr < gr && r0 + rr < nrows && live[r0 + rr];
+                    upto[n][e] = mine ? vis[r0 + rr] : 0;
+                }
+                dst[n] = (float*)p.out + (long long)(row0 + r0 + max(slot_row(hp, lane, n, 0), 0)) * p.out_stride;
+            }
             // Tiles [tile0 + i T, + T) for i < tiles; stage i % S.
             const int tiles = (end - tile0 + STAGED_TILE - 1) / STAGED_TILE;
             auto issue = [&](int i) {
@@ -188,22 +202,7 @@ __device__ __forceinline__ void score_staged_impl(const ScoreParams& p) {
                     float sum[2][NT][4];
                     warp_scores_rows<Q_BF16, K, D, NT, HP>(ra, reinterpret_cast<const uint2*>(smem + cg * G::QF), p.heads,
                                                        lane, sum);
-                    // This lane's sums' rows (row group cg), their outputs
-                    // and limits (set here, not held across the loop:
-                    // registers on sm_86/89).
-                    float* dst[NT];
-                    int upto[NT][2];
-#pragma unroll
-                    for (int n = 0; n < NT; ++n) {
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int rr = sum_row(hp, lane, n, e);
-                            const bool mine = rr >= 0 && rr < gr && r0 + rr < nrows && live[r0 + rr];
-                            upto[n][e] = mine ? vis[r0 + rr] : 0;
-                        }
-                        dst[n] = (float*)p.out + (long long)(row0 + r0 + max(sum_row(hp, lane, n, 0), 0)) * p.out_stride;
-                    }
-                    write_sums<NT>(p, g0, bad, sum, dst, upto, lane);
+                    write_sums<NT, sum_replicas(HP), sum_slots(HP)>(p, g0, bad, sum, dst, upto, lane);
                 }
             }
             cp_async_wait<0>();  // the trailing empty groups
