@@ -437,7 +437,8 @@ fn print_filter_profile(e: &CudaEngine, module: Module, ctas: u32) {
     println!(
         "  cycles per CTA row ({:.0} of them): row {:.0}, after the stream {:.0}, loop compactions {:.0} ({:.2} a CTA row); \
          per row ({rows:.0}): last CTA's merge {:.0}, finish compact {:.0}, sort {:.0}, write {:.0}, candidates {:.0}; \
-         rescues {}",
+         rescues {}; bucket rank per row: {:.2} finishes, ranges {:.0}, histogram and scan {:.0}, scatter {:.0}, \
+         rank {:.0}",
         cta_rows,
         p[0] as f64 / cta_rows,
         p[3] as f64 / cta_rows,
@@ -448,7 +449,12 @@ fn print_filter_profile(e: &CudaEngine, module: Module, ctas: u32) {
         p[11] as f64 / rows,
         p[12] as f64 / rows,
         p[13] as f64 / rows,
-        p[7]
+        p[7],
+        p[14] as f64 / rows,
+        p[8] as f64 / rows,
+        p[15] as f64 / rows,
+        p[17] as f64 / rows,
+        p[31] as f64 / rows
     );
 }
 #[cfg(not(feature = "profile"))]
