@@ -193,11 +193,11 @@ __device__ __forceinline__ int padded_heads(int h) { return h <= 1 ? 1 : h <= 2 
 // Rows of a group of NT column tiles.
 __device__ __forceinline__ int group_rows(int hp, int nt) { return hp <= 8 ? nt * 8 / hp : nt / 2; }
 
-// The contract's relu: x if x > 0, NaN if NaN, else +0.0 (one unordered
-// compare and a select: "not x <= 0" holds for x > 0 and for NaN).
-__device__ __forceinline__ float relu(float x) { return !(x <= 0.f) ? x : 0.f; }
-// relu(x) where keep, else +0.0 (a head past H).
+// The contract's relu where keep, else +0.0 (a head past H): x if x > 0,
+// NaN if NaN, else +0.0 (one unordered compare and a select: "not x <= 0"
+// holds for x > 0 and for NaN).
 __device__ __forceinline__ float relu_if(float x, bool keep) { return keep && !(x <= 0.f) ? x : 0.f; }
+__device__ __forceinline__ float relu(float x) { return relu_if(x, true); }
 
 // The B fragments of a group's query columns, in shared memory: entry
 // ((tq * KS + ks) * NT + nt) * 32 + lane holds lane's b0, b1 of step ks,
@@ -382,6 +382,25 @@ __device__ __forceinline__ int slot_row(int hp, int lane, int n, int e) {
     return sum_row(hp, lane & ~(sum_replicas(hp) - 1), n, e);
 }
 
+// A lane's write slots for a run whose first row is `first`: dst[n] the row
+// of slot (n, 0) (slot (n, 1), hp 1 only: the next row), upto[n][e] =
+// limit(rr) for the slot's row rr of the run, 0 where this lane writes
+// nothing. shared: the replica lanes share the writes (write_sums with R =
+// sum_replicas(hp)); else the first replica writes them all (R = 1).
+template <int NT, typename Limit>
+__device__ __forceinline__ void lane_slots(const ScoreParams& p, int hp, int lane, bool shared, long long first,
+                                           Limit limit, float* (&dst)[NT], int (&upto)[NT][2]) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int rr = shared ? slot_row(hp, lane, n, e) : sum_row(hp, lane, n, e);
+            upto[n][e] = rr >= 0 ? limit(rr) : 0;
+        }
+        dst[n] = (float*)p.out + (first + max(slot_row(hp, lane, n, 0), 0)) * p.out_stride;
+    }
+}
+
 // A warp's 32 blocks g0 .. g0 + 31 written from warp_scores' sums: the sum
 // of (block b, slot (n, e)) goes to dst[n] + e * out_stride + b where b <
 // upto[n][e] (rows by slot_row); bad: the blocks whose page entry is
@@ -475,18 +494,15 @@ __device__ __forceinline__ void score_run(const ScoreParams& p, const int* vis, 
     // The rows of this lane's sums: their outputs (slot e 1, for hp 1 only,
     // is the next row) and the blocks they write (V, or 0 for a slot that
     // writes nothing).
+    // f32 keys (registers): the first replica writes every sum; others: the
+    // replicas share the writes.
+    constexpr bool SHARED = K::TERMS == 1;
     float* dst[NT];
     int upto[NT][2];
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-            const int rr = slot_row(hp, lane, n, e);
-            const int v = rr >= 0 && rr < len ? vis[r0 + rr] : 0;
-            upto[n][e] = v > lim ? v : 0;
-        }
-        dst[n] = (float*)p.out + (long long)(row0 + r0 + max(slot_row(hp, lane, n, 0), 0)) * p.out_stride;
-    }
+    lane_slots<NT>(p, hp, lane, SHARED, (long long)row0 + r0, [&](int rr) {
+        const int v = rr < len ? vis[r0 + rr] : 0;
+        return v > lim ? v : 0;
+    }, dst, upto);
 #pragma unroll 1
     for (int g0 = tile0 + warp * 32; g0 < end; g0 += SCORE_WARPS * 32) {
         bool bad_page;
@@ -494,9 +510,7 @@ __device__ __forceinline__ void score_run(const ScoreParams& p, const int* vis, 
         const u32 bad = __ballot_sync(FULL_MASK, bad_page);
         float sum[2][NT][4];
         warp_scores<Q_BF16, K, D, NT>(key_at, qf, p.heads, lane, sum);
-        // f32 keys (registers): every lane writes its own slots; others: the
-        // replicas share the writes. Warp-uniform.
-        switch (K::TERMS > 1 ? 1 : hp) {
+        switch (SHARED ? hp : 1) {  // warp-uniform
         case 1: write_sums<NT, 1, 2>(p, g0, bad, sum, dst, upto, lane); break;
         case 2: write_sums<NT, 1, 1>(p, g0, bad, sum, dst, upto, lane); break;
         case 4: write_sums<NT, 2, 1>(p, g0, bad, sum, dst, upto, lane); break;

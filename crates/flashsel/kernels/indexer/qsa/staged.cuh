@@ -152,16 +152,9 @@ __device__ __forceinline__ void score_staged_impl(const ScoreParams& p) {
             // for the pass.
             float* dst[NT];
             int upto[NT][2];
-#pragma unroll
-            for (int n = 0; n < NT; ++n) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int rr = slot_row(hp, lane, n, e);
-                    const bool mine = rr >= 0 && rr < gr && r0 + rr < nrows && live[r0 + rr];
-                    upto[n][e] = mine ? vis[r0 + rr] : 0;
-                }
-                dst[n] = (float*)p.out + (long long)(row0 + r0 + max(slot_row(hp, lane, n, 0), 0)) * p.out_stride;
-            }
+            lane_slots<NT>(p, hp, lane, true, (long long)row0 + r0, [&](int rr) {
+                return rr < gr && r0 + rr < nrows && live[r0 + rr] ? vis[r0 + rr] : 0;
+            }, dst, upto);
             // Tiles [tile0 + i T, + T) for i < tiles; stage i % S.
             const int tiles = (end - tile0 + STAGED_TILE - 1) / STAGED_TILE;
             auto issue = [&](int i) {
