@@ -2,9 +2,11 @@
 # Builds and runs the host emulations (needs g++ >= 12, no GPU): each kernel
 # source with its CUDA-only declarations rewritten for shim.h, compiled as
 # C++20, every case against a reference written from the contract.
-#   bash run.sh        both: the sparse MLA kernels, then the QSA scorer
-#   bash run.sh mla    the sparse MLA kernels (kernels/attention) only
-#   bash run.sh qsa    the QSA scorer (kernels/indexer/qsa) only
+#   bash run.sh         all: the sparse MLA kernels, the QSA scorer, the finish
+#   bash run.sh mla     the sparse MLA kernels (kernels/attention) only
+#   bash run.sh qsa     the QSA scorer (kernels/indexer/qsa) only
+#   bash run.sh finish  the filter's index-order and bucket-rank finish
+#                       (kernels/select/filter) only
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 kernels="$here/../../flashsel/kernels"
@@ -37,4 +39,14 @@ if [ "$which" = all ] || [ "$which" = qsa ]; then
     g++ -std=c++20 -O2 -w -ffp-contract=off -DFSA_HOST_EMU=1 -DFS_BLOCK=256 -I "$tmp/inc" -I "$kernels" \
         -o "$tmp/qsa_emu" "$tmp/qsa_emu.cpp" -lpthread
     "$tmp/qsa_emu"
+fi
+if [ "$which" = all ] || [ "$which" = finish ]; then
+    mkdir -p "$tmp/inc/common" "$tmp/inc/select/filter"
+    for h in common/types.cuh common/profile.cuh common/sync.cuh select/filter/shared.cuh select/filter/sort.cuh \
+        select/filter/bucket.cuh select/filter/index_order.cuh; do
+        rewrite "$kernels/$h" >"$tmp/inc/$h"
+    done
+    cp "$here/finish_emu.cpp" "$tmp/"
+    g++ -std=c++20 -O2 -w -DFS_BLOCK=256 -I "$tmp/inc" -o "$tmp/finish_emu" "$tmp/finish_emu.cpp" -lpthread
+    "$tmp/finish_emu"
 fi

@@ -227,3 +227,49 @@ inline void launch2(void (*k)(const P), unsigned gx, unsigned gy, const P& p) {
         }
     for (int i = 0; i < 8; ++i) delete g_warp[i];
 }
+
+// --- For the filter's finish (kernels/select/filter/bucket.cuh, index_order.cuh,
+// sort.cuh; finish_emu.cpp) -----------------------------------------------
+#define __noinline__ __attribute__((noinline))
+[[noreturn]] inline void __trap() { std::abort(); }
+// Warp collectives on 32-bit values: each lane posts its value, the warp
+// meets, each lane computes from the warp's values, the warp meets again.
+inline unsigned g_xch32[256];
+template <class F>
+inline unsigned warp_collect(unsigned v, F f) {
+    int t = threadIdx.x;
+    g_xch32[t] = v;
+    g_warp[t >> 5]->arrive_and_wait();
+    unsigned r = f(&g_xch32[t & ~31], t & 31);
+    g_warp[t >> 5]->arrive_and_wait();
+    return r;
+}
+inline unsigned __reduce_min_sync(unsigned, unsigned v) {
+    return warp_collect(v, [](const unsigned* w, int) { unsigned r = w[0]; for (int i = 1; i < 32; ++i) r = w[i] < r ? w[i] : r; return r; });
+}
+inline unsigned __reduce_max_sync(unsigned, unsigned v) {
+    return warp_collect(v, [](const unsigned* w, int) { unsigned r = w[0]; for (int i = 1; i < 32; ++i) r = w[i] > r ? w[i] : r; return r; });
+}
+inline unsigned __reduce_add_sync(unsigned, unsigned v) {
+    return warp_collect(v, [](const unsigned* w, int) { unsigned r = 0; for (int i = 0; i < 32; ++i) r += w[i]; return r; });
+}
+inline unsigned __shfl_up_sync(unsigned, unsigned v, int d) {
+    return warp_collect(v, [d](const unsigned* w, int l) { return l >= d ? w[l - d] : w[l]; });
+}
+inline unsigned __shfl_sync(unsigned, unsigned v, int src) {
+    return warp_collect(v, [src](const unsigned* w, int) { return w[src]; });
+}
+inline unsigned long long __shfl_xor_sync(unsigned, unsigned long long v, int m) {
+    int t = threadIdx.x;
+    g_xch64[t] = v;
+    g_warp[t >> 5]->arrive_and_wait();
+    unsigned long long r = g_xch64[t ^ m];
+    g_warp[t >> 5]->arrive_and_wait();
+    return r;
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
+inline unsigned atomicOr(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_or(v); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+inline float __fdividef(float a, float b) { return a / b; }

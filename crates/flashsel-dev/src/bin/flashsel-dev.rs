@@ -427,7 +427,8 @@ fn time_ranges(e: &CudaEngine) {
 }
 
 /// A filter module's phase counters since the last read (common/profile.cuh:
-/// slots 0-4 per CTA row, 9-13 per finished row, 7 rescues), as averages;
+/// slots 0-4 per CTA row, 9-13 per finished row, 7 rescues, 8/14/15/17/31 the
+/// bucket rank, 41-43 the index-order finish), as averages;
 /// `ctas`: CTAs a row (the plan's). The `profile` feature only.
 #[cfg(feature = "profile")]
 fn print_filter_profile(e: &CudaEngine, module: Module, ctas: u32) {
@@ -438,7 +439,8 @@ fn print_filter_profile(e: &CudaEngine, module: Module, ctas: u32) {
         "  cycles per CTA row ({:.0} of them): row {:.0}, after the stream {:.0}, loop compactions {:.0} ({:.2} a CTA row); \
          per row ({rows:.0}): last CTA's merge {:.0}, finish compact {:.0}, sort {:.0}, write {:.0}, candidates {:.0}; \
          rescues {}; bucket rank per row: {:.2} finishes, ranges {:.0}, histogram and scan {:.0}, scatter {:.0}, \
-         rank {:.0}",
+         rank {:.0}; index order per row: {:.2} finishes, select {:.0}, place {:.0} (its count's ranges and \
+         histogram among the bucket rank's)",
         cta_rows,
         p[0] as f64 / cta_rows,
         p[3] as f64 / cta_rows,
@@ -454,7 +456,10 @@ fn print_filter_profile(e: &CudaEngine, module: Module, ctas: u32) {
         p[8] as f64 / rows,
         p[15] as f64 / rows,
         p[17] as f64 / rows,
-        p[31] as f64 / rows
+        p[31] as f64 / rows,
+        p[43] as f64 / rows,
+        p[41] as f64 / rows,
+        p[42] as f64 / rows
     );
 }
 #[cfg(not(feature = "profile"))]

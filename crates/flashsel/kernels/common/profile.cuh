@@ -55,6 +55,9 @@ enum ProfSlot : int {
     PROF_GRID_LIST_ATOMIC = 38,    // the gather's list atomic
     PROF_GRID_SAMPLE_SEEN = 39,    // keeps the sample's loads ahead of the stamp (never counts)
     PROF_GRID_SAMPLE_TOPS = 40,    // the warps' top sample keys and the barrier after them
+    PROF_INDEX_SELECT = 41,        // index-order finish: the unordered selection (thread 0)
+    PROF_INDEX_PLACE = 42,         // index-order finish: the bitmap's column order (thread 0)
+    PROF_INDEX_FINISHES = 43,      // finishes by index_select (count)
     PROF_SLOTS = 48,               // fs_prof's length
 };
 

@@ -1,27 +1,14 @@
-// The CTA's candidate buffer: shared state, where the buffer lives (shared
-// memory or the workspace), the warp-aggregated pushes of passing elements
+// The CTA's candidate buffer: where it lives (shared memory or the
+// workspace), the warp-aggregated pushes of passing elements
 // (raw words, keyed later on whole warps by to_keys) and the histogram pass
 // of a compaction.
 #ifndef FLASHSEL_SELECT_FILTER_BUFFER_CUH
 #define FLASHSEL_SELECT_FILTER_BUFFER_CUH
 
-#include "common/profile.cuh"
 #include "common/keys.cuh"
 #include "common/dtype.cuh"
 #include "select/filter/params.cuh"
-
-// Per-CTA shared state.
-
-struct Shared {
-    u32 hist[256];
-    u32 count;       // composites in the buffer
-    u32 digit;       // radix select: the crossing digit
-    u32 above;       // radix select: composites in bins above it
-    u32 bincnt;      // radix select: composites in its bin
-    u64 lb;          // accept c >= lb
-    u32 slot;        // split rows: where this CTA's candidates go
-    u32 last;        // split rows: this CTA finishes the row
-};
+#include "select/filter/shared.cuh"
 
 // Dynamic shared memory of the scan and split kernels (shared buffer):
 // [buffer: cap + 1 composites, padded to 16 bytes][load ring:
