@@ -183,10 +183,10 @@ def test_near_ties_and_nan_match_the_cpu(order, nan):
 
 
 def test_varlen_prefill_across_score_groups():
-    # NB = 2^19 blocks: groups of 64 MiB / (4 NB) = 32 rows, so 70 rows take
-    # three groups; mixed V, copy rows among them, two sequences' worth of
-    # positions, int32 and int64 positions.
-    nb, k_blocks, rows = 1 << 19, 512, 70
+    # NB = 2^19 blocks: groups of 256 MiB / (4 NB) = 128 rows, so 270 rows
+    # take three groups; mixed V, copy rows among them, two sequences' worth
+    # of positions, int32 and int64 positions.
+    nb, k_blocks, rows = 1 << 19, 512, 270
     q, k = random_case(rows, 4, 128, nb, seed=5)
     pos = positions_mixed(rows, nb, 4, k_blocks, seed=6)
     pos[10:40] = torch.arange(nb * 4 - 30, nb * 4)  # a prefill chunk at the end

@@ -147,7 +147,7 @@ def qsa_indexer(
 
     The CPU engine scores only the queries with ``V > k_blocks`` (the others
     select ``0 .. V - 1`` and read no key), in groups whose score scratch stays
-    under 64 MiB (or one row of ``V`` floats when a single row needs more);
+    under 256 MiB (or one row of ``V`` floats when a single row needs more);
     decode at 1M tokens uses 1 MiB. The CUDA engine (a CUDA ``q``: one
     asynchronous call on the current stream, no host synchronisation,
     capturable in a CUDA graph, its workspace from torch's caching
@@ -156,10 +156,10 @@ def qsa_indexer(
     fused kernel that keeps the scores on chip and never writes them
     (workspace: 32,896 bytes a query, plus ``8 * k_blocks`` in score order);
     wider rows and larger batches are scored
-    in groups of ``max(1, 64 MiB / (4 * NB))`` rows into that workspace,
+    in groups of ``max(1, 256 MiB / (4 * NB))`` rows into that workspace,
     skipping the rows with ``V <= k_blocks`` and every block past a row's
     ``V``, and each group selected with :func:`qsa_select`'s kernels: score
-    scratch at most ``max(64 MiB, 4 * NB)`` bytes, beside the selection's own
+    scratch at most ``max(256 MiB, 4 * NB)`` bytes, beside the selection's own
     workspace. Both give the same bytes. Device values as in :func:`qsa_scores`: a row
     whose position, sequence id or pages are out of range is all ``-1`` with
     count 0.

@@ -3,7 +3,8 @@
 //! only the shapes whose name contains TEXT; `indexer-time sweep` the decode
 //! planner's crossover; `indexer-time clusters` (or `clusters 1 x 4096`,
 //! one of its shapes) the fused decode kernel's cluster form beside its grid
-//! form.
+//! form; `indexer-time groups` the prefill shape's grouped path at 256 to
+//! 8,192 rows a group.
 use flashsel::contract::DType;
 use flashsel::cuda::CudaEngine;
 use flashsel::data::Rng;
@@ -31,7 +32,7 @@ fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64
     // `indexer-time TEXT`: only the shapes whose name contains TEXT (for a
     // profiler run of one shape).
     if let Some(only) = std::env::args().nth(1) {
-        if only != "sweep" && !s.name.contains(&only) {
+        if only != "sweep" && only != "groups" && !s.name.contains(&only) {
             return;
         }
     }
@@ -73,6 +74,15 @@ fn run<K: KeyElem>(e: &CudaEngine, s: &Shape<'_>, mk: impl Fn(f32) -> K, bw: f64
     if path != grouped {
         let (i_grp, tg) = e.time_qsa_indexer_on(&q, &keys, &positions, &ispec, None, 30, grouped).unwrap();
         other = format!("  grouped {:>9.2} us{}", med(tg), if i_grp == i_gpu { "" } else { " MISMATCH" });
+    }
+    // `groups`: the grouped path at other group sizes (rows; the default's
+    // are indexer_group_rows'), to size the scratch bound.
+    if std::env::args().nth(1).as_deref() == Some("groups") {
+        for g in [256usize, 512, 1024, 2048, 4096, 8192] {
+            let alt = IndexerPath::Grouped { rows: g.min(rows) };
+            let (i_alt, ta) = e.time_qsa_indexer_on(&q, &keys, &positions, &ispec, None, 30, alt).unwrap();
+            other += &format!("  g{g} {:>8.2}{}", med(ta), if i_alt == i_gpu { "" } else { " MISMATCH" });
+        }
     }
     // The fused decode kernel's other form at the same geometry (the grid
     // form beside a cluster plan; the cluster form beside a grid plan of at
@@ -146,6 +156,10 @@ fn main() {
                 run(&e, &sh(name, rows, tokens, rows > 1, false, false), f8, bw);
             }
         }
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("groups") {
+        run(&e, &sh("prefill 8192 at 254K..262K bf16", 8192, 262_144, false, true, false), b, bw);
         return;
     }
     if std::env::args().nth(1).is_some_and(|a| a.starts_with("clusters")) {

@@ -24,9 +24,9 @@
 //!   `qsa_select(qsa_scores(..))` exactly ([`IndexerPath`]).
 //!
 //! # Workspace bound (the device form)
-//! Rows go in groups of `G = max(1, 64 MiB / (4 * NB))` (the device cannot
+//! Rows go in groups of `G = max(1, 256 MiB / (4 * NB))` (the device cannot
 //! see the positions before the launch, so a group is sized by `NB`, not by
-//! its rows' `V`): the score scratch is at most `max(64 MiB, 4 * NB)` bytes
+//! its rows' `V`): the score scratch is at most `max(256 MiB, 4 * NB)` bytes
 //! (a decode step at 1M tokens and ratio 4: 1 MiB a row), beside the
 //! selection's own workspace for `G` rows
 //! ([`CudaEngine::qsa_indexer_workspace_bytes`]). The fused decode kernel
@@ -506,7 +506,7 @@ pub struct DeviceQsaIndexer {
     pub stream: u64,
 }
 
-/// Rows per scored group of the device indexer: `max(1, 64 MiB / (4 * NB))`,
+/// Rows per scored group of the device indexer: `max(1, 256 MiB / (4 * NB))`,
 /// at most the rows.
 pub fn indexer_group_rows(spec: &QsaIndexerSpec) -> usize {
     (INDEXER_SCRATCH_BYTES / (4 * spec.blocks.max(1))).clamp(1, spec.rows.max(1))
@@ -1313,9 +1313,9 @@ mod tests {
     #[test]
     fn groups_bound_the_score_scratch() {
         let s = QsaIndexerSpec::new(8192, 65_536);
-        assert_eq!(indexer_group_rows(&s), 256); // 256 x 65,536 x 4 = 64 MiB
+        assert_eq!(indexer_group_rows(&s), 1024); // 1,024 x 65,536 x 4 = 256 MiB
         assert_eq!(indexer_group_rows(&QsaIndexerSpec::new(16, 262_144)), 16);
-        assert_eq!(indexer_group_rows(&QsaIndexerSpec::new(1, 1 << 25)), 1); // one row past 64 MiB
+        assert_eq!(indexer_group_rows(&QsaIndexerSpec::new(4, 1 << 27)), 1); // one row past 256 MiB
         assert_eq!(indexer_group_rows(&QsaIndexerSpec::new(0, 10)), 1);
     }
 
@@ -1365,7 +1365,7 @@ mod tests {
         assert_eq!(indexer_path(&QsaIndexerSpec::new(1, 65_537), &h200), IndexerPath::Grouped { rows: 1 });
         assert_eq!(indexer_path(&QsaIndexerSpec::new(1, 262_144), &h200), IndexerPath::Grouped { rows: 1 });
         assert_eq!(indexer_path(&QsaIndexerSpec::new(16, 262_144), &h200), IndexerPath::Grouped { rows: 16 });
-        assert_eq!(indexer_path(&QsaIndexerSpec::new(8192, 65_536), &h200), IndexerPath::Grouped { rows: 256 });
+        assert_eq!(indexer_path(&QsaIndexerSpec::new(8192, 65_536), &h200), IndexerPath::Grouped { rows: 1024 });
         // 16 heads of 256 leave less room for the chunk: more CTAs a row.
         let wide = QsaIndexerSpec::new(1, 262_144).with_heads(16).with_dim(256);
         let p = decode_plan(&wide, &h200).unwrap();

@@ -13,7 +13,7 @@
 //! A row with `V <= k_blocks` selects `0..V` and reads no score, so it is not
 //! scored at all. The other rows go, in order, in groups whose score scratch
 //! (`rows x W` f32, `W` the group's largest `V`) stays within
-//! [`INDEXER_SCRATCH_BYTES`] (64 MiB): each group is scored with the
+//! [`INDEXER_SCRATCH_BYTES`] (256 MiB): each group is scored with the
 //! `qsa_scores` engine's own row function (the same bytes: the arithmetic is
 //! per row and per block, independent of the batch), then ranked by the
 //! select engine ([`crate::ops::select::cpu::select_into`] with `lengths =
@@ -22,9 +22,9 @@
 //! expanded by `qsa_select`'s own assembly.
 //!
 //! # Workspace bound
-//! The score scratch is at most `max(64 MiB, 4 * V_max bytes)`: 64 MiB, or
-//! one row of `V_max` f32 when a single row's visible blocks exceed 64 MiB
-//! (16,777,216 blocks, 64 Mi tokens at ratio 4); a decode step at 1M tokens
+//! The score scratch is at most `max(256 MiB, 4 * V_max bytes)`: 256 MiB, or
+//! one row of `V_max` f32 when a single row's visible blocks exceed 256 MiB
+//! (67,108,864 blocks, 256 Mi tokens at ratio 4); a decode step at 1M tokens
 //! and ratio 4 uses 1 MiB (262,144 f32). Beside it: the block selection
 //! (`rows * k_blocks` i32, as `qsa_select`'s), the output, and the select
 //! engine's own per-call buffers.
@@ -39,7 +39,7 @@ use super::{check_request, score_fn, score_row, BlockKeys, KeyElem, QsaScoresSpe
 
 /// The most bytes of scores the CPU `qsa_indexer` holds at once (unless one
 /// row alone needs more: then that row's `4 * V` bytes).
-pub const INDEXER_SCRATCH_BYTES: usize = 64 << 20;
+pub const INDEXER_SCRATCH_BYTES: usize = 256 << 20;
 
 /// A fused indexer request: the `qsa_scores` shape and the `qsa_select`
 /// options.
