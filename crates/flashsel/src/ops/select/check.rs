@@ -414,6 +414,15 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         c.lengths = Some(LengthRecipe::Short(5000));
         cases.push(c);
         cases.push(base(64, 131_072, 2048, DType::F32, data));
+        // Index order through each branch of the finish's index_select
+        // (filter/index_order.cuh): taken (64 x 131,072), declined for a
+        // column range past its bitmap (300,000), declined for a crossing
+        // plateau (FewValues).
+        for (rows, cols, k) in [(64, 131_072, 2048), (5, 300_000, 700)] {
+            let mut c = base(rows, cols, k, DType::F32, data);
+            c.order = OutputOrder::Index;
+            cases.push(c);
+        }
         if !quick {
             cases.push(base(1024, 32_768, 512, DType::F16, data));
         }
