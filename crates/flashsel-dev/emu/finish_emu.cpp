@@ -2,7 +2,8 @@
 // (kernels/select/filter/index_order.cuh) and of the bucket-rank finish it
 // stands beside (bucket.cuh), one CTA of 256 threads: on candidate sets
 // built to reach each branch (spread keys, tied keys spread by column, a
-// plateau crossing m, m = n, wide column ranges, short scratch), every
+// plateau crossing m, m = n, wide column ranges, short scratch) and on 150
+// random ones (sizes, k, key spreads and column ranges drawn), every
 // result against the reference written from the contract (the top m
 // composites, in column order, words swapped); where index_select declines,
 // the buffer must be untouched. Nothing may be written past the scratch.
@@ -112,6 +113,18 @@ int main() {
     cases.push_back({"no room for the tables", make(3060, 0, 131072, [&](u32) { return (u32)rng(); }), 2048, 3060 + 2048 + 64 + 2047, 0});
     cases.push_back({"room for the tables only", make(3060, 0, 131072, [&](u32) { return (u32)rng(); }), 2048, 3060 + 2048 + 64 + 4095, 0});
     cases.push_back({"room for both", make(3060, 0, 131072, [&](u32) { return (u32)rng(); }), 2048, 3060 + 2048 + 64 + 4096, 1});
+
+    // Random sets: sizes, k, key spreads (from all-distinct to a handful of
+    // values) and column ranges drawn at random.
+    for (int i = 0; i < 150; ++i) {
+        const u32 n = 2 + (u32)(rng() % 6000), m = 1 + (u32)(rng() % n);
+        const u32 values = 1u << (rng() % 33 > 31 ? 31 : rng() % 32);  // distinct keys at most
+        const u32 span = n + (u32)(rng() % (rng() % 2 ? 400000 : 4 * n + 1));
+        const u32 base = 0x80000000u + (u32)(rng() % 1000);
+        cases.push_back({"random", make(n, (u32)(rng() % 1000), span, [&](u32) {
+                             return base + (values >= 0x40000000u ? (u32)(rng() % 0x7fff0000u) : (u32)(rng() % values));
+                         }), m, big, -1});
+    }
 
     int fails = 0, taken = 0, declined = 0;
     for (const Case& cs : cases) {
