@@ -435,6 +435,8 @@ fn print_filter_profile(e: &CudaEngine, module: Module, ctas: u32) {
     let p = e.take_profile(module, false).unwrap();
     let cta_rows = p[4].max(1) as f64;
     let rows = (cta_rows / ctas.max(1) as f64).max(1.0);
+    let per_cta = |slot: usize| p[slot] as f64 / cta_rows;
+    let per_row = |slot: usize| p[slot] as f64 / rows;
     println!(
         "  cycles per CTA row ({:.0} of them): row {:.0}, after the stream {:.0}, loop compactions {:.0} ({:.2} a CTA row); \
          per row ({rows:.0}): last CTA's merge {:.0}, finish compact {:.0}, sort {:.0}, write {:.0}, candidates {:.0}; \
@@ -442,24 +444,24 @@ fn print_filter_profile(e: &CudaEngine, module: Module, ctas: u32) {
          rank {:.0}; index order per row: {:.2} finishes, select {:.0}, place {:.0} (its count's ranges and \
          histogram among the bucket rank's)",
         cta_rows,
-        p[0] as f64 / cta_rows,
-        p[3] as f64 / cta_rows,
-        p[1] as f64 / cta_rows,
-        p[2] as f64 / cta_rows,
-        p[9] as f64 / rows,
-        p[10] as f64 / rows,
-        p[11] as f64 / rows,
-        p[12] as f64 / rows,
-        p[13] as f64 / rows,
+        per_cta(0),
+        per_cta(3),
+        per_cta(1),
+        per_cta(2),
+        per_row(9),
+        per_row(10),
+        per_row(11),
+        per_row(12),
+        per_row(13),
         p[7],
-        p[14] as f64 / rows,
-        p[8] as f64 / rows,
-        p[15] as f64 / rows,
-        p[17] as f64 / rows,
-        p[31] as f64 / rows,
-        p[43] as f64 / rows,
-        p[41] as f64 / rows,
-        p[42] as f64 / rows
+        per_row(14),
+        per_row(8),
+        per_row(15),
+        per_row(17),
+        per_row(31),
+        per_row(43),
+        per_row(41),
+        per_row(42)
     );
 }
 #[cfg(not(feature = "profile"))]

@@ -139,17 +139,8 @@ __device__ __forceinline__ Buckets bucket_count(const u64* in, u32 n, u32* cnt, 
     u32 sum = 0;
 #pragma unroll
     for (int j = 0; j < PER; ++j) sum += cnt[NB - 1 - (tid * PER + j)];
-    u32 incl = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
-        if (lane >= o) incl += v;
-    }
     __syncthreads();  // every thread has read `red` before it is reused
-    u32* wsum = sh.hist;
-    if (lane == 31) wsum[warp] = incl;
-    __syncthreads();
-    u32 run = incl - sum + __reduce_add_sync(FULL_MASK, lane < warp ? wsum[lane] : 0u);
+    u32 run = block_exclusive_sum(sum, sh.hist);
 #pragma unroll
     for (int j = 0; j < PER; ++j) {
         const u32 b = NB - 1 - (tid * PER + j);

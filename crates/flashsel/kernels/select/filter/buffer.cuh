@@ -30,17 +30,8 @@ __device__ __forceinline__ int finish_cap(int cap, int stage) {
     return stage ? (int)((ring_offset(cap) + FS_HOST_STAGE_BYTES) / 8u) : cap;
 }
 
-// Warp-aggregated push: every lane of the warp must call it.
-__device__ __forceinline__ void push(u64* buf, Shared& sh, bool pred, u64 c) {
-    const u32 mask = __ballot_sync(FULL_MASK, pred);
-    if (mask == 0) return;
-    const int lane = threadIdx.x & 31;
-    const int leader = __ffs(mask) - 1;
-    u32 base = 0;
-    if (lane == leader) base = atomicAdd(&sh.count, (u32)__popc(mask));
-    base = __shfl_sync(FULL_MASK, base, leader);
-    if (pred) buf[base + __popc(mask & ((1u << lane) - 1u))] = c;
-}
+// Warp-aggregated push into the buffer: every lane of the warp must call it.
+__device__ __forceinline__ void push(u64* buf, Shared& sh, bool pred, u64 c) { append(buf, &sh.count, pred, c); }
 
 // Adds the digit at `shift` of every composite matching `prefix` under `mask`
 // to sh.hist, with plain shared atomics: warp-aggregated (__match_any_sync) and

@@ -30,25 +30,12 @@ enum : u32 { INDEX_BITMAP_WORDS = 4 * NB };
 // sh.hist slots of the crossing bucket's facts (past bucket_count's partials).
 enum : int { CROSS_AT = BIG_LIST, CROSS_ABOVE = BIG_LIST + 1, CROSS_LEN = BIG_LIST + 2 };
 
-// Warp-aggregated append of c to dst at *counter when pred: every lane of
-// the warp calls it.
-__device__ __forceinline__ void append(u64* dst, u32* counter, bool pred, u64 c) {
-    const u32 mask = __ballot_sync(FULL_MASK, pred);
-    if (mask == 0) return;
-    const int lane = threadIdx.x & 31;
-    const int leader = __ffs(mask) - 1;
-    u32 base = 0;
-    if (lane == leader) base = atomicAdd(counter, (u32)__popc(mask));
-    base = __shfl_sync(FULL_MASK, base, leader);
-    if (pred) dst[base + __popc(mask & ((1u << lane) - 1u))] = c;
-}
-
 // buf[0..n) -> buf[0..m) as index order's word-swapped composites (the column
 // word leading, descending: columns ascending). m <= n; cap: the buffer's
 // composites of scratch.
 __device__ __noinline__ bool index_select(u64* buf, Shared& sh, u32 n, u32 m, u32 cap) {
     if (n < 2 || m == 0) return false;  // uniform
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x;
     // The buffer's scratch: the tables now, the bitmap once its range is known.
     const u64 fixed = (u64)n + m + RANK_MAX;
     if (fixed + NB > cap) return false;
@@ -115,16 +102,8 @@ __device__ __noinline__ bool index_select(u64* buf, Shared& sh, u32 n, u32 m, u3
     const u32 per = (words + FS_BLOCK - 1) / FS_BLOCK, w0 = tid * per, w1 = min(words, w0 + per);
     u32 sum = 0;
     for (u32 w = w0; w < w1; ++w) sum += __popc(bits[w]);
-    u32 incl = sum;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const u32 v = __shfl_up_sync(FULL_MASK, incl, o);
-        if (lane >= o) incl += v;
-    }
-    u32* wsum = sh.hist;  // the crossing facts were read before the last barrier
-    if (lane == 31) wsum[warp] = incl;
-    __syncthreads();
-    u32 run = incl - sum + __reduce_add_sync(FULL_MASK, lane < warp ? wsum[lane] : 0u);
+    // (sh.hist: the crossing facts were read before the last barrier.)
+    u32 run = block_exclusive_sum(sum, sh.hist);
     for (u32 w = w0; w < w1; ++w) {
         pre[w] = run;
         run += __popc(bits[w]);
