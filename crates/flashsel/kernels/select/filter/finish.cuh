@@ -55,8 +55,10 @@ __device__ void write_tokens(const u64* buf, u32 m, int order_index, const Param
 }
 
 // Finishes a row: the top min(k, count) in output order, then indices and
-// values. Index order: index_select (the selected set by column without a
-// score order), where it declines as the others. Bucket-rank when the
+// values. order_index: the order word (index_order.cuh). Index order on rows
+// of at most 65,536 columns: index_select (the selected set by column
+// without a score order); wider rows, and where it declines, as the others.
+// Bucket-rank when the
 // candidates spread out (after an intermediate compaction if the buffer
 // lacks its scratch space), else an exact radix select and a bitonic sort;
 // index order then sorts the selected set again by column (words swapped:
@@ -78,7 +80,7 @@ __device__ __forceinline__ void finish_with(u64* buf, Shared& sh, int k, int cap
     // (index_order.cuh); where it declines, bucket rank by score, then by
     // column. (!!: the form of the measured build; a plain bool from the
     // call compiles differently.)
-    const bool indexed = order_index && index_select(buf, sh, n, m, (u32)cap);
+    const bool indexed = order_index == ORDER_INDEX && index_select(buf, sh, n, m, (u32)cap);
     bool sorted = indexed || !!bucket_rank(buf, sh, n, m, (u32)cap);
     if (!indexed && sorted && order_index) {
         for (u32 i = threadIdx.x; i < m; i += FS_BLOCK) buf[i] = (buf[i] << 32) | (buf[i] >> 32);

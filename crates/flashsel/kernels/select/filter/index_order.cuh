@@ -13,9 +13,9 @@
 // is bigger than RANK_MAX (a plateau of tied keys among spread ones), when
 // the column range is wider than INDEX_BITMAP_WORDS words, or when the
 // scratch is short; the caller then takes bucket_rank.
-// Scratch past the input, in the buffer: m + RANK_MAX composites, then
-// max(2 NB, 2 W) u32 (the bucket tables, then the bitmap of W words and its
-// prefix counts).
+// Scratch past the input, in the buffer: m + RANK_MAX composites, then 2 NB
+// u32 (the bucket tables, then the bitmap of W <= NB words and its prefix
+// counts).
 // Cost: ~9 barriers, 3 passes over n (ranges, histogram, select), the
 // bitmap's W words cleared and scanned, two passes over m.
 #ifndef FLASHSEL_SELECT_FILTER_INDEX_ORDER_CUH
@@ -23,10 +23,21 @@
 
 #include "select/filter/bucket.cuh"
 
-// The bitmap's largest size in 32-bit words (262,144 columns): wider
-// column ranges take bucket_rank's second pass, whose cost does not grow
-// with the range.
-enum : u32 { INDEX_BITMAP_WORDS = 4 * NB };
+// The bitmap's largest size in 32-bit words (65,536 columns): wider column
+// ranges take bucket_rank's second pass, whose cost does not grow with the
+// range. Measured (docs/perf-log.md v49, H100): 8,192 words (QSA decode 16 x
+// 262,144 blocks, k 512) cost +5 us a call, 4,096 (DSA, 131,072 columns, k
+// 2,048) gained nothing, 2,048 (QSA prefill) gained 5.6%. At W <= NB the
+// bitmap and its prefix counts fit in the tables' scratch.
+enum : u32 { INDEX_BITMAP_WORDS = NB };
+
+// The order word of the filter kernels' parameters (host:
+// ops/select/device.rs, order_word): 0 score order, 1 index order, 3 index
+// order of rows wider than the bitmap (over 32 INDEX_BITMAP_WORDS columns),
+// where finish_with does not try index_select (such rows would pay its
+// bucket count before the decline). Every other reader takes it as a bool.
+enum : int { ORDER_SCORE = 0, ORDER_INDEX = 1, ORDER_INDEX_WIDE = 3 };
+static_assert(32 * INDEX_BITMAP_WORDS == 65536, "host: ops/select/device.rs, INDEX_BITMAP_COLS");
 // sh.hist slots of the crossing bucket's facts (past bucket_count's partials).
 enum : int { CROSS_AT = BIG_LIST, CROSS_ABOVE = BIG_LIST + 1, CROSS_LEN = BIG_LIST + 2 };
 

@@ -415,10 +415,10 @@ pub fn suite(e: &CudaEngine, quick: bool, rng: &mut Rng) -> Vec<Case> {
         cases.push(c);
         cases.push(base(64, 131_072, 2048, DType::F32, data));
         // Index order through each branch of the finish's index_select
-        // (filter/index_order.cuh): taken (64 x 131,072), declined for a
-        // column range past its bitmap (300,000), declined for a crossing
-        // plateau (FewValues).
-        for (rows, cols, k) in [(64, 131_072, 2048), (5, 300_000, 700)] {
+        // (filter/index_order.cuh): taken (64 x 65,536, its bitmap's widest
+        // range), declined for a column range past its bitmap (64 x 131,072
+        // and 5 x 300,000), declined for a crossing plateau (FewValues).
+        for (rows, cols, k) in [(64, 65_536, 2048), (64, 131_072, 2048), (5, 300_000, 700)] {
             let mut c = base(rows, cols, k, DType::F32, data);
             c.order = OutputOrder::Index;
             cases.push(c);

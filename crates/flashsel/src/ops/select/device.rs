@@ -457,6 +457,23 @@ impl CudaEngine {
     }
 }
 
+/// Columns the filter finish's index-order bitmap covers
+/// (kernels/select/filter/index_order.cuh: `32 * INDEX_BITMAP_WORDS`).
+pub(crate) const INDEX_BITMAP_COLS: usize = 65_536;
+
+/// The kernels' order word: 0 score order, 1 index order, 3 index order of
+/// rows wider than [`INDEX_BITMAP_COLS`], whose filter finish takes its two
+/// bucket ranks without trying the bitmap (kernels/select/filter/
+/// index_order.cuh, `ORDER_*`; the bitmap's cost grows with the range:
+/// docs/perf-log.md v49). The other kernels read it as a bool.
+fn order_word(order: super::OutputOrder, cols: usize) -> i32 {
+    match order {
+        super::OutputOrder::Score => 0,
+        super::OutputOrder::Index if cols <= INDEX_BITMAP_COLS => 1,
+        super::OutputOrder::Index => 3,
+    }
+}
+
 /// Launches `plan`: for grid rows the state-zeroing kernel, then the
 /// cooperative grid kernel; for split rows the prep kernel (counters,
 /// row-wide sample), then the split filter (whose last CTA per row merges
@@ -474,7 +491,7 @@ unsafe fn run_plan(e: &CudaEngine, plan: &Plan, a: &Job) -> Result<()> {
     let ws = a.workspace;
     let pdl = e.pdl();
     let nan_largest = (spec.nan == NanPolicy::Largest) as i32;
-    let order_index = (spec.order == super::OutputOrder::Index) as i32;
+    let order_index = order_word(spec.order, spec.cols);
     let at = |o: u64| ws + o;
     let on = |grid: (u32, u32), smem: u32, programmatic: bool, cooperative: bool| Launch {
         grid,
@@ -777,10 +794,12 @@ impl DeviceData {
 #[cfg(test)]
 mod tests {
     use super::{
-        filter_kernel, grid_kernel, short_kernel, FilterKernel, GridInitParams, GridParams, ScanParams, Tokens,
+        filter_kernel, grid_kernel, order_word, short_kernel, FilterKernel, GridInitParams, GridParams, ScanParams,
+        Tokens, INDEX_BITMAP_COLS,
     };
     use crate::contract::DType;
     use crate::cuda::compile::Module;
+    use crate::ops::select::OutputOrder;
 
     /// The kernel sources assert the same sizes (static_assert, checked
     /// whenever NVRTC compiles them), and the fields are laid out as there.
@@ -800,6 +819,20 @@ mod tests {
         assert_eq!(std::mem::offset_of!(Tokens, ratio), 40);
         assert_eq!(std::mem::offset_of!(Tokens, batch), 56);
         assert_eq!(std::mem::size_of::<GridInitParams>(), 16);
+    }
+
+    /// Index order tries the finish's bitmap only on rows it covers (QSA
+    /// prefill's 65,536 blocks do; DSA's 131,072 columns and decode's 262,144
+    /// blocks do not); the kernel asserts the same width.
+    #[test]
+    fn the_order_word() {
+        assert_eq!(INDEX_BITMAP_COLS, 65_536);
+        for cols in [1, 2048, 65_536, 65_537, 131_072, 262_144] {
+            assert_eq!(order_word(OutputOrder::Score, cols), 0);
+        }
+        for (cols, word) in [(1, 1), (2048, 1), (65_536, 1), (65_537, 3), (131_072, 3), (262_144, 3)] {
+            assert_eq!(order_word(OutputOrder::Index, cols), word, "{cols}");
+        }
     }
 
     /// Every kernel a plan can name is an entry point of its module.
