@@ -58,11 +58,10 @@ __device__ void write_tokens(const u64* buf, u32 m, int order_index, const Param
 // values. order_index: the order word (index_order.cuh). Index order on rows
 // of at most 65,536 columns: index_select (the selected set by column
 // without a score order); wider rows, and where it declines, as the others.
-// Bucket-rank when the
-// candidates spread out (after an intermediate compaction if the buffer
-// lacks its scratch space), else an exact radix select and a bitonic sort;
-// index order then sorts the selected set again by column (words swapped:
-// the low word, 0xffffffff - column, leads).
+// Bucket-rank when the candidates spread out (after an intermediate
+// compaction if the buffer lacks its scratch space), else an exact radix
+// select and a bitonic sort; index order then sorts the selected set again
+// by column (words swapped: the low word, 0xffffffff - column, leads).
 // write(buf, m) writes the row (finish_row: indices and values;
 // finish_row_tok: tokens).
 template <int TAG, typename Write>

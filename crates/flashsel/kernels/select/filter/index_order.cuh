@@ -74,7 +74,9 @@ __device__ __noinline__ bool index_select(u64* buf, Shared& sh, u32 n, u32 m, u3
     const u32 cb = sh.hist[CROSS_LEN], above = sh.hist[CROSS_ABOVE];
     const u32 words = ((lmax - lmin) >> 5) + 1;
     // Uniform; buf[0..n) untouched.
-    if (cb > RANK_MAX || words > INDEX_BITMAP_WORDS || fixed + words > cap) return false;
+    // (words <= INDEX_BITMAP_WORDS = NB: the bitmap fits the tables' scratch,
+    // checked above.)
+    if (cb > RANK_MAX || words > INDEX_BITMAP_WORDS) return false;
     // 1. the buckets above the crossing one whole, the crossing one apart.
     for (u32 i0 = 0; i0 < n; i0 += FS_BLOCK) {  // whole warps: append's ballots
         const u32 i = i0 + tid;

@@ -467,10 +467,14 @@ pub(crate) const INDEX_BITMAP_COLS: usize = 65_536;
 /// index_order.cuh, `ORDER_*`; the bitmap's cost grows with the range:
 /// docs/perf-log.md v49). The other kernels read it as a bool.
 fn order_word(order: super::OutputOrder, cols: usize) -> i32 {
+    // The kernel's ORDER_SCORE, ORDER_INDEX, ORDER_INDEX_WIDE.
+    const SCORE: i32 = 0;
+    const INDEX: i32 = 1;
+    const INDEX_WIDE: i32 = 3;
     match order {
-        super::OutputOrder::Score => 0,
-        super::OutputOrder::Index if cols <= INDEX_BITMAP_COLS => 1,
-        super::OutputOrder::Index => 3,
+        super::OutputOrder::Score => SCORE,
+        super::OutputOrder::Index if cols <= INDEX_BITMAP_COLS => INDEX,
+        super::OutputOrder::Index => INDEX_WIDE,
     }
 }
 
