@@ -273,9 +273,9 @@ fn check_mla(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Result<(usize,
     use flashsel::ops::mla::check;
     let rep = check::run_suite(e, args.quick, args.seed, args.filter.as_deref(), |i, n, o| {
         let split = if o.split { "split-KV + combine" } else { "one pass" };
-        let path = format!("{} kernel, {split}", o.path.name());
+        let path = format!("{} kernel, {} heads a CTA, {split}", o.path.name(), o.heads_per_cta);
         if o.ok {
-            eprintln!("[mla {i}/{n}] ok   {} ({path})", o.case);
+            eprintln!("[mla {i}/{n}] ok   {} ({path}) #{:016x}", o.case, o.digest);
         } else {
             eprintln!("[mla {i}/{n}] FAIL {} ({path}): {}", o.case, o.detail);
         }

@@ -3,11 +3,14 @@
 // against a float64 reference written here: prefill and decode, every
 // format, strides, splits, sinks, lengths, and the derived-length bit test.
 // No GPU needed: bash crates/flashsel-dev/emu/run.sh
+// Every tensor-core case the 64-head CTA takes (fp8 caches, h_q > 32 where
+// 64-head groups pad no more heads; two KV buffers, 512 threads) runs on it
+// and on the 32-head CTA: the bits must be the same.
 // Each run prints a digest of its result's bits (#xxxxxxxx): a kernel change
 // meant to keep the bits (reordered independent work) must leave every
 // digest as it was.
 #include "shim.h"
-namespace { alignas(16) float smem[30000]; }
+namespace { alignas(16) float smem[56000]; }  // the 64-head CTA's 222,976 bytes
 #include "kern.cpp"  // kernels/attention/sparse_mla.cu, rewritten by run.sh
 #include <cstdio>
 #include <random>
@@ -74,9 +77,18 @@ struct Got { std::vector<float> out, lse, maxl; };
 // 32), everything else on the f32 kernel (8 heads a CTA). g_f32 forces the
 // f32 kernel (to compare the two).
 static bool g_f32 = false;
+// g_wide: the 64-head CTA where it may run (ops/mla/device.rs,
+// MlaPlan::on_device: 32-head plans over an fp8 cache whose 64-head groups
+// pad no more heads; the engine also asks for sm_90's shared memory and
+// enough CTAs), with the 32-head plan's split.
+static bool g_wide = false;
+static bool widens(const Prob& p) {
+    return p.fmt_q == 1 && p.fmt_kv == 2 && p.h_q > 32 && (p.h_q + 63) / 64 * 2 == (p.h_q + 31) / 32;
+}
 static Got run(const Prob& p, int force_splits = 0) {
     const bool tc = !g_f32 && p.fmt_q == 1 && p.fmt_kv != 0;
     const int mr = !tc ? 8 : p.h_q <= 16 ? 16 : 32;
+    const bool wide = tc && g_wide && widens(p);
     int groups = (p.h_q + mr - 1) / mr, tiles = std::max(1, (p.topk + 31) / 32);
     long long base = (long long)p.rows * groups;
     long long want = base >= 264 ? 1 : (264 + base - 1) / base;
@@ -92,15 +104,16 @@ static Got run(const Prob& p, int force_splits = 0) {
     P.sink = p.has_sink ? p.sink.data() : nullptr; P.out = out.data(); P.max_logits = p.maxl ? maxl.data() : nullptr; P.lse = lse.data();
     P.ws = ws.data(); P.bound = p.bound; P.page_size = p.page_size; P.page_stride = p.page_stride; P.token_stride = p.token_stride;
     P.rows = p.rows; P.h_q = p.h_q; P.d_qk = p.d_qk; P.topk = p.topk; P.s_q = p.s_q_div; P.len_per_row = p.per_row;
-    P.groups = groups; P.splits = splits; P.chunk = ct * 32; P.sm_scale = p.scale;
+    P.groups = wide ? (p.h_q + 63) / 64 : groups; P.splits = splits; P.chunk = ct * 32; P.sm_scale = p.scale;
     void (*k)(const MlaParams) = nullptr;
     if (p.fmt_q == 0) k = p.fmt_kv == 0 ? mla_fwd_qf32_kvf32 : p.fmt_kv == 1 ? mla_fwd_qf32_kvbf16 : mla_fwd_qf32_kvfp8;
     else k = p.fmt_kv == 0 ? mla_fwd_qbf16_kvf32 : p.fmt_kv == 1 ? mla_fwd_qbf16_kvbf16 : mla_fwd_qbf16_kvfp8;
     if (tc) {
         if (mr == 16) k = p.fmt_kv == 1 ? mla_tc_fwd_m16_qbf16_kvbf16 : mla_tc_fwd_m16_qbf16_kvfp8;
         else k = p.fmt_kv == 1 ? mla_tc_fwd_m32_qbf16_kvbf16 : mla_tc_fwd_m32_qbf16_kvfp8;
+        if (wide) k = mla_tc_fwd_m64_qbf16_kvfp8;
     }
-    launch(k, (unsigned)(p.rows * groups * splits), P);
+    launch(k, (unsigned)(p.rows * P.groups * splits), P, wide ? 512u : 256u);
     if (splits > 1) launch(p.fmt_q == 0 ? mla_combine_f32 : mla_combine_bf16, (unsigned)(p.rows * p.h_q), P);
     Got g; g.lse = lse; g.maxl = maxl; g.out.resize((size_t)p.rows * p.h_q * 512);
     for (size_t i = 0; i < g.out.size(); ++i) {
@@ -112,7 +125,7 @@ static Got run(const Prob& p, int force_splits = 0) {
     unsigned long long h = 1469598103934665603ull;
     auto mix = [&](const void* d, size_t n) { for (size_t i = 0; i < n; ++i) h = (h ^ ((const unsigned char*)d)[i]) * 1099511628211ull; };
     mix(out.data(), out.size()); mix(lse.data(), lse.size() * 4); mix(maxl.data(), maxl.size() * 4);
-    std::printf("  (%s splits %d #%08llx)", tc ? "tc" : "f32", splits, h & 0xffffffffull);
+    std::printf("  (%s%s splits %d #%08llx)", tc ? "tc" : "f32", wide ? "/64" : "", splits, h & 0xffffffffull);
     return g;
 }
 
@@ -142,6 +155,9 @@ static void put_q(Prob& p) {
     size_t n = (size_t)p.rows * p.h_q * p.d_qk; p.q.resize(n * (p.fmt_q == 0 ? 4 : 2));
     for (size_t i = 0; i < n; ++i) { float f = nrm(); if (p.fmt_q == 0) memcpy(&p.q[4 * i], &f, 4); else { unsigned short b = f32_to_bf16_bits(f); memcpy(&p.q[2 * i], &b, 2); } }
 }
+// g_gap: positions 32 .. 63 of every row invalid (a whole tile skipped
+// between attended ones).
+static bool g_gap = false;
 static void put_idx(Prob& p) {
     const int bad[] = {INT32_MIN, -123456, -1, INT32_MAX, (int)std::min<long long>(p.bound, INT32_MAX)};
     p.idx.resize((size_t)p.rows * p.topk);
@@ -149,7 +165,7 @@ static void put_idx(Prob& p) {
         int valid = below(50) == 0 ? 0 : 1 + below(p.topk);
         for (int j = 0; j < p.topk; ++j) {
             int v = j < valid ? (below(30) == 0 && j + 1 < valid ? -1 : (int)below(p.bound)) : bad[(r + j) % 5];
-            p.idx[(size_t)r * p.topk + j] = v;
+            p.idx[(size_t)r * p.topk + j] = g_gap && j >= 32 && j < 64 ? -1 : v;
         }
     }
 }
@@ -210,6 +226,12 @@ static void test(const char* name, Prob p, long long slots, int lens_mode, bool 
         cmp("lse f32", f.lse, w.lse, 1e-6, 2.01 / 65536);
     }
     Got g = run(p, force);
+    if (widens(p)) {  // the 64-head CTA: the same bits
+        g_wide = true;
+        Got w = run(p, force);
+        g_wide = false;
+        if (!same_bits(g, w)) { ++fails; std::printf("\n  FAIL the 64-head CTA's bits differ from the 32-head CTA's"); }
+    }
     double oa = p.fmt_q == 1 ? 8e-4 : 2e-5, orl = p.fmt_q == 1 ? 3.01 / 128 : 1e-4;
     cmp("out", g.out, w.out, oa, orl);
     cmp("lse", g.lse, w.lse, 1e-6, 2.01 / 65536);
@@ -266,6 +288,20 @@ int main() {
         p.h_q = 128; p.rows = 1; p.s_q_div = 1;
         test("tc decode fp8 h128 split 3", p, p.bound, 0, true, 3);
         test("tc decode fp8 h128 NaN key", p, p.bound, 0, false, 1, true);
+        // h_q 64 with an unaligned stride and s_kv < topk (many skipped
+        // tiles), then the 64-head CTA's unaligned fp8 path (decoded from
+        // global memory) and a decode whose lengths skip tiles.
+        Prob u{}; u.rows = 2; u.h_q = 64; u.d_qk = 576; u.topk = 150; u.fmt_q = 1; u.fmt_kv = 1; u.bound = 90; u.page_size = 90; u.page_stride = 0; u.token_stride = 579 * 2; u.scale = 1 / 24.f;
+        test("tc prefill bf16 h64 unaligned s_kv < topk", u, 90, 0, true, 1);
+        u.d_qk = 512; u.token_stride = 512 * 2;
+        test("tc prefill bf16 h64 d512 lens split 3", u, 90, 1, false, 3);
+        Prob f{}; f.rows = 2; f.s_q_div = 1; f.h_q = 128; f.d_qk = 576; f.topk = 130; f.fmt_q = 1; f.fmt_kv = 2; f.page_size = 13; f.token_stride = 659; f.page_stride = 13 * 659 + 7; f.bound = 13 * 9; f.scale = 1 / 24.f; f.maxl = false;
+        test("tc decode fp8 h128 unaligned", f, f.bound, 0, true, 1);
+        f.h_q = 64; f.token_stride = 656; f.page_stride = 13 * 656 + 16;
+        test("tc decode fp8 h64 lens split 2", f, f.bound, 1, false, 2);
+        g_gap = true;
+        test("tc decode fp8 h64 a skipped tile", f, f.bound, 0, true, 1);
+        g_gap = false;
         Prob b{}; b.rows = 3; b.h_q = 32; b.d_qk = 576; b.topk = 64; b.fmt_q = 1; b.fmt_kv = 1; b.bound = 200; b.page_size = 200; b.page_stride = 0; b.token_stride = 576 * 2; b.scale = 1 / 24.f;
         test("tc prefill bf16 h32 NaN key", b, 200, 0, false, 1, true);
     }

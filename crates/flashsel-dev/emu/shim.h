@@ -1,6 +1,7 @@
 // Host emulation of the CUDA features the sparse MLA kernels and the QSA
-// scorer use: one CTA at a time, 256 std::threads, barriers for
-// __syncthreads / __syncwarp / warp shuffles, cp.async groups.
+// scorer use: one CTA at a time, 256 std::threads (512 for the 64-head MLA
+// CTA), barriers for __syncthreads / __syncwarp / warp shuffles, cp.async
+// groups.
 #pragma once
 #include <atomic>
 #include <barrier>
@@ -35,7 +36,8 @@ inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); r
 template <class A, class B> inline auto min(A a, B b) { return a < b ? a : b; }
 template <class A, class B> inline auto max(A a, B b) { return a > b ? a : b; }
 inline std::barrier<>* g_bar;
-inline std::barrier<>* g_warp[8];
+constexpr int EMU_MAX_THREADS = 512;
+inline std::barrier<>* g_warp[EMU_MAX_THREADS / 32];
 inline void __syncthreads() { g_bar->arrive_and_wait(); }
 inline std::atomic<int> g_or[2];
 inline thread_local int g_gen = 0;
@@ -48,7 +50,7 @@ inline int __syncthreads_or(int v) {
     if (threadIdx.x == 0) g_or[g] = 0;
     return r;
 }
-inline float g_xch[256];
+inline float g_xch[EMU_MAX_THREADS];
 inline float __shfl_xor_sync(unsigned, float v, int m) {
     int t = threadIdx.x;
     g_xch[t] = v;
@@ -57,7 +59,7 @@ inline float __shfl_xor_sync(unsigned, float v, int m) {
     g_warp[t >> 5]->arrive_and_wait();
     return r;
 }
-inline int g_vote[256];
+inline int g_vote[EMU_MAX_THREADS];
 // __any_sync over the calling warp.
 inline bool __any_sync(unsigned, bool v) {
     int t = threadIdx.x, w = t & ~31;
@@ -70,28 +72,67 @@ inline bool __any_sync(unsigned, bool v) {
 }
 inline std::mutex g_mu;
 inline int atomicMax(int* p, int v) { std::lock_guard<std::mutex> l(g_mu); int o = *p; if (v > o) *p = v; return o; }
+
+// cp.async with groups, as the hardware may order it: a thread's copies are
+// queued by commit group; cp_async_wait<N> lands every group but the newest
+// N. A group may also land at its commit (g_land_early: a pseudo-random
+// half), as a copy that arrives fast would: code that reads a buffer before
+// waiting for it, or refills one that other lanes still read, sees the
+// wrong bytes either way.
+struct EmuCopy { void* dst; const void* src; };
+inline thread_local std::vector<EmuCopy> g_open;
+inline thread_local std::vector<std::vector<EmuCopy>> g_groups;
+inline thread_local unsigned g_land_state = 1;
+inline bool g_land_early = true;
+inline void emu_land(const std::vector<EmuCopy>& g) { for (const auto& c : g) std::memcpy(c.dst, c.src, 16); }
+inline void cp_async16(void* dst, const void* src) {
+    if ((((uintptr_t)dst | (uintptr_t)src) & 15) != 0) std::abort();
+    g_open.push_back({dst, src});
+}
+inline void cp_async_commit() {
+    g_land_state = g_land_state * 1103515245u + 12345u + threadIdx.x;
+    // An early group lands now and stays in the queue empty: the waits
+    // count committed groups, landed or not.
+    if (g_land_early && ((g_land_state >> 16) & 1)) { emu_land(g_open); g_open.clear(); }
+    g_groups.push_back(g_open);
+    g_open.clear();
+}
+template <int N>
+inline void cp_async_wait() {
+    while ((int)g_groups.size() > N) { emu_land(g_groups.front()); g_groups.erase(g_groups.begin()); }
+}
+
+// Runs a kernel over `grid` CTAs of `nt` threads (a multiple of 32, at most
+// EMU_MAX_THREADS), one CTA at a time; a thread that ends with copies never
+// waited for aborts.
 template <class P>
-inline void launch(void (*k)(const P), unsigned grid, const P& p) {
-    std::barrier<> bar(256);
-    std::vector<std::barrier<>*> w;
-    for (int i = 0; i < 8; ++i) { g_warp[i] = new std::barrier<>(32); }
+inline void launch(void (*k)(const P), unsigned grid, const P& p, unsigned nt = 256) {
+    if (nt % 32 != 0 || nt > (unsigned)EMU_MAX_THREADS) std::abort();
+    std::barrier<> bar(nt);
+    for (unsigned i = 0; i < nt / 32; ++i) { g_warp[i] = new std::barrier<>(32); }
     g_bar = &bar;
     for (unsigned b = 0; b < grid; ++b) {
         blockIdx.x = b;
         std::vector<std::thread> th;
-        for (unsigned t = 0; t < 256; ++t) th.emplace_back([&, t] { threadIdx.x = t; g_gen = 0; k(p); });
+        for (unsigned t = 0; t < nt; ++t)
+            th.emplace_back([&, t] {
+                threadIdx.x = t;
+                g_gen = 0;
+                k(p);
+                if (!g_open.empty() || !g_groups.empty()) std::abort();  // copies never waited for
+            });
         for (auto& x : th) x.join();
         g_or[0] = 0; g_or[1] = 0;
     }
-    for (int i = 0; i < 8; ++i) delete g_warp[i];
+    for (unsigned i = 0; i < nt / 32; ++i) delete g_warp[i];
 }
 // Tensor-core instructions (kernels/attention/common/mma.cuh) from the PTX
 // fragment layouts: each lane posts its row address / fragments, the warp
 // meets, each lane reads what its registers hold, the warp meets again.
 // mma sums the 16 exact bf16 products in double, then adds to d in f32.
 #define FSA_HOST_EMU 1
-inline const void* g_ldp[8][32];
-inline unsigned g_fa[8][32][4], g_fb[8][32][2];
+inline const void* g_ldp[EMU_MAX_THREADS / 32][32];
+inline unsigned g_fa[EMU_MAX_THREADS / 32][32][4], g_fb[EMU_MAX_THREADS / 32][32][2];
 inline void warp_bar() { g_warp[threadIdx.x >> 5]->arrive_and_wait(); }
 inline unsigned emu_u16(const void* p, int i) { unsigned short v; std::memcpy(&v, (const char*)p + 2 * i, 2); return v; }
 // Shared addresses are offsets from g_smem (the emulator's smem array).
@@ -141,17 +182,15 @@ inline void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, u
     }
     warp_bar();
 }
-inline void cp_async16(unsigned addr, const void* src) {
-    void* dst = g_smem + addr;
-    if ((((uintptr_t)dst | (uintptr_t)src) & 15) != 0) std::abort();
-    std::memcpy(dst, src, 16);
-}
-inline void cp_async_wait_all() {}
+// cp.async to a 32-bit shared address (kernels/attention/common/mma.cuh): the
+// groups above; wait_all commits and waits for every group.
+inline void cp_async16(unsigned addr, const void* src) { cp_async16((void*)(g_smem + addr), src); }
+inline void cp_async_wait_all() { cp_async_commit(); cp_async_wait<0>(); }
 
 // --- For the QSA scorer (kernels/indexer/qsa/score.cuh, qsa_emu.cpp) -------
 inline dim3 gridDim;
 inline void __syncwarp() { g_warp[threadIdx.x >> 5]->arrive_and_wait(); }
-inline unsigned long long g_xch64[256];
+inline unsigned long long g_xch64[EMU_MAX_THREADS];
 // A warp shuffle of a 64-bit value from lane `src`.
 inline unsigned long long __shfl_sync(unsigned, unsigned long long v, int src) {
     int t = threadIdx.x;
@@ -176,34 +215,6 @@ inline int __clz(unsigned x) { return x == 0 ? 32 : __builtin_clz(x); }
 // -ffp-contract=off, so never contracted into an FMA).
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
-// cp.async with groups, as the hardware may order it: a thread's copies are
-// queued by commit group; cp_async_wait<N> lands every group but the newest
-// N. A group may also land at its commit (g_land_early: a pseudo-random
-// half), as a copy that arrives fast would: code that reads a buffer before
-// waiting for it, or refills one that other lanes still read, sees the
-// wrong bytes either way.
-struct EmuCopy { void* dst; const void* src; };
-inline thread_local std::vector<EmuCopy> g_open;
-inline thread_local std::vector<std::vector<EmuCopy>> g_groups;
-inline thread_local unsigned g_land_state = 1;
-inline bool g_land_early = true;
-inline void emu_land(const std::vector<EmuCopy>& g) { for (const auto& c : g) std::memcpy(c.dst, c.src, 16); }
-inline void cp_async16(void* dst, const void* src) {
-    if ((((uintptr_t)dst | (uintptr_t)src) & 15) != 0) std::abort();
-    g_open.push_back({dst, src});
-}
-inline void cp_async_commit() {
-    g_land_state = g_land_state * 1103515245u + 12345u + threadIdx.x;
-    // An early group lands now and stays in the queue empty: the waits
-    // count committed groups, landed or not.
-    if (g_land_early && ((g_land_state >> 16) & 1)) { emu_land(g_open); g_open.clear(); }
-    g_groups.push_back(g_open);
-    g_open.clear();
-}
-template <int N>
-inline void cp_async_wait() {
-    while ((int)g_groups.size() > N) { emu_land(g_groups.front()); g_groups.erase(g_groups.begin()); }
-}
 // Runs a kernel over a gx x gy grid, one CTA at a time, 256 threads.
 template <class P>
 inline void launch2(void (*k)(const P), unsigned gx, unsigned gy, const P& p) {
@@ -234,7 +245,7 @@ inline void launch2(void (*k)(const P), unsigned gx, unsigned gy, const P& p) {
 [[noreturn]] inline void __trap() { std::abort(); }
 // Warp collectives on 32-bit values: each lane posts its value, the warp
 // meets, each lane computes from the warp's values, the warp meets again.
-inline unsigned g_xch32[256];
+inline unsigned g_xch32[EMU_MAX_THREADS];
 template <class F>
 inline unsigned warp_collect(unsigned v, F f) {
     int t = threadIdx.x;

@@ -103,7 +103,9 @@ __device__ __forceinline__ i64 lse_at(int r, int h, int h_q, int s_q) {
     return ((i64)b * h_q + h) * s_q + s;
 }
 
-// The row's length: topk_length (clamped) or the derived one (seed 000).
+// The row's length: topk_length (clamped) or the derived one (seed 000),
+// scanned NT positions at a time (NT: the CTA's threads).
+template <int NT = BLOCK>
 __device__ __forceinline__ int row_length(const MlaParams& P, const int* idx_row, int r, int* len_s) {
     if (P.lengths) {
         const int l = __ldg(P.lengths + (P.len_per_row ? r : r / P.s_q));
@@ -111,7 +113,7 @@ __device__ __forceinline__ int row_length(const MlaParams& P, const int* idx_row
     }
     if (threadIdx.x == 0) *len_s = 0;
     __syncthreads();
-    for (int base = ((P.topk - 1) / BLOCK) * BLOCK; base >= 0; base -= BLOCK) {
+    for (int base = ((P.topk - 1) / NT) * NT; base >= 0; base -= NT) {
         const int p = base + (int)threadIdx.x;
         bool v = false;
         if (p < P.topk) {

@@ -4,9 +4,12 @@
 // Portable: sm_80 and later. Included by sparse_mla.cu after its helpers
 // (row_length, lse_at, MlaParams).
 //
-// ALGORITHM (mla_tc_fwd_m{16,32}_qbf16_kv{bf16,fp8})
+// ALGORITHM (mla_tc_fwd_m{16,32}_qbf16_kv{bf16,fp8}, mla_tc_fwd_m64_qbf16_kvfp8)
 //   One CTA of 256 threads (8 warps) per (query row r, block of MR = 16 MT
-//   heads of that row, KV split s); MT = 1 for h_q <= 16, else 2. The M
+//   heads of that row, KV split s); MT = 1 for h_q <= 16, else 2; or, for
+//   fp8 caches on sm_90 (host: MlaPlan::on_device), MT = 4 with 512 threads
+//   (16 warps) and two KV buffers (TcShape: each warp the MT 2 CTA's
+//   per-warp work, so the same bits; the steps below with 16 warps). The M
 //   dimension of both GEMMs is the block's heads (one index list per row);
 //   heads past h_q are zero rows of q whose results are never written, so
 //   any h_q in 1..128 runs unpadded by the caller. Prologue: q's block into
@@ -16,17 +19,20 @@
 //        from the index entries threads < 32 loaded a tile ahead; a tile
 //        without one is skipped.
 //     2. tc_gather: the attended rows into k_s as bf16, thread t serving
-//        token t / 8; cp.async for a bf16 cache with 16-byte aligned rows
+//        token t / TPT (TPT = 8, 16 at MT 4); cp.async for a bf16 cache with 16-byte aligned rows
 //        (else plain loads); an aligned fp8 cache is staged raw by cp.async
 //        over sp_s / p_s (free until B0) and decoded from shared memory
 //        (e4m3 x its 128-column f32 scale, rounded to nearest even: exact
 //        for the power-of-two scales of the V3.2 quantizer; the rope values
-//        are bf16 already). Unattended rows are zeros.
+//        are bf16 already). Unattended rows are zeros. MT 4: tile t + 1's
+//        raw tokens are copied into an area of their own during tile t's
+//        steps 3-5 and decoded into the other KV buffer at tile t + 1's
+//        start.
 //     3. S = Q K^T: warp w takes m-tile w % MT and the w / MT-th of the
-//        d_qk / 16 k-steps (NDQ = 8 / MT slices), all 32 keys (4 n8 tiles,
+//        d_qk / 16 k-steps (NDQ = warps / MT slices), all 32 keys (4 n8 tiles,
 //        ldmatrix x4 for A and B); its partial S goes to sp_s[slice].
 //     4. softmax (softmax.cuh: softmax_steps over the warp's rows at once,
-//        their butterflies interleaved): warp w owns rows w + 8i; lane
+//        their butterflies interleaved): warp w owns rows w + warps i; lane
 //        j sums key j's NDQ partials in slice order, times sm_scale (-inf
 //        when not attended), updates the row's f32 (m, sum) and writes p =
 //        exp(l - m) to p_s as two bf16 terms, hi = bf16(p) and lo = bf16(p -
@@ -43,8 +49,9 @@
 //   mla_combine_bf16, exactly as the f32 kernel does.
 //
 // INVARIANTS
-//   - Determinism: the plan (MT, groups, splits) is a function of the shapes
-//     and formats only (host: ops/mla/device.rs, MlaPlan::new_for); the
+//   - Determinism: the split is a function of the shapes and formats only
+//     (host: ops/mla/device.rs, MlaPlan::new_for), and MT 2 and MT 4 give
+//     the same bits (MlaPlan::on_device picks between them by device); the
 //     partial logits are summed in a fixed slice order; mma.sync is a
 //     deterministic instruction; no atomics touch values.
 //   - The derived length only shortens the loop (tiles past L hold no
@@ -58,7 +65,10 @@
 //     into sp_s / p_s included; its own barrier orders the raw bytes before
 //     their decode); B0 (after the gather's cp.async wait), B1 (after the
 //     partial logits) and B2 (after the probabilities) order each stage's
-//     writes before the next stage's reads.
+//     writes before the next stage's reads. MT 4: tile t + 1's tile_offsets
+//     barrier comes after tile t's decode (its B0) and orders every
+//     thread's reads of the other buffer and of the raw area (tiles t - 1
+//     and t) before tile t + 1's copies into them.
 //   - Shared-memory rows are padded to an odd number of 16-byte chunks
 //     (q / k rows 584 bf16, p rows 40 bf16), so the 8 row addresses of an
 //     ldmatrix hit 8 distinct bank groups.
@@ -70,13 +80,17 @@
 //   and 32 mma (hi and lo); the logits take one f32 round trip through
 //   shared memory (MR x 32 x NDQ floats). Each KV row is gathered (an fp8
 //   token decoded) once per head block: ceil(h_q / 32) CTAs per row for h_q
-//   > 16. Shared memory 100,992 B at MT 2, 79,552 B at MT 1 (fits sm_86/89's
-//   99 KB; two CTAs per SM on sm_80 and sm_90); one KV buffer, the second
-//   CTA hides the gather. Registers: O is 32 MT f32 per thread; 126-128 at
-//   MT 2, 94-118 at MT 1 (__launch_bounds__(256, 2) caps at 128), no
-//   spills. Measured (H200, h_q 128 prefill): ~5,300 warp instructions a
+//   > 16 (h_q / 64 at MT 4). Shared memory 100,992 B at MT 2, 79,552 B at
+//   MT 1 (fits sm_86/89's 99 KB; two CTAs per SM on sm_80 and sm_90); one
+//   KV buffer, the second CTA hides the gather. MT 4: 222,976 B, one CTA an
+//   SM. Registers: O is 64 f32 per thread at MT 2 and 4, 32 at MT 1;
+//   126-128 at MT 2 and 4, 94-128 at MT 1 (__launch_bounds__ caps at 128),
+//   no spills. Measured (H200, h_q 128 prefill): ~5,300 warp instructions a
 //   CTA-tile, 800 of them mma; bound by shared-memory traffic, the gather's
-//   latency and the four barriers a tile (docs/perf-log.md v38).
+//   latency and the four barriers a tile (docs/perf-log.md v38). MT 4 on
+//   an H100 (v50): fp8 decode 2.5-4.6% faster than MT 2 (half the decodes);
+//   bf16 prefill 3-7% slower (16 warps meet at every barrier, where two MT
+//   2 CTAs overlap each other's phases), so bf16 keeps MT 2.
 #include "attention/common/mma.cuh"
 
 namespace {
@@ -88,27 +102,46 @@ constexpr int TC_SLD = 40;   // f32 per partial-logit row (32 + 8)
 constexpr int FP8_TOKEN = 656;              // bytes of a V3.2 fp8 token
 constexpr int FP8_CHUNKS = FP8_TOKEN / 16;  // its 16-byte chunks
 
+// The CTA of MT m-tiles (MR = 16 MT heads). MT 1 and 2: 8 warps, one KV
+// buffer (sm_80+, within sm_86/89's 99 KB, two CTAs an SM). MT 4 (fp8
+// caches only): 16 warps and two KV buffers with a raw fp8 staging area of
+// its own (sm_90's shared memory, one CTA an SM): the next tile's copies are
+// in flight during this one's products, and each token is decoded once per
+// 64 heads. Every warp does the per-warp work of the MT 2 CTA (NDQ 4
+// slices, CW 128 columns, 4 softmax rows), so MT 2 and MT 4 give the same
+// bits.
 template <int MT>
 struct TcShape {
+    static constexpr int WARPS = MT == 4 ? 16 : 8;
+    static constexpr int NT = 32 * WARPS;            // threads
+    static constexpr int TPT = NT / TC_KT;           // gather threads a token
+    static constexpr int STAGES = MT == 4 ? 2 : 1;   // KV tile buffers
     static constexpr int MR = 16 * MT;       // heads per CTA
     static constexpr int NDQ = WARPS / MT;   // d_qk slices of S = Q K^T (warps per m-tile)
     static constexpr int CW = DV / NDQ;      // output columns per warp
     static constexpr int NB = CW / 8;        // n8 tiles of O per warp
     static constexpr int ROWS = MR / WARPS;  // softmax rows per warp
     static constexpr int Q_BYTES = MR * TC_LD * 2;
-    static constexpr int K_BYTES = TC_KT * TC_LD * 2;
+    static constexpr int K_BYTES = TC_KT * TC_LD * 2;   // one buffer
     static constexpr int S_BYTES = NDQ * MR * TC_SLD * 4;
     static constexpr int P_BYTES = 2 * MR * TC_PLD * 2;  // hi and lo planes
     static constexpr int ST_BYTES = 3 * MR * 4;
-    static constexpr int SMEM = Q_BYTES + K_BYTES + S_BYTES + P_BYTES + ST_BYTES + TC_KT * 8;
+    static constexpr int OFF_BYTES = STAGES * TC_KT * 8;
+    static constexpr int RAW_BYTES = STAGES == 2 ? TC_KT * FP8_TOKEN : 0;  // else over sp_s / p_s
+    static constexpr int SMEM = Q_BYTES + STAGES * K_BYTES + S_BYTES + P_BYTES + ST_BYTES + OFF_BYTES + RAW_BYTES;
 };
-static_assert(TcShape<2>::SMEM == 100992 && TcShape<1>::SMEM == 79552, "host: ops/mla/device.rs, tc_smem_bytes");
+static_assert(TcShape<2>::SMEM == 100992 && TcShape<1>::SMEM == 79552 && TcShape<4>::SMEM == 222976,
+              "host: ops/mla/device.rs, tc_smem_bytes");
 static_assert(TcShape<2>::SMEM <= 99 * 1024, "fits sm_86 / sm_89");
-// The fp8 gather stages a tile's raw tokens over the partial logits and P
-// (free from the tile's first barrier until B0).
+static_assert(TcShape<4>::SMEM + 1024 <= 228 * 1024, "one CTA an SM on sm_90 (with the CTA's reserved 1 KB)");
+// The single-buffer fp8 gather stages a tile's raw tokens over the partial
+// logits and P (free from the tile's first barrier until B0).
 static_assert(TcShape<1>::S_BYTES + TcShape<1>::P_BYTES >= TC_KT * FP8_TOKEN, "fp8 staging fits");
 static_assert(TcShape<2>::S_BYTES + TcShape<2>::P_BYTES >= TC_KT * FP8_TOKEN, "fp8 staging fits");
-static_assert(TcShape<1>::ROWS * WARPS == 16 && TcShape<2>::NB == 16, "the warp mappings below");
+static_assert(TcShape<1>::ROWS * TcShape<1>::WARPS == 16 && TcShape<2>::NB == 16, "the warp mappings below");
+static_assert(TcShape<4>::NDQ == TcShape<2>::NDQ && TcShape<4>::CW == TcShape<2>::CW &&
+                  TcShape<4>::ROWS == TcShape<2>::ROWS,
+              "MT 4's warps do MT 2's per-warp work (the same bits)");
 
 // Two e4m3 codes (low byte first) times `s`, as a packed bf16 pair (round
 // to nearest even; exact for power-of-two scales). sm_89+ decodes with the
@@ -131,87 +164,108 @@ __device__ __forceinline__ uint4 e4m3x8_to_bf16(u32 lo, u32 hi, float s) {
                       e4m3x2_to_bf16x2(hi >> 16, s));
 }
 
-// Thread u's part of one fp8 token as bf16 into `row` (zeros when not
-// attended): value chunks u + 8m (codes 16c .. 16c + 15, scale m = c / 8,
-// columns 16c ..) and rope chunk u (bf16 columns 512 + 8u ..). The token's
-// bytes are read from shared memory (STAGED) or, unaligned, from the cache.
-template <bool STAGED>
+// Thread u (of TPT = 8 or 16 a token) of one fp8 token as bf16 into `row`
+// (zeros when not attended): value chunks c = u + TPT m (codes 16c .. 16c +
+// 15, scale c / 8, columns 16c ..) and, for u < 8, rope chunk u (bf16
+// columns 512 + 8u ..). The token's bytes are read from shared memory
+// (STAGED) or, unaligned, from the cache.
+template <bool STAGED, int TPT>
 __device__ __forceinline__ void fp8_token_to_bf16(u16* row, const u8* tok, bool attended, int u) {
     auto ld = [&](int at) { return STAGED ? *(const uint4*)(tok + at) : ld16(tok + at, false); };
     auto scale = [&](int m) {
         return STAGED ? *(const float*)(tok + 512 + 4 * m) : __uint_as_float(ld4(tok + 512 + 4 * m, false));
     };
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
-        const int c = u + 8 * m;
+    for (int m = 0; m < 32 / TPT; ++m) {
+        const int c = u + TPT * m;
         uint4 w0 = make_uint4(0u, 0u, 0u, 0u), w1 = w0;
         if (attended) {
             const uint4 x = ld(16 * c);
-            const float s = scale(m);
+            const float s = scale(TPT * m / 8 + (TPT == 8 ? 0 : u >> 3));  // c / 8
             w0 = e4m3x8_to_bf16(x.x, x.y, s);
             w1 = e4m3x8_to_bf16(x.z, x.w, s);
         }
         *(uint4*)(row + 16 * c) = w0;
         *(uint4*)(row + 16 * c + 8) = w1;
     }
-    *(uint4*)(row + 512 + 8 * u) = attended ? ld(528 + 16 * u) : make_uint4(0u, 0u, 0u, 0u);
+    if (TPT == 8 || u < 8) *(uint4*)(row + 512 + 8 * u) = attended ? ld(528 + 16 * u) : make_uint4(0u, 0u, 0u, 0u);
 }
 
-// The tile's attended rows into k_s ([TC_KT][TC_LD] bf16); zeros for the
-// others. Thread t serves token t / 8 of the tile and its 16-byte chunks
-// t % 8 + 8 m (no divisions; each 8 threads read 128 contiguous bytes of a
-// row). The copies are visible to the CTA only after the caller's barrier
-// (B0). fp8 with a 16-byte aligned cache first stages the raw tokens in
-// raw_s ([TC_KT][656] bytes, cp.async, one barrier) and decodes from shared
-// memory, so that a thread's global loads are all in flight at once; an
-// unaligned cache decodes from global loads.
-template <int KF>
-__device__ __forceinline__ void tc_gather(u16* k_s, u8* raw_s, const i64* off_s, const CacheGeom& g, int d_qk) {
-    static_assert(BLOCK == 8 * TC_KT, "8 threads a token");
-    const int j = (int)threadIdx.x >> 3, u = (int)threadIdx.x & 7;
+// Thread t's part of the tile's gather: token j = t / TPT of the tile
+// (offset off_s[j], -1 when not attended), its 16-byte chunks u + TPT m, u
+// = t % TPT (no divisions; TPT threads read 16 TPT contiguous bytes of a
+// row). Issues, does not wait: a bf16 cache with 16-byte aligned rows is
+// copied into k_s ([TC_KT][TC_LD] bf16) by cp.async; an aligned fp8 cache's
+// raw tokens into raw_s ([TC_KT][656] bytes) by cp.async, for
+// tc_gather_decode after the wait and a barrier; unaligned caches are
+// loaded (fp8: decoded) into k_s directly. Rows not attended are zeros in
+// k_s (bf16, unaligned fp8) or left for the decode to zero.
+template <int KF, int TPT>
+__device__ __forceinline__ void tc_gather_issue(u16* k_s, u8* raw_s, const i64* off_s, const CacheGeom& g, int d_qk) {
+    const int j = (int)threadIdx.x / TPT, u = (int)threadIdx.x % TPT;
     const i64 off = off_s[j];
     u16* row = k_s + j * TC_LD;
     const u8* src = g.base + (off < 0 ? 0 : off);
     if (KF == FMT_BF16) {
-        // Chunks u + 8m: m < 8 always (d_qk >= 512), m = 8 for d_qk 576.
-        const bool ninth = d_qk > 512;
+        // Chunks u + TPT m: the first 64 (d_qk >= 512) for m < 64 / TPT,
+        // then chunks 64 .. 71 for d_qk 576 (every thread at TPT 8, u < 8
+        // at TPT 16).
+        constexpr int M = (72 + TPT - 1) / TPT;
+        const bool tail = d_qk > 512 && (TPT == 8 || u < 8);
         if (off < 0) {
 #pragma unroll
-            for (int m = 0; m < 9; ++m) {
-                if (m < 8 || ninth) *(uint4*)(row + 8 * (u + 8 * m)) = make_uint4(0u, 0u, 0u, 0u);
+            for (int m = 0; m < M; ++m) {
+                if ((m + 1) * TPT <= 64 || tail) *(uint4*)(row + 8 * (u + TPT * m)) = make_uint4(0u, 0u, 0u, 0u);
             }
         } else if (g.aligned) {
             const u32 dst = smem_addr(row + 8 * u);
             const u8* at = src + 16 * u;
 #pragma unroll
-            for (int m = 0; m < 9; ++m) {
-                if (m < 8 || ninth) cp_async16(dst + 128 * m, at + 128 * m);
+            for (int m = 0; m < M; ++m) {
+                if ((m + 1) * TPT <= 64 || tail) cp_async16(dst + 16 * TPT * m, at + 16 * TPT * m);
             }
         } else {
 #pragma unroll 1
-            for (int m = 0; m < 9; ++m) {
-                if (m < 8 || ninth) *(uint4*)(row + 8 * (u + 8 * m)) = ld16(src + 16 * (u + 8 * m), false);
+            for (int m = 0; m < M; ++m) {
+                if ((m + 1) * TPT <= 64 || tail) *(uint4*)(row + 8 * (u + TPT * m)) = ld16(src + 16 * (u + TPT * m), false);
             }
         }
-        cp_async_wait_all();
         return;
     }
-    // fp8: the token's 41 chunks staged by its 8 threads, then decoded.
     if (g.aligned) {
-        u8* raw = raw_s + j * FP8_TOKEN;
         if (off >= 0) {
+            u8* raw = raw_s + j * FP8_TOKEN;
 #pragma unroll
-            for (int m = 0; m < 6; ++m) {
-                const int c = u + 8 * m;
+            for (int m = 0; m < (FP8_CHUNKS + TPT - 1) / TPT; ++m) {
+                const int c = u + TPT * m;
                 if (c < FP8_CHUNKS) cp_async16(smem_addr(raw + 16 * c), src + 16 * c);
             }
         }
-        cp_async_wait_all();
-        __syncthreads();
-        fp8_token_to_bf16<true>(row, raw, off >= 0, u);
         return;
     }
-    fp8_token_to_bf16<false>(row, src, off >= 0, u);
+    fp8_token_to_bf16<false, TPT>(row, src, off >= 0, u);
+}
+
+// An aligned fp8 cache's tile from raw_s into k_s (after its copies landed
+// and a barrier); nothing for other caches.
+template <int KF, int TPT>
+__device__ __forceinline__ void tc_gather_decode(u16* k_s, const u8* raw_s, const i64* off_s, const CacheGeom& g) {
+    if (KF != FMT_FP8 || !g.aligned) return;
+    const int j = (int)threadIdx.x / TPT, u = (int)threadIdx.x % TPT;
+    fp8_token_to_bf16<true, TPT>(k_s + j * TC_LD, raw_s + j * FP8_TOKEN, off_s[j] >= 0, u);
+}
+
+// The single-buffer gather: the tile's attended rows into k_s, zeros for
+// the others, visible to the CTA after the caller's barrier (B0). The fp8
+// staging has a barrier of its own between the copies and the decode.
+template <int KF, int TPT>
+__device__ __forceinline__ void tc_gather(u16* k_s, u8* raw_s, const i64* off_s, const CacheGeom& g, int d_qk) {
+    tc_gather_issue<KF, TPT>(k_s, raw_s, off_s, g, d_qk);
+    cp_async_wait_all();
+    if (KF == FMT_FP8 && g.aligned) {
+        __syncthreads();
+        tc_gather_decode<KF, TPT>(k_s, raw_s, off_s, g);
+    }
 }
 
 // One k16 step ks of S = Q K^T: this warp's A fragment (16 heads) times the
@@ -244,16 +298,18 @@ __device__ __forceinline__ CacheGeom geom_of(const MlaParams& P) {
 template <int MT, int KF>
 __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
     using S = TcShape<MT>;
-    constexpr int MR = S::MR, NDQ = S::NDQ, CW = S::CW, NB = S::NB, ROWS = S::ROWS;
+    constexpr int MR = S::MR, NDQ = S::NDQ, CW = S::CW, NB = S::NB, ROWS = S::ROWS, NW = S::WARPS;
     extern __shared__ __align__(16) float smem[];
     __shared__ int len_s;
     u8* sb = (u8*)smem;
-    u16* q_s = (u16*)sb;                                        // [MR][TC_LD]
-    u16* k_s = (u16*)(sb + S::Q_BYTES);                         // [TC_KT][TC_LD]
-    float* sp_s = (float*)(sb + S::Q_BYTES + S::K_BYTES);       // [NDQ][MR][TC_SLD]
-    u16* p_s = (u16*)((u8*)sp_s + S::S_BYTES);                  // hi [MR][TC_PLD], then lo
-    float* st_s = (float*)((u8*)p_s + S::P_BYTES);              // alpha [MR], m [MR], sum [MR]
-    i64* off_s = (i64*)((u8*)st_s + S::ST_BYTES);               // [TC_KT]
+    u16* q_s = (u16*)sb;                                             // [MR][TC_LD]
+    u16* k_s = (u16*)(sb + S::Q_BYTES);                              // [STAGES][TC_KT][TC_LD]
+    float* sp_s = (float*)(sb + S::Q_BYTES + S::STAGES * S::K_BYTES);  // [NDQ][MR][TC_SLD]
+    u16* p_s = (u16*)((u8*)sp_s + S::S_BYTES);                       // hi [MR][TC_PLD], then lo
+    float* st_s = (float*)((u8*)p_s + S::P_BYTES);                   // alpha [MR], m [MR], sum [MR]
+    i64* off_s = (i64*)((u8*)st_s + S::ST_BYTES);                    // [STAGES][TC_KT]
+    // fp8 raw tokens: an area of its own with two buffers, else over sp_s / p_s.
+    u8* raw_s = S::STAGES == 2 ? (u8*)off_s + S::OFF_BYTES : (u8*)sp_s;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gid = lane >> 2, tig = lane & 3;
@@ -272,19 +328,19 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
         const u8* qb = (const u8*)P.q;
         const bool qa = ((u64)qb & 15u) == 0;
         const int chunks = d_qk / 8;
-        for (int i = tid; i < MR * chunks; i += BLOCK) {
+        for (int i = tid; i < MR * chunks; i += S::NT) {
             const int h = i / chunks, c = i - h * chunks, hq = h0 + h;
             uint4 w = make_uint4(0u, 0u, 0u, 0u);
             if (hq < h_q) w = ld16(qb + (((i64)r * h_q + hq) * d_qk + 8 * c) * 2, qa);
             *(uint4*)(q_s + h * TC_LD + 8 * c) = w;
         }
     }
-    const int L = row_length(P, idx_row, r, &len_s);
+    const int L = row_length<S::NT>(P, idx_row, r, &len_s);
     const i64 start = (i64)split * P.chunk;
     const int lim = (int)min(min(start + P.chunk, (i64)P.topk), (i64)L);
 
     // Softmax state (m, sum) of row x at st_s[MR + x], st_s[2 MR + x]: only
-    // warp x % 8 updates it (every lane computes the same bits, lane 0
+    // warp x % NW updates it (every lane computes the same bits, lane 0
     // writes; the tile's barriers order the write before the next tile's
     // reads); the epilogue reads it. Initialised before the first tile's barrier.
     if (tid < MR) {
@@ -310,20 +366,17 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
     const int a_row = lane & 15, a_col = 8 * (lane >> 4);
     const int b_key = (lane & 7) + 8 * (lane >> 4), b_col = 8 * ((lane >> 3) & 1);
     // This lane's ldmatrix addresses (32-bit shared addresses: half the
-    // registers of pointers), steps in bytes.
+    // registers of pointers), steps in bytes; buffer b's K / V at + b K_BYTES.
     const u32 qa = smem_addr(q_s + (16 * mt + a_row) * TC_LD + a_col);
-    const u32 kb = smem_addr(k_s + b_key * TC_LD + b_col);
+    const u32 kb0 = smem_addr(k_s + b_key * TC_LD + b_col);
     const u32 pa = smem_addr(p_s + (16 * mt + a_row) * TC_PLD + a_col);
-    const u32 vb = smem_addr(k_s + a_row * TC_LD + slice * CW + a_col);
+    const u32 vb0 = smem_addr(k_s + a_row * TC_LD + slice * CW + a_col);
 
-    // Threads < TC_KT hold the next tile's index entries, loaded a tile ahead.
-    int entry = tile_entry<TC_KT>(idx_row, (int)start, lim);
-    for (int t0 = (int)start; t0 < lim; t0 += TC_KT) {
-        const int cur = entry;
-        entry = tile_entry<TC_KT>(idx_row, t0 + TC_KT, lim);
-        if (!tile_offsets_of<TC_KT>(off_s, cur, geom_of(P))) continue;
-        tc_gather<KF>(k_s, (u8*)sp_s, off_s, geom_of(P), d_qk);
-        __syncthreads();  // B0
+    // One tile's products once its keys are in k_s buffer `buf` (after B0):
+    // S = Q K^T, B1, the softmax, B2, O = alpha O + P V. off: the tile's
+    // offsets (attended where >= 0).
+    auto tile_products = [&](int buf, const i64* off) {
+        const u32 kb = kb0 + buf * S::K_BYTES, vb = vb0 + buf * S::K_BYTES;
         {
             float acc[4][4];
 #pragma unroll
@@ -343,11 +396,11 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
         }
         __syncthreads();  // B1
         {
-            const bool att = off_s[lane] >= 0;
+            const bool att = off[lane] >= 0;
             float l[ROWS], m[ROWS], sum[ROWS], alpha[ROWS], p[ROWS];
 #pragma unroll
             for (int i = 0; i < ROWS; ++i) {
-                const int row = warp + WARPS * i;
+                const int row = warp + NW * i;
                 float dot = 0.f;
 #pragma unroll
                 for (int sl = 0; sl < NDQ; ++sl) dot += sp_s[(sl * MR + row) * TC_SLD + lane];
@@ -361,7 +414,7 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
             __syncwarp();
 #pragma unroll
             for (int i = 0; i < ROWS; ++i) {
-                const int row = warp + WARPS * i;
+                const int row = warp + NW * i;
                 const u16 hi = f32_to_bf16_rn(p[i]);
                 p_s[row * TC_PLD + lane] = hi;
                 p_s[(MR + row) * TC_PLD + lane] = f32_to_bf16_rn(p[i] - bf16_bits_to_f32(hi));
@@ -403,6 +456,56 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
                 }
             }
         }
+    };
+
+    // Threads < TC_KT hold the next tile's index entries, loaded a tile ahead.
+    if constexpr (S::STAGES == 1) {
+        int entry = tile_entry<TC_KT>(idx_row, (int)start, lim);
+        for (int t0 = (int)start; t0 < lim; t0 += TC_KT) {
+            const int cur = entry;
+            entry = tile_entry<TC_KT>(idx_row, t0 + TC_KT, lim);
+            if (!tile_offsets_of<TC_KT>(off_s, cur, geom_of(P))) continue;
+            tc_gather<KF, S::TPT>(k_s, raw_s, off_s, geom_of(P), d_qk);
+            __syncthreads();  // B0
+            tile_products(0, off_s);
+        }
+    } else {
+        // Two buffers (fp8): tile t's keys in buffer b; tile t + 1's raw
+        // tokens are copied into raw_s after tile_offsets' barrier, which
+        // orders every thread's reads of buffer b ^ 1 and its offsets (tile t
+        // - 1's products) and of raw_s (tile t's decode, just before it)
+        // ahead of them, and which is B0 for the decode's writes into buffer
+        // b. One cp.async group a tile, empty or not (the waits count groups).
+        // An unaligned cache decodes tile t + 1 from global memory into
+        // buffer b ^ 1 at the same point instead.
+        static_assert(KF == FMT_FP8, "the two-buffer CTA is built for fp8 caches only (host: MlaPlan::on_device)");
+        const bool staged = geom_of(P).aligned;
+        int b = 0;
+        bool have = tile_offsets_of<TC_KT>(off_s, tile_entry<TC_KT>(idx_row, (int)start, lim), geom_of(P));
+        if (have) tc_gather_issue<KF, S::TPT>(k_s, raw_s, off_s, geom_of(P), d_qk);
+        cp_async_commit();
+        int entry = tile_entry<TC_KT>(idx_row, (int)start + TC_KT, lim);
+        for (int t0 = (int)start; t0 < lim; t0 += TC_KT) {
+            const bool cur = have;
+            const i64* off = off_s + b * TC_KT;
+            u16* kbuf = k_s + b * (TC_KT * TC_LD);
+            if (staged && cur) {
+                cp_async_wait<0>();
+                __syncthreads();  // the raw tokens of tile t
+                tc_gather_decode<KF, S::TPT>(kbuf, raw_s, off, geom_of(P));
+            }
+            const int nxt = entry;
+            entry = tile_entry<TC_KT>(idx_row, t0 + 2 * TC_KT, lim);
+            have = tile_offsets_of<TC_KT>(off_s + (b ^ 1) * TC_KT, nxt, geom_of(P));  // (B0)
+            if (have) {
+                tc_gather_issue<KF, S::TPT>(k_s + (b ^ 1) * (TC_KT * TC_LD), raw_s, off_s + (b ^ 1) * TC_KT,
+                                            geom_of(P), d_qk);
+            }
+            cp_async_commit();
+            if (cur) tile_products(b, off);
+            b ^= 1;
+        }
+        cp_async_wait<0>();  // the trailing empty group
     }
     // The last tile's state writes are ordered before the epilogue's reads
     // (with no tile at all: the initial values, before this barrier).
@@ -450,9 +553,12 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
 }  // namespace
 
 #define FSA_TC_FWD(NAME, MT, KF)                                                                    \
-    extern "C" __global__ void __launch_bounds__(BLOCK, 2) NAME(const MlaParams P) { mla_tc_forward<MT, KF>(P); }
+    extern "C" __global__ void __launch_bounds__(TcShape<MT>::NT, MT == 4 ? 1 : 2) NAME(const MlaParams P) { \
+        mla_tc_forward<MT, KF>(P);                                                                  \
+    }
 
 FSA_TC_FWD(mla_tc_fwd_m16_qbf16_kvbf16, 1, FMT_BF16)
 FSA_TC_FWD(mla_tc_fwd_m16_qbf16_kvfp8, 1, FMT_FP8)
 FSA_TC_FWD(mla_tc_fwd_m32_qbf16_kvbf16, 2, FMT_BF16)
 FSA_TC_FWD(mla_tc_fwd_m32_qbf16_kvfp8, 2, FMT_FP8)
+FSA_TC_FWD(mla_tc_fwd_m64_qbf16_kvfp8, 4, FMT_FP8)

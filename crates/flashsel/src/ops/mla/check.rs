@@ -21,6 +21,7 @@ use super::{
 use crate::contract::{DType, Result};
 use crate::cuda::CudaEngine;
 use crate::data::{normal_scores, Rng};
+use crate::ops::select::plan::DeviceProps;
 
 /// How a case's lengths are given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,10 +104,32 @@ impl MlaCase {
             MlaPath::F32
         }
     }
-    /// The plan the engine must take (kernel family, heads a CTA, split-KV or
-    /// not); each case asserts the engine's plan is this one.
+    /// The plan's shape-only part (kernel family, heads a CTA before the
+    /// device's widening, split-KV or not).
     pub fn plan(&self) -> MlaPlan {
         MlaPlan::new_for(self.path(), self.rows(), self.h_q, self.topk)
+    }
+    /// The plan the engine must take on `dev`; each case asserts the
+    /// engine's plan is this one. The rule, stated here on its own: over an
+    /// fp8 cache, 32 heads a CTA become 64 where that CTA's 222,976 bytes of
+    /// shared memory fit, 64-head groups pad no more heads than 32-head ones
+    /// and the 64-head CTAs are at least the SMs; the split stays.
+    pub fn plan_on(&self, dev: &DeviceProps) -> MlaPlan {
+        let p = self.plan();
+        let h = self.h_q;
+        let fp8 = self.decode.is_some_and(|d| d.format == CacheFormat::Fp8V32);
+        let ctas = self.rows() * h.div_ceil(64) * p.splits;
+        if p.path == MlaPath::TensorCore
+            && fp8
+            && h > 32
+            && h.div_ceil(64) * 64 == h.div_ceil(32) * 32
+            && dev.max_smem_per_block >= 222_976
+            && ctas >= dev.sm_count as usize
+        {
+            MlaPlan { heads_per_cta: 64, groups: h.div_ceil(64), ..p }
+        } else {
+            p
+        }
     }
     pub fn describe(&self) -> String {
         let what = match self.decode {
@@ -143,8 +166,14 @@ pub struct MlaOutcome {
     pub split: bool,
     /// The kernel family that ran.
     pub path: MlaPath,
+    /// Heads a CTA of the plan that ran.
+    pub heads_per_cta: usize,
     pub ok: bool,
     pub detail: String,
+    /// FNV-1a of the result's bits (out, lse, max_logits): the same seed gives
+    /// the same data, so two builds, plans or devices that must agree byte for
+    /// byte print the same digest.
+    pub digest: u64,
 }
 
 /// The invalid values FlashMLA's tests pad with (those `>= bound` or
@@ -262,13 +291,25 @@ fn compare(
     check_close(what, &g, want, tol)
 }
 
+fn digest_of(parts: &[&[f32]]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for v in parts {
+        for x in v.iter() {
+            for b in x.to_bits().to_le_bytes() {
+                h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+    }
+    h
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// A prefill case: the GPU against the reference (on the checked rows), and
 /// without `topk_length` the derived lengths passed explicitly, bit for bit.
-fn run_prefill<T: MlaElem>(e: &CudaEngine, c: &MlaCase, rng: &mut Rng) -> Result<(bool, String)> {
+fn run_prefill<T: MlaElem>(e: &CudaEngine, c: &MlaCase, rng: &mut Rng) -> Result<(bool, String, u64)> {
     let kv_stride = c.d_qk + c.kv_pad;
     let spec = SparseMlaPrefill::new(c.s_q, c.s_kv, c.h_q, c.d_qk, c.topk, 1.0 / (c.d_qk as f32).sqrt())
         .with_dtype(T::DTYPE)
@@ -306,8 +347,9 @@ fn run_prefill<T: MlaElem>(e: &CudaEngine, c: &MlaCase, rng: &mut Rng) -> Result
         fails.push("no row attends a key to make NaN (the case would test nothing)".to_string());
     }
     let plan = e.sparse_mla_prefill_plan(&spec)?;
-    if plan != c.plan() {
-        fails.push(format!("the engine's plan {plan:?} is not the expected {:?}", c.plan()));
+    let expected = c.plan_on(&e.props());
+    if plan != expected {
+        fails.push(format!("the engine's plan {plan:?} is not the expected {expected:?}"));
     }
     let got = e.sparse_mla_prefill_host(&spec, &q, &kv, &idx, lens.as_deref(), sink.as_deref())?;
     // The reference on the checked rows.
@@ -336,7 +378,8 @@ fn run_prefill<T: MlaElem>(e: &CudaEngine, c: &MlaCase, rng: &mut Rng) -> Result
             fails.push("a second run gives other bits".into());
         }
     }
-    Ok((fails.is_empty(), fails.join("; ")))
+    let digest = digest_of(&[&got.out, &got.lse, &got.max_logits]);
+    Ok((fails.is_empty(), fails.join("; "), digest))
 }
 
 fn same_prefill(a: &PrefillOutput<f32>, b: &PrefillOutput<f32>) -> bool {
@@ -400,7 +443,7 @@ fn build_cache(spec: &SparseMlaDecode, used: &[bool], seed: u64) -> Result<Cache
     })
 }
 
-fn run_decode<Q: MlaElem>(e: &CudaEngine, c: &MlaCase, dc: DecodeCache, rng: &mut Rng) -> Result<(bool, String)> {
+fn run_decode<Q: MlaElem>(e: &CudaEngine, c: &MlaCase, dc: DecodeCache, rng: &mut Rng) -> Result<(bool, String, u64)> {
     let w = dc.format.token_width(c.d_qk);
     let num_pages = c.s_kv.div_ceil(dc.page_size).max(1);
     let token_stride = w + dc.token_pad;
@@ -429,8 +472,9 @@ fn run_decode<Q: MlaElem>(e: &CudaEngine, c: &MlaCase, dc: DecodeCache, rng: &mu
     let cache = build_cache(&spec, &used, seed)?;
     let mut fails = Vec::new();
     let plan = e.sparse_mla_decode_plan(&spec)?;
-    if plan != c.plan() {
-        fails.push(format!("the engine's plan {plan:?} is not the expected {:?}", c.plan()));
+    let expected = c.plan_on(&e.props());
+    if plan != expected {
+        fails.push(format!("the engine's plan {plan:?} is not the expected {expected:?}"));
     }
     let got = e.sparse_mla_decode_host(&spec, &q, cache.view(), &idx, lens.as_deref(), sink.as_deref())?;
     // The reference on whole requests (the checked rows' requests).
@@ -469,18 +513,20 @@ fn run_decode<Q: MlaElem>(e: &CudaEngine, c: &MlaCase, dc: DecodeCache, rng: &mu
             fails.push("a second run gives other bits".into());
         }
     }
-    Ok((fails.is_empty(), fails.join("; ")))
+    let digest = digest_of(&[&got.out, &got.lse]);
+    Ok((fails.is_empty(), fails.join("; "), digest))
 }
 
 /// Runs one case with fresh data from `rng`.
 pub fn run_case(e: &CudaEngine, c: &MlaCase, rng: &mut Rng) -> Result<MlaOutcome> {
-    let (ok, detail) = match (c.decode, c.dtype) {
+    let (ok, detail, digest) = match (c.decode, c.dtype) {
         (None, DType::BF16) => run_prefill::<bf16>(e, c, rng)?,
         (None, _) => run_prefill::<f32>(e, c, rng)?,
         (Some(d), DType::BF16) => run_decode::<bf16>(e, c, d, rng)?,
         (Some(d), _) => run_decode::<f32>(e, c, d, rng)?,
     };
-    Ok(MlaOutcome { case: c.describe(), split: c.plan().split(), path: c.path(), ok, detail })
+    let heads_per_cta = c.plan_on(&e.props()).heads_per_cta;
+    Ok(MlaOutcome { case: c.describe(), split: c.plan().split(), path: c.path(), heads_per_cta, ok, detail, digest })
 }
 
 /// The cases (`quick`: a subset, every path and format still covered).
@@ -581,6 +627,14 @@ pub fn cases(quick: bool) -> Vec<MlaCase> {
         c.nan_key = true;
         out.push(c);
     }
+    // The 64-head CTA (fp8, sm_90): split (64 rows of 128 heads: 2 chunks)
+    // and not (160 rows of 64 heads), with random lengths and sinks.
+    let mut c = dec(64, 1, 128, 576, 2048, CacheFormat::Fp8V32, 64, 4096);
+    c.sample = Some(8);
+    out.push(c);
+    let mut c = dec(80, 2, 64, 576, 256, CacheFormat::Fp8V32, 16, 2000);
+    (c.lengths, c.sink, c.sample) = (Lengths::Random, true, Some(8));
+    out.push(c);
     // The decode bench shape (sampled requests).
     let mut c = dec(if quick { 16 } else { 128 }, 2, 128, 576, 2048, CacheFormat::Fp8V32, 64, 32_768);
     c.sample = Some(8);
@@ -618,8 +672,10 @@ pub fn run_suite(
             case: c.describe(),
             split: c.plan().split(),
             path: c.path(),
+            heads_per_cta: c.plan().heads_per_cta,
             ok: false,
             detail: format!("error: {err}"),
+            digest: 0,
         });
         rep.run += 1;
         rep.split += o.split as usize;
@@ -683,6 +739,15 @@ mod tests {
                 assert!(cs.iter().any(|c| c.plan().heads_per_cta == heads && c.decode.is_none()), "{heads}");
                 assert!(cs.iter().any(|c| c.plan().heads_per_cta == heads && c.decode.is_some()), "{heads}");
             }
+            // On sm_90 (an H100's 132 SMs) the 64-head CTA, split and not; on
+            // sm_89 none.
+            let (h100, ada) = (DeviceProps::hopper(132), DeviceProps::ada(128));
+            let wide = |c: &MlaCase| c.plan_on(&h100).heads_per_cta == 64;
+            for split in [false, true] {
+                assert!(cs.iter().any(|c| wide(c) && c.plan().split() == split), "{split}");
+            }
+            assert!(cs.iter().any(|c| !wide(c) && c.decode.is_some_and(|d| d.format == CacheFormat::Fp8V32)));
+            assert!(cs.iter().all(|c| c.plan_on(&ada) == c.plan()));
             for h in [1, 8, 16, 24, 64, 128] {
                 assert!(cs.iter().any(|c| c.h_q == h), "h_q {h}");
             }

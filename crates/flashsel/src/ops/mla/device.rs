@@ -8,16 +8,20 @@
 //! (an f32 q or an f32 cache) on the f32 kernels (`mla_fwd_*`, 8 heads a
 //! CTA). [`MlaPath::of`].
 //!
-//! # The plan (a function of the shapes and formats only)
-//! One CTA of 256 threads per (query row, group of [`MlaPlan::heads_per_cta`]
-//! heads, KV split). When the rows' CTAs (`rows * groups`) fall short of
-//! [`TARGET_CTAS`], each row's `topk` positions are cut into up to
-//! [`MAX_SPLITS`] chunks of whole tiles, every chunk a CTA of its own that
-//! writes its unnormalised softmax state to the workspace, and
-//! `mla_combine_*` merges the chunks in a fixed order. The plan never looks
-//! at the device or the data (not even the lengths), so a request's bytes
-//! are the same on every GPU, and a derived `topk_length` gives the bits of
-//! the same length passed explicitly.
+//! # The plan (its split a function of the shapes and formats only)
+//! One CTA per (query row, group of [`MlaPlan::heads_per_cta`] heads, KV
+//! split). When the rows' CTAs (`rows * groups`, at 32 heads a CTA for
+//! `h_q > 16`) fall short of [`TARGET_CTAS`], each row's `topk` positions
+//! are cut into up to [`MAX_SPLITS`] chunks of whole tiles, every chunk a
+//! CTA of its own that writes its unnormalised softmax state to the
+//! workspace, and `mla_combine_*` merges the chunks in a fixed order. The
+//! split never looks at the device or the data (not even the lengths), so a
+//! request's bytes are the same on every GPU, and a derived `topk_length`
+//! gives the bits of the same length passed explicitly. The device only
+//! chooses the CTA's width ([`MlaPlan::on_device`]): over an fp8 cache, on
+//! parts whose shared memory holds it (sm_90), the 32-head plan runs as 64
+//! heads a CTA with two KV buffers, whose warps each do the 32-head CTA's
+//! per-warp work: the same bytes.
 
 use cudarc::driver::{CudaSlice, DevicePtr};
 use half::bf16;
@@ -32,10 +36,11 @@ use crate::cuda::compile::Module;
 use crate::cuda::host::bytes_of;
 use crate::cuda::launch::{self, KernelParams, Launch};
 use crate::cuda::{timing, CudaEngine, KernelId};
+use crate::ops::select::plan::DeviceProps;
 
 /// Every kernel of the module: the one-pass kernels by (q format, cache
 /// format), then the combines by output format.
-pub(crate) const MLA_ENTRIES: [&str; 12] = [
+pub(crate) const MLA_ENTRIES: [&str; 13] = [
     "mla_fwd_qf32_kvf32",
     "mla_fwd_qf32_kvbf16",
     "mla_fwd_qf32_kvfp8",
@@ -48,6 +53,7 @@ pub(crate) const MLA_ENTRIES: [&str; 12] = [
     "mla_tc_fwd_m16_qbf16_kvfp8",
     "mla_tc_fwd_m32_qbf16_kvbf16",
     "mla_tc_fwd_m32_qbf16_kvfp8",
+    "mla_tc_fwd_m64_qbf16_kvfp8",
 ];
 
 /// Query heads one CTA of the f32 kernel computes (the kernel's `HG`).
@@ -56,8 +62,10 @@ pub const HEADS_PER_CTA: usize = 8;
 const TC_LD: usize = 584;
 /// Index positions per tile (the kernel's `KT`); splits are whole tiles.
 pub const TILE: usize = 32;
-/// Threads per CTA.
+/// Threads per CTA (every kernel but the 64-head one, which has 512).
 const BLOCK: u32 = 256;
+/// Heads a CTA of the double-buffered tensor-core kernel (`mla_tc_fwd_m64_qbf16_kvfp8`).
+pub const WIDE_HEADS: usize = 64;
 /// CTAs the split plan aims for (two waves' worth of a 132-SM part at one
 /// CTA per SM; a constant, so that the plan depends on shapes only).
 pub const TARGET_CTAS: usize = 264;
@@ -69,7 +77,7 @@ pub const MAX_SPLITS: usize = 32;
 pub enum MlaPath {
     /// `mla_fwd_*`: f32 arithmetic on CUDA cores, 8 heads a CTA.
     F32,
-    /// `mla_tc_fwd_*`: mma.sync bf16 (f32 accumulation), 16 or 32 heads a CTA.
+    /// `mla_tc_fwd_*`: mma.sync bf16 (f32 accumulation), 16, 32 or 64 heads a CTA.
     TensorCore,
 }
 
@@ -95,7 +103,8 @@ impl MlaPath {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MlaPlan {
     pub path: MlaPath,
-    /// Heads one CTA computes: 8 (f32), 16 (tensor cores, `h_q <= 16`) or 32.
+    /// Heads one CTA computes: 8 (f32), 16 (tensor cores, `h_q <= 16`), 32,
+    /// or 64 ([`MlaPlan::on_device`]).
     pub heads_per_cta: usize,
     /// CTAs per row across the heads: `ceil(h_q / heads_per_cta)`.
     pub groups: usize,
@@ -129,6 +138,44 @@ impl MlaPlan {
         let splits = tiles.div_ceil(chunk_tiles);
         Self { path, heads_per_cta, groups, splits, chunk: chunk_tiles * TILE }
     }
+    /// This plan on `dev` for `rows` query rows of `h_q` heads over a
+    /// `cache` cache: a tensor-core plan of 32 heads a CTA over an fp8 cache
+    /// becomes one of [`WIDE_HEADS`] (`mla_tc_fwd_m64_qbf16_kvfp8`: two KV
+    /// buffers, 512 threads, one CTA an SM, each token decoded once per 64
+    /// heads) where
+    /// - that CTA's `tc_smem_bytes(64)` = 222,976 bytes fit (sm_90, not
+    ///   sm_80/86/89),
+    /// - 64-head groups pad no more heads (`ceil(h_q / 64) * 2 == ceil(h_q /
+    ///   32)`),
+    /// - and its CTAs still number at least the SMs (a split one-row decode
+    ///   would leave half of them idle).
+    ///
+    /// Measured on an H100 (docs/perf-log.md v50): fp8 decode 2.5-4.6%
+    /// faster at b 64-128; bf16 (prefill) 3-7% slower, b 1 split 17%
+    /// slower, so those stay at 32. Its warps do the 32-head CTA's per-warp
+    /// work and the split stays the 32-head plan's: the same bytes. Any
+    /// other plan is returned as it is.
+    pub fn on_device(self, rows: usize, h_q: usize, cache: CacheFormat, dev: &DeviceProps) -> Self {
+        let groups = h_q.div_ceil(WIDE_HEADS);
+        let wide = self.path == MlaPath::TensorCore
+            && cache == CacheFormat::Fp8V32
+            && self.heads_per_cta == 32
+            && groups * 2 == h_q.div_ceil(32)
+            && tc_smem_bytes(WIDE_HEADS) <= dev.max_smem_per_block as usize
+            && rows.saturating_mul(groups).saturating_mul(self.splits) >= dev.sm_count as usize;
+        if !wide {
+            return self;
+        }
+        Self { heads_per_cta: WIDE_HEADS, groups, ..self }
+    }
+    /// Threads a CTA of the one-pass kernel.
+    pub fn threads(&self) -> u32 {
+        if self.heads_per_cta == WIDE_HEADS {
+            2 * BLOCK
+        } else {
+            BLOCK
+        }
+    }
     /// The one-pass kernel of this plan for q of `q` and a cache of `cache`.
     pub fn entry(&self, q: DType, cache: CacheFormat) -> Result<&'static str> {
         match self.path {
@@ -143,6 +190,13 @@ impl MlaPlan {
                 Ok(match (self.heads_per_cta, cache) {
                     (16, CacheFormat::BF16) => "mla_tc_fwd_m16_qbf16_kvbf16",
                     (16, _) => "mla_tc_fwd_m16_qbf16_kvfp8",
+                    (WIDE_HEADS, CacheFormat::Fp8V32) => "mla_tc_fwd_m64_qbf16_kvfp8",
+                    (WIDE_HEADS, _) => {
+                        return Err(Error::UnknownDType(format!(
+                            "the 64-head sparse MLA CTA takes an fp8 cache, not {}",
+                            cache.name()
+                        )))
+                    }
                     (_, CacheFormat::BF16) => "mla_tc_fwd_m32_qbf16_kvbf16",
                     _ => "mla_tc_fwd_m32_qbf16_kvfp8",
                 })
@@ -182,13 +236,23 @@ pub fn smem_bytes(d_qk: usize) -> usize {
 }
 
 /// Dynamic shared memory of the tensor-core kernel with `heads` heads a CTA
-/// (16 or 32; any d_qk), bytes: q and one tile of keys as bf16 rows of 584,
-/// the partial logits (f32, `8 / (heads / 16)` slices of `heads x 40`), P
-/// as two bf16 planes of `heads x 40`, the head states, the tile's offsets
-/// (the kernel's `TcShape::SMEM`).
+/// (16, 32 or 64; any d_qk), bytes: q and one tile of keys a buffer (two at
+/// 64 heads) as bf16 rows of 584, the partial logits (f32, `warps / (heads
+/// / 16)` slices of `heads x 40`; 8 warps, 16 at 64 heads), P as two bf16
+/// planes of `heads x 40`, the head states, each buffer's offsets, and at
+/// 64 heads an fp8 staging area of its own (32 tokens of 656 bytes; the
+/// single-buffer kernels stage over the logits and P) (the kernel's
+/// `TcShape::SMEM`).
 pub fn tc_smem_bytes(heads: usize) -> usize {
-    let slices = 8 / (heads / 16);
-    heads * TC_LD * 2 + TILE * TC_LD * 2 + slices * heads * 40 * 4 + 2 * heads * 40 * 2 + 3 * heads * 4 + TILE * 8
+    let (warps, stages, raw) = if heads == WIDE_HEADS { (16, 2, TILE * 656) } else { (8, 1, 0) };
+    let slices = warps / (heads / 16);
+    heads * TC_LD * 2
+        + stages * TILE * TC_LD * 2
+        + slices * heads * 40 * 4
+        + 2 * heads * 40 * 2
+        + 3 * heads * 4
+        + stages * TILE * 8
+        + raw
 }
 
 /// `MlaParams` in kernels/attention/sparse_mla.cu.
@@ -337,13 +401,18 @@ impl CudaEngine {
     /// split): a function of the spec only.
     pub fn sparse_mla_prefill_plan(&self, spec: &SparseMlaPrefill) -> Result<MlaPlan> {
         spec.validate()?;
-        let path = MlaPath::of(spec.dtype, cache_of(spec.dtype)?);
-        Ok(MlaPlan::new_for(path, spec.s_q, spec.h_q, spec.topk))
+        let cache = cache_of(spec.dtype)?;
+        Ok(self.mla_plan(MlaPath::of(spec.dtype, cache), cache, spec.s_q, spec.h_q, spec.topk))
     }
     /// The plan a decode of this spec runs.
     pub fn sparse_mla_decode_plan(&self, spec: &SparseMlaDecode) -> Result<MlaPlan> {
         spec.validate()?;
-        Ok(MlaPlan::new_for(MlaPath::of(spec.q_dtype, spec.cache), spec.rows(), spec.h_q, spec.topk))
+        Ok(self.mla_plan(MlaPath::of(spec.q_dtype, spec.cache), spec.cache, spec.rows(), spec.h_q, spec.topk))
+    }
+    /// The plan of `path` over a `cache` cache on this device
+    /// ([`MlaPlan::new_for`], then [`MlaPlan::on_device`]).
+    pub fn mla_plan(&self, path: MlaPath, cache: CacheFormat, rows: usize, h_q: usize, topk: usize) -> MlaPlan {
+        MlaPlan::new_for(path, rows, h_q, topk).on_device(rows, h_q, cache, &self.props())
     }
 
     /// Launches the sparse prefill on `args.stream`; returns without waiting
@@ -447,7 +516,7 @@ impl CudaEngine {
         if rows == 0 {
             return Ok(());
         }
-        let plan = MlaPlan::new_for(MlaPath::of(q_dtype, cache), rows, h_q, p.topk as usize);
+        let plan = self.mla_plan(MlaPath::of(q_dtype, cache), cache, rows, h_q, p.topk as usize);
         let entry = plan.entry(q_dtype, cache)?;
         let need = plan.workspace_bytes(rows, h_q);
         if plan.split() && (p.ws == 0 || workspace_bytes < need) {
@@ -474,9 +543,9 @@ impl CudaEngine {
         p.groups = plan.groups as i32;
         p.splits = plan.splits as i32;
         p.chunk = to_i32("chunk", plan.chunk)?;
-        let on = |grid: u32, smem: u32| Launch {
+        let on = |grid: u32, block: u32, smem: u32| Launch {
             grid: (grid, 1),
-            block: BLOCK,
+            block,
             smem,
             stream,
             programmatic: false,
@@ -484,7 +553,7 @@ impl CudaEngine {
             cluster: 0,
         };
         let f = self.function(KernelId { module: Module::SparseMla, global_buffer: false, entry })?;
-        on(ctas, smem).run(&f, &p)?;
+        on(ctas, plan.threads(), smem).run(&f, &p)?;
         if plan.split() {
             let heads = u32::try_from(rows * h_q)
                 .ok()
@@ -495,7 +564,7 @@ impl CudaEngine {
                 global_buffer: false,
                 entry: combine_entry(q_dtype)?,
             })?;
-            on(heads, 0).run(&c, &p)?;
+            on(heads, BLOCK, 0).run(&c, &p)?;
         }
         Ok(())
     }
@@ -882,5 +951,38 @@ mod tests {
         assert_eq!(tc_smem_bytes(16), 79_552);
         assert!(tc_smem_bytes(32) <= 99 * 1024, "fits sm_86 / sm_89");
         assert_eq!(MlaPlan::new_for(tc, 1, 128, 2048).smem_bytes(512), 100_992);
+    }
+
+    #[test]
+    fn the_wide_plan_keeps_the_split() {
+        let tc = MlaPath::TensorCore;
+        let (h100, ada) = (DeviceProps::hopper(132), DeviceProps::ada(128));
+        let fp8 = CacheFormat::Fp8V32;
+        assert_eq!(tc_smem_bytes(WIDE_HEADS), 222_976);
+        for (rows, h, topk) in [(256, 128, 2048), (64, 128, 2048), (128, 64, 2048), (200, 40, 70), (3, 100, 20_000)] {
+            let p = MlaPlan::new_for(tc, rows, h, topk);
+            let w = p.on_device(rows, h, fp8, &h100);
+            assert_eq!((w.heads_per_cta, w.groups, w.threads()), (64, h.div_ceil(64), 512), "{rows} {h}");
+            assert_eq!((w.splits, w.chunk), (p.splits, p.chunk), "the 32-head plan's split");
+            assert_eq!(w.workspace_bytes(rows, h), p.workspace_bytes(rows, h));
+            assert_eq!(w.entry(DType::BF16, fp8).unwrap(), "mla_tc_fwd_m64_qbf16_kvfp8");
+            assert!(w.entry(DType::BF16, CacheFormat::BF16).is_err());
+            assert_eq!(w.smem_bytes(576), 222_976);
+            assert!(w.ctas(rows) >= 132);
+            assert_eq!(p.on_device(rows, h, fp8, &ada), p, "sm_86 / sm_89 keep 32 heads");
+            assert_eq!(p.on_device(rows, h, CacheFormat::BF16, &h100), p, "bf16 caches keep 32 heads");
+        }
+        // Not widened: fewer CTAs than SMs (one decode row, split 32 ways:
+        // 64 wide CTAs), 16-head CTAs, the f32 kernel, and h_q where 64 would
+        // pad more heads than 32 (65..=96 needs 3 x 32 but 2 x 64).
+        let one = MlaPlan::new_for(tc, 1, 128, 2048);
+        assert_eq!((one.splits, one.on_device(1, 128, fp8, &h100)), (32, one));
+        for h in [1, 16, 17, 32, 65, 80, 96] {
+            let p = MlaPlan::new_for(tc, 256, h, 2048);
+            assert_eq!(p.on_device(256, h, fp8, &h100), p, "{h}");
+        }
+        let f = MlaPlan::new(256, 128, 2048);
+        assert_eq!(f.on_device(256, 128, fp8, &h100), f);
+        assert_eq!(MlaPlan::new_for(tc, 256, 33, 2048).on_device(256, 33, fp8, &h100).heads_per_cta, 64);
     }
 }
