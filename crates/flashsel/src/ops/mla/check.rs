@@ -716,6 +716,31 @@ pub fn small_cases() -> Vec<MlaCase> {
             nan_key: false,
         });
     }
+    // The 64-head CTA on sm_90 (fp8, 140 rows of 64 heads: 140 CTAs, one a
+    // request; aligned and unaligned tokens), whose two KV buffers racecheck
+    // should see.
+    for token_pad in [0, 3] {
+        out.push(MlaCase {
+            decode: Some(DecodeCache {
+                batch: 140,
+                format: CacheFormat::Fp8V32,
+                page_size: 16,
+                token_pad,
+                page_pad: 0,
+            }),
+            s_q: 1,
+            s_kv: 160,
+            h_q: 64,
+            d_qk: 576,
+            topk: 96,
+            dtype: DType::BF16,
+            lengths: Lengths::Random,
+            sink: false,
+            kv_pad: 0,
+            sample: Some(4),
+            nan_key: false,
+        });
+    }
     out
 }
 
@@ -748,6 +773,7 @@ mod tests {
             }
             assert!(cs.iter().any(|c| !wide(c) && c.decode.is_some_and(|d| d.format == CacheFormat::Fp8V32)));
             assert!(cs.iter().all(|c| c.plan_on(&ada) == c.plan()));
+            assert!(small_cases().iter().any(wide), "the sanitizers see the 64-head CTA");
             for h in [1, 8, 16, 24, 64, 128] {
                 assert!(cs.iter().any(|c| c.h_q == h), "h_q {h}");
             }
