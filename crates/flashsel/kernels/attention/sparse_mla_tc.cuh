@@ -202,7 +202,7 @@ __device__ __forceinline__ void fp8_token_to_bf16(u16* row, const u8* tok, bool 
 // k_s (bf16, unaligned fp8) or left for the decode to zero.
 template <int KF, int TPT>
 __device__ __forceinline__ void tc_gather_issue(u16* k_s, u8* raw_s, const i64* off_s, const CacheGeom& g, int d_qk) {
-    const int j = (int)threadIdx.x / TPT, u = (int)threadIdx.x % TPT;
+    const int j = (int)(threadIdx.x / TPT), u = (int)(threadIdx.x % TPT);
     const i64 off = off_s[j];
     u16* row = k_s + j * TC_LD;
     const u8* src = g.base + (off < 0 ? 0 : off);
@@ -251,7 +251,7 @@ __device__ __forceinline__ void tc_gather_issue(u16* k_s, u8* raw_s, const i64* 
 template <int KF, int TPT>
 __device__ __forceinline__ void tc_gather_decode(u16* k_s, const u8* raw_s, const i64* off_s, const CacheGeom& g) {
     if (KF != FMT_FP8 || !g.aligned) return;
-    const int j = (int)threadIdx.x / TPT, u = (int)threadIdx.x % TPT;
+    const int j = (int)(threadIdx.x / TPT), u = (int)(threadIdx.x % TPT);
     fp8_token_to_bf16<true, TPT>(k_s + j * TC_LD, raw_s + j * FP8_TOKEN, off_s[j] >= 0, u);
 }
 
@@ -260,11 +260,14 @@ __device__ __forceinline__ void tc_gather_decode(u16* k_s, const u8* raw_s, cons
 // staging has a barrier of its own between the copies and the decode.
 template <int KF, int TPT>
 __device__ __forceinline__ void tc_gather(u16* k_s, u8* raw_s, const i64* off_s, const CacheGeom& g, int d_qk) {
+    const int j = (int)(threadIdx.x / TPT), u = (int)(threadIdx.x % TPT);
+    const bool attended = off_s[j] >= 0;  // read before the barrier, as the issue's
     tc_gather_issue<KF, TPT>(k_s, raw_s, off_s, g, d_qk);
+    if (KF == FMT_FP8 && !g.aligned) return;  // decoded from global memory, no copies
     cp_async_wait_all();
-    if (KF == FMT_FP8 && g.aligned) {
+    if (KF == FMT_FP8) {
         __syncthreads();
-        tc_gather_decode<KF, TPT>(k_s, raw_s, off_s, g);
+        fp8_token_to_bf16<true, TPT>(k_s + j * TC_LD, raw_s + j * FP8_TOKEN, attended, u);
     }
 }
 
