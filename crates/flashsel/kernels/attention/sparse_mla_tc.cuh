@@ -191,47 +191,75 @@ __device__ __forceinline__ void fp8_token_to_bf16(u16* row, const u8* tok, bool 
     if (TPT == 8 || u < 8) *(uint4*)(row + 512 + 8 * u) = attended ? ld(528 + 16 * u) : make_uint4(0u, 0u, 0u, 0u);
 }
 
-// Thread t's part of the tile's gather: token j = t / TPT of the tile
-// (offset off_s[j], -1 when not attended), its 16-byte chunks u + TPT m, u
-// = t % TPT (no divisions; TPT threads read 16 TPT contiguous bytes of a
-// row). Issues, does not wait: a bf16 cache with 16-byte aligned rows is
-// copied into k_s ([TC_KT][TC_LD] bf16) by cp.async; an aligned fp8 cache's
-// raw tokens into raw_s ([TC_KT][656] bytes) by cp.async, for
-// tc_gather_decode after the wait and a barrier; unaligned caches are
-// loaded (fp8: decoded) into k_s directly. Rows not attended are zeros in
-// k_s (bf16, unaligned fp8) or left for the decode to zero.
-template <int KF, int TPT>
-__device__ __forceinline__ void tc_gather_issue(u16* k_s, u8* raw_s, const i64* off_s, const CacheGeom& g, int d_qk) {
-    const int j = (int)(threadIdx.x / TPT), u = (int)(threadIdx.x % TPT);
+// The tile's attended rows into k_s ([TC_KT][TC_LD] bf16); zeros for the
+// others (the single-buffer CTAs, 8 threads a token). Thread t serves token
+// t / 8 of the tile and its 16-byte chunks t % 8 + 8 m (no divisions; each
+// 8 threads read 128 contiguous bytes of a row). The copies are visible to
+// the CTA only after the caller's barrier (B0). fp8 with a 16-byte aligned
+// cache first stages the raw tokens in raw_s ([TC_KT][656] bytes, cp.async,
+// one barrier) and decodes from shared memory, so that a thread's global
+// loads are all in flight at once; an unaligned cache decodes from global
+// loads.
+template <int KF>
+__device__ __forceinline__ void tc_gather(u16* k_s, u8* raw_s, const i64* off_s, const CacheGeom& g, int d_qk) {
+    static_assert(TcShape<1>::NT == 8 * TC_KT && TcShape<2>::NT == 8 * TC_KT, "8 threads a token");
+    const int j = (int)threadIdx.x >> 3, u = (int)threadIdx.x & 7;
     const i64 off = off_s[j];
     u16* row = k_s + j * TC_LD;
     const u8* src = g.base + (off < 0 ? 0 : off);
     if (KF == FMT_BF16) {
-        // Chunks u + TPT m: the first 64 (d_qk >= 512) for m < 64 / TPT,
-        // then chunks 64 .. 71 for d_qk 576 (every thread at TPT 8, u < 8
-        // at TPT 16).
-        constexpr int M = (72 + TPT - 1) / TPT;
-        const bool tail = d_qk > 512 && (TPT == 8 || u < 8);
+        // Chunks u + 8m: m < 8 always (d_qk >= 512), m = 8 for d_qk 576.
+        const bool ninth = d_qk > 512;
         if (off < 0) {
 #pragma unroll
-            for (int m = 0; m < M; ++m) {
-                if ((m + 1) * TPT <= 64 || tail) *(uint4*)(row + 8 * (u + TPT * m)) = make_uint4(0u, 0u, 0u, 0u);
+            for (int m = 0; m < 9; ++m) {
+                if (m < 8 || ninth) *(uint4*)(row + 8 * (u + 8 * m)) = make_uint4(0u, 0u, 0u, 0u);
             }
         } else if (g.aligned) {
             const u32 dst = smem_addr(row + 8 * u);
             const u8* at = src + 16 * u;
 #pragma unroll
-            for (int m = 0; m < M; ++m) {
-                if ((m + 1) * TPT <= 64 || tail) cp_async16(dst + 16 * TPT * m, at + 16 * TPT * m);
+            for (int m = 0; m < 9; ++m) {
+                if (m < 8 || ninth) cp_async16(dst + 128 * m, at + 128 * m);
             }
         } else {
 #pragma unroll 1
-            for (int m = 0; m < M; ++m) {
-                if ((m + 1) * TPT <= 64 || tail) *(uint4*)(row + 8 * (u + TPT * m)) = ld16(src + 16 * (u + TPT * m), false);
+            for (int m = 0; m < 9; ++m) {
+                if (m < 8 || ninth) *(uint4*)(row + 8 * (u + 8 * m)) = ld16(src + 16 * (u + 8 * m), false);
             }
         }
+        cp_async_wait_all();
         return;
     }
+    // fp8: the token's 41 chunks staged by its 8 threads, then decoded.
+    if (g.aligned) {
+        u8* raw = raw_s + j * FP8_TOKEN;
+        if (off >= 0) {
+#pragma unroll
+            for (int m = 0; m < 6; ++m) {
+                const int c = u + 8 * m;
+                if (c < FP8_CHUNKS) cp_async16(smem_addr(raw + 16 * c), src + 16 * c);
+            }
+        }
+        cp_async_wait_all();
+        __syncthreads();
+        fp8_token_to_bf16<true, 8>(row, raw, off >= 0, u);
+        return;
+    }
+    fp8_token_to_bf16<false, 8>(row, src, off >= 0, u);
+}
+
+// The two-buffer CTA's fp8 gather, in two steps (TPT threads a token:
+// thread t serves token j = t / TPT and its chunks u + TPT m, u = t % TPT).
+// tc_fp8_issue: an aligned cache's raw tokens into raw_s by cp.async (not
+// waited for); an unaligned cache's decoded from global memory into k_s
+// directly (zeros where not attended). tc_fp8_decode: an aligned cache's
+// tile from raw_s into k_s, after its copies landed and a barrier.
+template <int TPT>
+__device__ __forceinline__ void tc_fp8_issue(u16* k_s, u8* raw_s, const i64* off_s, const CacheGeom& g) {
+    const int j = (int)threadIdx.x / TPT, u = (int)threadIdx.x % TPT;
+    const i64 off = off_s[j];
+    const u8* src = g.base + (off < 0 ? 0 : off);
     if (g.aligned) {
         if (off >= 0) {
             u8* raw = raw_s + j * FP8_TOKEN;
@@ -243,32 +271,14 @@ __device__ __forceinline__ void tc_gather_issue(u16* k_s, u8* raw_s, const i64* 
         }
         return;
     }
-    fp8_token_to_bf16<false, TPT>(row, src, off >= 0, u);
+    fp8_token_to_bf16<false, TPT>(k_s + j * TC_LD, src, off >= 0, u);
 }
 
-// An aligned fp8 cache's tile from raw_s into k_s (after its copies landed
-// and a barrier); nothing for other caches.
-template <int KF, int TPT>
-__device__ __forceinline__ void tc_gather_decode(u16* k_s, const u8* raw_s, const i64* off_s, const CacheGeom& g) {
-    if (KF != FMT_FP8 || !g.aligned) return;
-    const int j = (int)(threadIdx.x / TPT), u = (int)(threadIdx.x % TPT);
+template <int TPT>
+__device__ __forceinline__ void tc_fp8_decode(u16* k_s, const u8* raw_s, const i64* off_s, const CacheGeom& g) {
+    if (!g.aligned) return;
+    const int j = (int)threadIdx.x / TPT, u = (int)threadIdx.x % TPT;
     fp8_token_to_bf16<true, TPT>(k_s + j * TC_LD, raw_s + j * FP8_TOKEN, off_s[j] >= 0, u);
-}
-
-// The single-buffer gather: the tile's attended rows into k_s, zeros for
-// the others, visible to the CTA after the caller's barrier (B0). The fp8
-// staging has a barrier of its own between the copies and the decode.
-template <int KF, int TPT>
-__device__ __forceinline__ void tc_gather(u16* k_s, u8* raw_s, const i64* off_s, const CacheGeom& g, int d_qk) {
-    const int j = (int)(threadIdx.x / TPT), u = (int)(threadIdx.x % TPT);
-    const bool attended = off_s[j] >= 0;  // read before the barrier, as the issue's
-    tc_gather_issue<KF, TPT>(k_s, raw_s, off_s, g, d_qk);
-    if (KF == FMT_FP8 && !g.aligned) return;  // decoded from global memory, no copies
-    cp_async_wait_all();
-    if (KF == FMT_FP8) {
-        __syncthreads();
-        fp8_token_to_bf16<true, TPT>(k_s + j * TC_LD, raw_s + j * FP8_TOKEN, attended, u);
-    }
 }
 
 // One k16 step ks of S = Q K^T: this warp's A fragment (16 heads) times the
@@ -468,7 +478,7 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
             const int cur = entry;
             entry = tile_entry<TC_KT>(idx_row, t0 + TC_KT, lim);
             if (!tile_offsets_of<TC_KT>(off_s, cur, geom_of(P))) continue;
-            tc_gather<KF, S::TPT>(k_s, raw_s, off_s, geom_of(P), d_qk);
+            tc_gather<KF>(k_s, raw_s, off_s, geom_of(P), d_qk);
             __syncthreads();  // B0
             tile_products(0, off_s);
         }
@@ -485,7 +495,7 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
         const bool staged = geom_of(P).aligned;
         int b = 0;
         bool have = tile_offsets_of<TC_KT>(off_s, tile_entry<TC_KT>(idx_row, (int)start, lim), geom_of(P));
-        if (have) tc_gather_issue<KF, S::TPT>(k_s, raw_s, off_s, geom_of(P), d_qk);
+        if (have) tc_fp8_issue<S::TPT>(k_s, raw_s, off_s, geom_of(P));
         cp_async_commit();
         int entry = tile_entry<TC_KT>(idx_row, (int)start + TC_KT, lim);
         for (int t0 = (int)start; t0 < lim; t0 += TC_KT) {
@@ -495,15 +505,12 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
             if (staged && cur) {
                 cp_async_wait<0>();
                 __syncthreads();  // the raw tokens of tile t
-                tc_gather_decode<KF, S::TPT>(kbuf, raw_s, off, geom_of(P));
+                tc_fp8_decode<S::TPT>(kbuf, raw_s, off, geom_of(P));
             }
             const int nxt = entry;
             entry = tile_entry<TC_KT>(idx_row, t0 + 2 * TC_KT, lim);
             have = tile_offsets_of<TC_KT>(off_s + (b ^ 1) * TC_KT, nxt, geom_of(P));  // (B0)
-            if (have) {
-                tc_gather_issue<KF, S::TPT>(k_s + (b ^ 1) * (TC_KT * TC_LD), raw_s, off_s + (b ^ 1) * TC_KT,
-                                            geom_of(P), d_qk);
-            }
+            if (have) tc_fp8_issue<S::TPT>(k_s + (b ^ 1) * (TC_KT * TC_LD), raw_s, off_s + (b ^ 1) * TC_KT, geom_of(P));
             cp_async_commit();
             if (cur) tile_products(b, off);
             b ^= 1;
