@@ -19,15 +19,15 @@
 //        from the index entries threads < 32 loaded a tile ahead; a tile
 //        without one is skipped.
 //     2. tc_gather: the attended rows into k_s as bf16, thread t serving
-//        token t / TPT (TPT = 8, 16 at MT 4); cp.async for a bf16 cache with 16-byte aligned rows
+//        token t / 8; cp.async for a bf16 cache with 16-byte aligned rows
 //        (else plain loads); an aligned fp8 cache is staged raw by cp.async
 //        over sp_s / p_s (free until B0) and decoded from shared memory
 //        (e4m3 x its 128-column f32 scale, rounded to nearest even: exact
 //        for the power-of-two scales of the V3.2 quantizer; the rope values
-//        are bf16 already). Unattended rows are zeros. MT 4: tile t + 1's
-//        raw tokens are copied into an area of their own during tile t's
-//        steps 3-5 and decoded into the other KV buffer at tile t + 1's
-//        start.
+//        are bf16 already). Unattended rows are zeros. MT 4 (tc_fp8_issue,
+//        tc_fp8_decode; 16 threads a token): tile t + 1's raw tokens are
+//        copied into an area of their own during tile t's steps 3-5 and
+//        decoded into the other KV buffer at tile t + 1's start.
 //     3. S = Q K^T: warp w takes m-tile w % MT and the w / MT-th of the
 //        d_qk / 16 k-steps (NDQ = warps / MT slices), all 32 keys (4 n8 tiles,
 //        ldmatrix x4 for A and B); its partial S goes to sp_s[slice].
