@@ -1,6 +1,6 @@
 // Tensor-core building blocks (sm_80+ PTX): mma.sync m16n8k16 with bf16
 // inputs and f32 accumulation, ldmatrix (plain and transposed) from shared
-// memory, cp.async 16-byte copies.
+// memory (the cp.async copies are common/cp_async.cuh's).
 //
 // FRAGMENTS (PTX ISA, "Matrix Fragments for mma.m16n8k16", bf16), lane l,
 // g = l >> 2, t = l & 3; each register holds two bf16, the lower column /
@@ -19,6 +19,7 @@
 #define FLASHSEL_ATTENTION_COMMON_MMA_CUH
 
 #include "attention/common/types.cuh"
+#include "common/cp_async.cuh"
 
 namespace fsattn {
 
@@ -74,18 +75,6 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const u32 (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// 16 bytes global -> shared (a 32-bit shared address), asynchronously
-// (both 16-byte aligned).
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory"); }
-// Closes this thread's open copies into a group (an empty group counts).
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's committed groups are in flight
-// (the newest N); the others' bytes are then in shared memory.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 #endif
 
 }  // namespace fsattn

@@ -39,23 +39,10 @@
 #ifndef FLASHSEL_INDEXER_QSA_STAGED_CUH
 #define FLASHSEL_INDEXER_QSA_STAGED_CUH
 
+#include "common/cp_async.cuh"
 #include "indexer/qsa/score.cuh"
 
 namespace qsa {
-
-#ifndef FSA_HOST_EMU
-// 16 bytes global -> shared, asynchronously (both 16-byte aligned).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Every committed group but the newest N has landed.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-#endif
 
 enum : int {
     STAGED_CG = 4,    // row groups a CTA (warps 2 g, 2 g + 1 take group g)

@@ -28,7 +28,7 @@ use half::bf16;
 
 use super::{
     check_decode_request, check_prefill_request, CacheFormat, DecodeOutput, MlaElem, PagedKvCache, PrefillOutput,
-    SparseMlaDecode, SparseMlaPrefill, D_V,
+    SparseMlaDecode, SparseMlaPrefill, D_V, FP8_TOKEN_BYTES,
 };
 use crate::contract::error::cuda_err;
 use crate::contract::{DType, Error, Result};
@@ -244,7 +244,7 @@ pub fn smem_bytes(d_qk: usize) -> usize {
 /// single-buffer kernels stage over the logits and P) (the kernel's
 /// `TcShape::SMEM`).
 pub fn tc_smem_bytes(heads: usize) -> usize {
-    let (warps, stages, raw) = if heads == WIDE_HEADS { (16, 2, TILE * 656) } else { (8, 1, 0) };
+    let (warps, stages, raw) = if heads == WIDE_HEADS { (16, 2, TILE * FP8_TOKEN_BYTES) } else { (8, 1, 0) };
     let slices = warps / (heads / 16);
     heads * TC_LD * 2
         + stages * TILE * TC_LD * 2
