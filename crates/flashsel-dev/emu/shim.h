@@ -182,7 +182,7 @@ inline void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, u
     }
     warp_bar();
 }
-// cp.async to a 32-bit shared address (kernels/attention/common/mma.cuh): the
+// cp.async to a 32-bit shared address (kernels/common/cp_async.cuh): the
 // groups above; wait_all commits and waits for every group.
 inline void cp_async16(unsigned addr, const void* src) { cp_async16((void*)(g_smem + addr), src); }
 inline void cp_async_wait_all() { cp_async_commit(); cp_async_wait<0>(); }
