@@ -279,6 +279,7 @@ bool run(const Case& c, unsigned seed) {
 }  // namespace
 
 int main() {
+    g_smem = reinterpret_cast<unsigned char*>(dyn_smem);  // shared addresses (ldmatrix, cp.async) are offsets from it
     std::vector<Case> cases;
     const char* kn[3] = {"f32", "bf16", "e4m3"};
     // Every entry: plain form, 3 groups a warp (768-block tiles), rows looped
@@ -335,6 +336,14 @@ int main() {
     for (int h : {1, 2, 3, 5, 8, 16}) {
         Case c{"staged qbf16 kbf16 d128 h" + std::to_string(h), true, 1, 128, h, h == 1 ? 133 : 21, 700, 4, 256, 2,
                false, false, true};
+        c.staged = true;
+        cases.push_back(c);
+    }
+    // Head trees that cross lanes (f32 queries hold 4 columns a lane, bf16
+    // 8), with padded heads in the part a lane holds.
+    for (auto [qb, h] : {std::pair{false, 6}, std::pair{false, 12}, std::pair{true, 12}}) {
+        Case c{std::string("staged q") + (qb ? "bf16" : "f32") + " kbf16 d64 h" + std::to_string(h), qb, 1, 64, h, 19, 700,
+               4, 256, 2, false, false, true};
         c.staged = true;
         cases.push_back(c);
     }

@@ -79,15 +79,15 @@ inline int atomicMax(int* p, int v) { std::lock_guard<std::mutex> l(g_mu); int o
 // half), as a copy that arrives fast would: code that reads a buffer before
 // waiting for it, or refills one that other lanes still read, sees the
 // wrong bytes either way.
-struct EmuCopy { void* dst; const void* src; };
+struct EmuCopy { void* dst; const void* src; int n; };
 inline thread_local std::vector<EmuCopy> g_open;
 inline thread_local std::vector<std::vector<EmuCopy>> g_groups;
 inline thread_local unsigned g_land_state = 1;
 inline bool g_land_early = true;
-inline void emu_land(const std::vector<EmuCopy>& g) { for (const auto& c : g) std::memcpy(c.dst, c.src, 16); }
+inline void emu_land(const std::vector<EmuCopy>& g) { for (const auto& c : g) std::memcpy(c.dst, c.src, c.n); }
 inline void cp_async16(void* dst, const void* src) {
     if ((((uintptr_t)dst | (uintptr_t)src) & 15) != 0) std::abort();
-    g_open.push_back({dst, src});
+    g_open.push_back({dst, src, 16});
 }
 inline void cp_async_commit() {
     g_land_state = g_land_state * 1103515245u + 12345u + threadIdx.x;
@@ -185,6 +185,10 @@ inline void mma_bf16_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, u
 // cp.async to a 32-bit shared address (kernels/common/cp_async.cuh): the
 // groups above; wait_all commits and waits for every group.
 inline void cp_async16(unsigned addr, const void* src) { cp_async16((void*)(g_smem + addr), src); }
+inline void cp_async4(unsigned addr, const void* src) {
+    if ((((uintptr_t)(g_smem + addr)) | (uintptr_t)src) & 3) std::abort();
+    g_open.push_back({g_smem + addr, src, 4});
+}
 inline void cp_async_wait_all() { cp_async_commit(); cp_async_wait<0>(); }
 
 // --- For the QSA scorer (kernels/indexer/qsa/score.cuh, qsa_emu.cpp) -------

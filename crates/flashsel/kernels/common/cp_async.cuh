@@ -1,4 +1,4 @@
-// Asynchronous 16-byte copies global -> shared (cp.async, sm_80+) and their
+// Asynchronous 16- and 4-byte copies global -> shared (cp.async, sm_80+) and their
 // groups: the one set of helpers for every kernel that stages through
 // shared memory (the attention kernels' gathers, the QSA staged scorer).
 // The host emulator (crates/flashsel-dev/emu/shim.h) defines FSA_HOST_EMU
@@ -11,6 +11,11 @@
 // 16 bytes to a 32-bit shared-memory address; both 16-byte aligned.
 __device__ __forceinline__ void cp_async16(unsigned int dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+// 4 bytes to a 32-bit shared-memory address; both 4-byte aligned (the
+// L1-allocating form: sizes under 16 bytes have no other).
+__device__ __forceinline__ void cp_async4(unsigned int dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
 }
 // 16 bytes to a generic pointer into shared memory; both 16-byte aligned.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
