@@ -255,6 +255,17 @@ __device__ __forceinline__ int sum_row(int hp, int lane, int n, int e) {
     return t == 0 && (n & 1) ? n >> 1 : -1;  // sixteen heads: tiles 2r, 2r + 1
 }
 
+// A warp's accumulators (two m-tiles of NT column tiles) set to +0.0.
+template <int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[2][NT][4]) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+}
+
 // warp_scores with the lane's four A rows given: ra[2 m + j] is block 16 m
 // + g + 8 j's key (null: zeros), in global or shared memory. HPC: the
 // padded head count when the caller fixes it at compile time (0: from
@@ -265,12 +276,7 @@ __device__ __forceinline__ void warp_scores_rows(const unsigned char* const (&ra
     constexpr int KS = D / 16, CH = D / 32, TQ = Q_BF16 ? 1 : 3, TK = K::TERMS;
     constexpr int SB = chunk_batch<K, D, NT>();
     const int t = lane & 3;
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+    zero_acc(acc);
 #pragma unroll 1
     for (int c0 = 0; c0 < CH; c0 += SB) {
         typename K::Raw raw[SB][4];

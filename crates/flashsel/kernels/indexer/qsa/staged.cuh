@@ -183,12 +183,7 @@ struct StagedA<K, false> {
 template <bool Q_BF16, class K, int D, int NT, class A>
 __device__ __forceinline__ void staged_products(const A& ta, const uint4* qf, int lane, float (&acc)[2][NT][4]) {
     constexpr int KS = D / 16, CH = D / 32, TQ = Q_BF16 ? 1 : 3, NP = NT / 2;
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+    zero_acc(acc);
 #pragma unroll 2
     for (int c = 0; c < CH; ++c) {
         u32 a[2][2][4];
