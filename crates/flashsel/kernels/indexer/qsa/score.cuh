@@ -266,16 +266,24 @@ __device__ __forceinline__ void zero_acc(float (&acc)[2][NT][4]) {
             for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
 }
 
-// warp_scores with the lane's four A rows given: ra[2 m + j] is block 16 m
-// + g + 8 j's key (null: zeros), in global or shared memory. HPC: the
-// padded head count when the caller fixes it at compile time (0: from
-// heads at run time; the same arithmetic either way).
-template <bool Q_BF16, class K, int D, int NT, int HPC = 0>
-__device__ __forceinline__ void warp_scores_rows(const unsigned char* const (&ra)[4], const uint2* qf, int heads,
-                                                 int lane, float (&acc)[2][NT][4]) {
+// The warp's 32 blocks (key_at: lane's own block's key, null: none) against
+// the group's query columns (qf): for each block and each of the group's
+// rows, the relu sum of its heads in the device order, unscaled. On return
+// sum[m][n][2 j + e] is the sum of block 16 m + g + 8 j (g = lane / 4) and
+// row sum_row(hp, lane, n, e) where that is >= 0 (other entries: scratch).
+// Warp-uniform call.
+template <bool Q_BF16, class K, int D, int NT>
+__device__ __forceinline__ void warp_scores(const unsigned char* key_at, const uint2* qf, int heads, int lane,
+                                            float (&acc)[2][NT][4]) {
     constexpr int KS = D / 16, CH = D / 32, TQ = Q_BF16 ? 1 : 3, TK = K::TERMS;
     constexpr int SB = chunk_batch<K, D, NT>();
     const int t = lane & 3;
+    // The four A rows this lane loads: blocks 16 m + g + 8 j (row index 2m + j).
+    const int g = lane >> 2;
+    const unsigned char* ra[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+        ra[r] = (const unsigned char*)__shfl_sync(FULL_MASK, (unsigned long long)key_at, 16 * (r >> 1) + g + 8 * (r & 1));
     zero_acc(acc);
 #pragma unroll 1
     for (int c0 = 0; c0 < CH; c0 += SB) {
@@ -318,7 +326,7 @@ __device__ __forceinline__ void warp_scores_rows(const unsigned char* const (&ra
     }
     // The heads' relu sums, in place: lane (g, t) holds columns 8 n + 2t,
     // 8 n + 2t + 1 of blocks 16 m + g (entries 0, 1) and 16 m + g + 8 (2, 3).
-    const int hp = HPC ? HPC : padded_heads(heads);
+    const int hp = padded_heads(heads);
     const int hmask = hp <= 8 ? hp - 1 : 15;  // a column's head: col & hmask
     // The lane's two heads: (8 n + 2 t) & hmask, the same for every n up to
     // 8 heads, 8 (n & 1) + 2 t at sixteen (keep[n & 1]).
@@ -352,23 +360,6 @@ __device__ __forceinline__ void warp_scores_rows(const unsigned char* const (&ra
                 acc[m][n][2 * j] = s;
             }
         }
-}
-// The warp's 32 blocks (key_at: lane's own block's key, null: none) against
-// the group's query columns (qf): for each block and each of the group's
-// rows, the relu sum of its heads in the device order, unscaled. On return
-// sum[m][n][2 j + e] is the sum of block 16 m + g + 8 j (g = lane / 4) and
-// row sum_row(hp, lane, n, e) where that is >= 0 (other entries: scratch).
-// Warp-uniform call.
-template <bool Q_BF16, class K, int D, int NT>
-__device__ __forceinline__ void warp_scores(const unsigned char* key_at, const uint2* qf, int heads, int lane,
-                                            float (&acc)[2][NT][4]) {
-    // The four A rows this lane loads: blocks 16 m + g + 8 j (row index 2m + j).
-    const int g = lane >> 2;
-    const unsigned char* ra[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-        ra[r] = (const unsigned char*)__shfl_sync(FULL_MASK, (unsigned long long)key_at, 16 * (r >> 1) + g + 8 * (r & 1));
-    warp_scores_rows<Q_BF16, K, D, NT>(ra, qf, heads, lane, acc);
 }
 
 // A visible block's score from its relu sum: NaN for a page outside the

@@ -150,6 +150,16 @@ struct StagedA;
 template <class K>
 struct StagedA<K, true> {
     u32 addr[2];
+    // The warp's 32 stage rows at base (stride bytes apart); rows whose skip
+    // bit is set read the zero row.
+    __device__ __forceinline__ StagedA(const unsigned char* base, const unsigned char* zero_row, u32 skip, int stride,
+                                       int lane) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+            const int at = 16 * m + (lane & 7) + 8 * ((lane >> 3) & 1);
+            addr[m] = smem_addr(((skip >> at) & 1u ? zero_row : base + at * stride) + 16 * (lane >> 4));
+        }
+    }
     __device__ __forceinline__ void chunk(int c, int, u32 (&a)[2][2][4]) const {
 #pragma unroll
         for (int u = 0; u < 2; ++u)
@@ -160,6 +170,14 @@ struct StagedA<K, true> {
 template <class K>
 struct StagedA<K, false> {
     const unsigned char* rows[4];
+    __device__ __forceinline__ StagedA(const unsigned char* base, const unsigned char* zero_row, u32 skip, int stride,
+                                       int lane) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int at = 16 * (r >> 1) + (lane >> 2) + 8 * (r & 1);
+            rows[r] = (skip >> at) & 1u ? zero_row : base + at * stride;
+        }
+    }
     __device__ __forceinline__ void chunk(int c, int t, u32 (&a)[2][2][4]) const {
         typename K::Raw raw[4];
 #pragma unroll
@@ -354,27 +372,24 @@ __device__ __forceinline__ void score_staged_impl(const ScoreParams& p) {
                     const u32 bad = __ballot_sync(FULL_MASK, bad_page && lane < 8);
                     if (lane == 0) reinterpret_cast<unsigned char*>(stage_bad[i % S])[warp] = (unsigned char)bad;
                     const u32 st_addr = smem_addr(st);
-                    if constexpr (G::UNITS >= 32) {
-                        // A row a step (warp-uniform): lane l copies units l + 32 k
-                        // (bf16: words, placed by staged_word; staged_word(w + 32 k)
+                    if constexpr (G::LDSM) {
+                        // bf16: a row a step (warp-uniform), lane l copying words
+                        // l + 32 k to staged_word's places (staged_word(w + 32 k)
                         // = staged_word(w) + 32 k).
-                        const u32 dst0 = st_addr + (G::LDSM ? 4 * staged_word(lane) : 16 * lane);
+                        static_assert(G::UNITS % 32 == 0, "bf16 rows of 32 or more words");
+                        const u32 dst0 = st_addr + 4 * staged_word(lane);
 #pragma unroll
                         for (int r = 0; r < 8; ++r) {
                             const unsigned char* kr = (const unsigned char*)__shfl_sync(FULL_MASK, (unsigned long long)key, r);
                             if (kr) {
 #pragma unroll
-                                for (int k = 0; k < G::UNITS / 32; ++k) {
-                                    if constexpr (G::LDSM)
-                                        cp_async4(dst0 + r * G::STRIDE + 128 * k, kr + 4 * lane + 128 * k);
-                                    else
-                                        cp_async16(dst0 + r * G::STRIDE + 512 * k, kr + 16 * lane + 512 * k);
-                                }
+                                for (int k = 0; k < G::UNITS / 32; ++k)
+                                    cp_async4(dst0 + r * G::STRIDE + 128 * k, kr + 4 * lane + 128 * k);
                             }
                         }
                     } else {
-                        // 32 / UNITS rows a step (e4m3 rows of 4 or 8 16-byte units).
-                        static_assert(!G::LDSM, "bf16 rows have 32 or more words");
+                        // e4m3: 32 / UNITS rows a step (rows of 4 or 8 16-byte units).
+                        static_assert(32 % G::UNITS == 0, "e4m3 rows of at most 32 units");
                         constexpr int PER = 8 * G::UNITS / 32;  // copies a lane
 #pragma unroll
                         for (int k = 0; k < PER; ++k) {
@@ -400,23 +415,8 @@ __device__ __forceinline__ void score_staged_impl(const ScoreParams& p) {
                     const u32 skip = bad | (valid >= 32 ? 0u : ~0u << valid);
                     const unsigned char* base = stages + (i % S) * (STAGED_TILE * G::STRIDE) + 32 * half * G::STRIDE;
                     float acc[2][NT][4];
-                    if constexpr (G::LDSM) {
-                        StagedA<K, true> ta;
-#pragma unroll
-                        for (int m = 0; m < 2; ++m) {
-                            const int at = 16 * m + (lane & 7) + 8 * ((lane >> 3) & 1);
-                            ta.addr[m] = smem_addr(((skip >> at) & 1u ? zero_row : base + at * G::STRIDE) + 16 * (lane >> 4));
-                        }
-                        staged_products<Q_BF16, K, D, NT>(ta, reinterpret_cast<const uint4*>(smem + cg * G::QF), lane, acc);
-                    } else {
-                        StagedA<K, false> ta;
-#pragma unroll
-                        for (int r = 0; r < 4; ++r) {
-                            const int at = 16 * (r >> 1) + g + 8 * (r & 1);
-                            ta.rows[r] = (skip >> at) & 1u ? zero_row : base + at * G::STRIDE;
-                        }
-                        staged_products<Q_BF16, K, D, NT>(ta, reinterpret_cast<const uint4*>(smem + cg * G::QF), lane, acc);
-                    }
+                    const StagedA<K, G::LDSM> ta(base, zero_row, skip, G::STRIDE, lane);
+                    staged_products<Q_BF16, K, D, NT>(ta, reinterpret_cast<const uint4*>(smem + cg * G::QF), lane, acc);
                     float sum[2][2][SS::RL];
                     staged_sums<NT, HP>(acc, p.heads, lane, sum);
                     // The writes: block slot s = 2 m + j (block 16 m + g + 8
