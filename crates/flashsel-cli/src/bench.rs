@@ -26,6 +26,7 @@
 
 mod indexer;
 mod mla;
+mod qsa_attn;
 mod tokens;
 
 use std::fs::File;
@@ -57,6 +58,8 @@ pub enum Group {
     Indexer,
     /// Sparse MLA attention (issue 23's rows; CUDA, only with `--only mla`).
     Mla,
+    /// QSA sparse attention (CUDA, only with `--only qsa-attn`).
+    QsaAttn,
 }
 
 impl Group {
@@ -70,6 +73,7 @@ impl Group {
             Group::Dsa => "dsa",
             Group::Indexer => "indexer",
             Group::Mla => "mla",
+            Group::QsaAttn => "qsa-attn",
         }
     }
 }
@@ -80,7 +84,7 @@ pub struct Groups(&'static [Group]);
 
 /// `--only`'s values: a group's name, or `qsa` for both QSA groups.
 pub fn group_parser() -> impl TypedValueParser<Value = Groups> {
-    PossibleValuesParser::new(["select", "qsa", "qsa-decode", "qsa-prefill", "dsa", "indexer", "mla"]).map(|s| {
+    PossibleValuesParser::new(["select", "qsa", "qsa-decode", "qsa-prefill", "dsa", "indexer", "mla", "qsa-attn"]).map(|s| {
         Groups(match s.as_str() {
             "select" => &[Group::Select],
             "qsa" => &[Group::QsaDecode, Group::QsaPrefill],
@@ -88,6 +92,7 @@ pub fn group_parser() -> impl TypedValueParser<Value = Groups> {
             "qsa-prefill" => &[Group::QsaPrefill],
             "indexer" => &[Group::Indexer],
             "mla" => &[Group::Mla],
+            "qsa-attn" => &[Group::QsaAttn],
             _ => &[Group::Dsa],
         })
     })
@@ -98,8 +103,10 @@ pub fn group_parser() -> impl TypedValueParser<Value = Groups> {
 fn selected_groups(only: &[Groups]) -> Vec<Group> {
     let mut g: Vec<Group> =
         Group::ALL.into_iter().filter(|g| only.is_empty() || only.iter().any(|o| o.0.contains(g))).collect();
-    if only.iter().any(|o| o.0.contains(&Group::Mla)) {
-        g.push(Group::Mla);
+    for extra in [Group::Mla, Group::QsaAttn] {
+        if only.iter().any(|o| o.0.contains(&extra)) {
+            g.push(extra);
+        }
     }
     g
 }
@@ -256,6 +263,8 @@ struct Report {
     results: Vec<Row>,
     /// `--only mla`: the sparse MLA rows.
     mla: Vec<mla::MlaRow>,
+    /// `--only qsa-attn`: the QSA sparse attention rows.
+    qsa_attn: Vec<qsa_attn::QsaAttnRow>,
 }
 
 struct Ctx<'a> {
@@ -420,7 +429,19 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
         }
         _ => Vec::new(),
     };
-    let mla_failed = mla_rows.iter().filter(|r| !r.ok).count();
+    let qa_rows = match (&backend, groups.contains(&Group::QsaAttn)) {
+        (Backend::Cuda(e), true) => {
+            let r = qsa_attn::run(e, a.seed, ctx.iters, a.quick);
+            qsa_attn::print(&r);
+            r
+        }
+        (_, true) => {
+            println!("qsa-attn: QSA sparse attention rows run on the CUDA backend only");
+            Vec::new()
+        }
+        _ => Vec::new(),
+    };
+    let mla_failed = mla_rows.iter().filter(|r| !r.ok).count() + qa_rows.iter().filter(|r| !r.ok).count();
 
     let failed: Vec<&Row> = rows.iter().filter(|r| !r.ok).collect();
     println!();
@@ -444,6 +465,7 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
         ok: failed.is_empty() && mla_failed == 0,
         results: rows.clone(),
         mla: mla_rows.clone(),
+        qsa_attn: qa_rows.clone(),
     };
     if let (Some(mut f), Some(p)) = (json_file, &a.json) {
         let text = serde_json::to_string_pretty(&report).map_err(|e| format!("cannot encode JSON: {e}"))?;
@@ -452,10 +474,13 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
             .map_err(|e| format!("cannot write --json {}: {e}", p.display()))?;
     }
     if failed.is_empty() && mla_failed == 0 {
-        println!("{} cases, all verified", rows.len() + mla_rows.len());
+        println!("{} cases, all verified", rows.len() + mla_rows.len() + qa_rows.len());
         Ok(())
     } else if failed.is_empty() {
-        Err(format!("{mla_failed} of {} sparse MLA rows failed verification or errored", mla_rows.len()))
+        Err(format!(
+            "{mla_failed} of {} sparse attention rows failed verification or errored",
+            mla_rows.len() + qa_rows.len()
+        ))
     } else {
         for r in &failed {
             eprintln!(

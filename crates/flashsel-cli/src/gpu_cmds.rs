@@ -60,9 +60,10 @@ pub struct CheckArgs {
     /// Run only these suites (comma-separated or repeated): select (top-k,
     /// ranges, QSA, the indexer, the context-parallel merge), indexer (the
     /// indexer's cases alone, on each device path), mla (sparse MLA
-    /// attention against its f64 reference). Default: select and mla.
+    /// attention against its f64 reference), qsa-attn (QSA sparse attention
+    /// against its f64 reference). Default: select, mla and qsa-attn.
     #[arg(long, value_name = "SUITE", value_delimiter = ',',
-          value_parser = PossibleValuesParser::new(["select", "indexer", "mla"]))]
+          value_parser = PossibleValuesParser::new(["select", "indexer", "mla", "qsa-attn"]))]
     pub only: Vec<String>,
     /// Run only the cases whose description (as the progress lines print
     /// it) contains TEXT, e.g. `ranges`, `qsa`, `merge`, `decode`. Their
@@ -220,6 +221,8 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     e.warm_up().map_err(|e| e.to_string())?;
     let wants = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
     let (mla_run, mla_failed) = if wants("mla") { check_mla(&e, args)? } else { (0, 0) };
+    let (qa_run, qa_failed) = if wants("qsa-attn") { check_qsa_attention(&e, args)? } else { (0, 0) };
+    let (mla_run, mla_failed) = (mla_run + qa_run, mla_failed + qa_failed);
     // A filter that keeps no case has checked nothing: an error, not a pass.
     let none_kept = |run: usize| match &args.filter {
         Some(f) if run == 0 => Err(format!("no case's description contains --filter {f:?}")),
@@ -229,7 +232,7 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     let indexer_only = !wants("select") && args.only.iter().any(|o| o == "indexer");
     if !wants("select") && !indexer_only {
         none_kept(mla_run)?;
-        return if mla_failed > 0 { Err(format!("{mla_failed} sparse MLA cases failed")) } else { Ok(()) };
+        return if mla_failed > 0 { Err(format!("{mla_failed} sparse attention cases failed")) } else { Ok(()) };
     }
     let show = |i: usize, n: usize, o: &check::Outcome| {
         if o.ok {
@@ -263,9 +266,35 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     }
     none_kept(rep.run + mla_run)?;
     if mla_failed > 0 {
-        return Err(format!("{mla_failed} sparse MLA cases failed"));
+        return Err(format!("{mla_failed} sparse attention cases failed"));
     }
     Ok(())
+}
+
+/// The QSA sparse attention suite; returns how many cases ran and how many
+/// failed.
+fn check_qsa_attention(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Result<(usize, usize), String> {
+    use flashsel::ops::qsa_attention::check;
+    let rep = check::run_suite(e, args.quick, args.seed, args.filter.as_deref(), |i, n, o| {
+        let path = if o.split { "split-KV + combine" } else { "one pass" };
+        if o.ok {
+            eprintln!("[qsa-attn {i}/{n}] ok   {} ({path}) #{:016x}", o.case, o.digest);
+        } else {
+            eprintln!("[qsa-attn {i}/{n}] FAIL {} ({path}): {}", o.case, o.detail);
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    println!(
+        "qsa-attn cases run: {}, failed: {} (split-KV: {}, one pass: {})",
+        rep.run,
+        rep.failed,
+        rep.split,
+        rep.run - rep.split
+    );
+    for f in &rep.failures {
+        println!("FAILED {}: {}", f.case, f.detail);
+    }
+    Ok((rep.run, rep.failed))
 }
 
 /// The sparse MLA suite; returns how many cases ran and how many failed.

@@ -2,8 +2,10 @@
 # Builds and runs the host emulations (needs g++ >= 12, no GPU): each kernel
 # source with its CUDA-only declarations rewritten for shim.h, compiled as
 # C++20, every case against a reference written from the contract.
-#   bash run.sh         all: the sparse MLA kernels, the QSA scorer, the finish
+#   bash run.sh         all: the sparse MLA and QSA attention kernels, the QSA scorer, the finish
 #   bash run.sh mla     the sparse MLA kernels (kernels/attention) only
+#   bash run.sh qsa-attn
+#                       the QSA sparse attention kernels (kernels/attention) only
 #   bash run.sh qsa     the QSA scorer (kernels/indexer/qsa) only
 #   bash run.sh finish  the filter's index-order and bucket-rank finish
 #                       (kernels/select/filter) only
@@ -26,6 +28,12 @@ if [ "$which" = all ] || [ "$which" = mla ]; then
     cp "$here/mla_emu.cpp" "$tmp/"
     g++ -std=c++20 -O2 -w -I "$tmp/inc" -I "$kernels" -o "$tmp/mla_emu" "$tmp/mla_emu.cpp" -lpthread
     "$tmp/mla_emu"
+fi
+if [ "$which" = all ] || [ "$which" = qsa-attn ]; then
+    rewrite "$kernels/attention/sparse_qsa.cu" >"$tmp/kern_qsa_attn.cpp"
+    cp "$here/qsa_attn_emu.cpp" "$tmp/"
+    g++ -std=c++20 -O2 -w -I "$tmp/inc" -I "$kernels" -o "$tmp/qsa_attn_emu" "$tmp/qsa_attn_emu.cpp" -lpthread
+    "$tmp/qsa_attn_emu"
 fi
 if [ "$which" = all ] || [ "$which" = qsa ]; then
     mkdir -p "$tmp/inc/common" "$tmp/inc/indexer/qsa"

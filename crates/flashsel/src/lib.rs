@@ -49,6 +49,7 @@ pub mod cpu {
     pub use crate::ops::indexer::{qsa_indexer, qsa_scores};
     pub use crate::ops::mla::{sparse_mla_decode, sparse_mla_prefill};
     pub use crate::ops::qsa::qsa_select;
+    pub use crate::ops::qsa_attention::qsa_attention;
     pub use crate::ops::select::cpu::{
         select, select_into, select_ranges, select_ranges_into, select_ranges_paged, select_ranges_paged_into,
     };

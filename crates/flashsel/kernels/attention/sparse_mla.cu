@@ -52,6 +52,7 @@
 //   KB; two CTAs per SM on sm_90).
 #include "attention/common/types.cuh"
 #include "attention/common/gather.cuh"
+#include "attention/common/length.cuh"
 #include "attention/common/softmax.cuh"
 
 using namespace fsattn;
@@ -104,29 +105,10 @@ __device__ __forceinline__ i64 lse_at(int r, int h, int h_q, int s_q) {
 }
 
 // The row's length: topk_length (clamped) or the derived one (seed 000),
-// scanned NT positions at a time (NT: the CTA's threads).
+// common/length.cuh.
 template <int NT = BLOCK>
 __device__ __forceinline__ int row_length(const MlaParams& P, const int* idx_row, int r, int* len_s) {
-    if (P.lengths) {
-        const int l = __ldg(P.lengths + (P.len_per_row ? r : r / P.s_q));
-        return min(max(l, 0), P.topk);
-    }
-    if (threadIdx.x == 0) *len_s = 0;
-    __syncthreads();
-    for (int base = ((P.topk - 1) / NT) * NT; base >= 0; base -= NT) {
-        const int p = base + (int)threadIdx.x;
-        bool v = false;
-        if (p < P.topk) {
-            const i64 idx = (i64)__ldg(idx_row + p);
-            v = idx >= 0 && idx < P.bound;
-        }
-        if (__syncthreads_or(v)) {
-            if (v) atomicMax(len_s, p + 1);
-            __syncthreads();
-            return *len_s;
-        }
-    }
-    return 0;
+    return list_length<NT>(P.lengths, P.len_per_row ? r : r / P.s_q, idx_row, P.topk, P.bound, len_s);
 }
 
 template <int QF, int KF>

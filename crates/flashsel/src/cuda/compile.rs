@@ -54,6 +54,10 @@ pub enum Module {
     /// kernels `mla_fwd_q{f32,bf16}_kv{f32,bf16,fp8}` (prefill and decode)
     /// and the split-KV combine `mla_combine_{f32,bf16}`.
     SparseMla,
+    /// QSA sparse attention (kernels/attention/sparse_qsa.cu): the one-pass
+    /// kernels `qsa_attn_fwd_q{f32,bf16}_kv{f32,bf16}` and the split-KV
+    /// combine `qsa_attn_combine_{f32,bf16}`.
+    SparseQsa,
     /// The short-row path (`fs_short_*`, `fs_short_tok_*`): rows that fit a
     /// CTA's shared memory, one CTA each; and its warp form
     /// (`fs_short_warp_*`, `fs_short_warp_tok_*`), one warp a row; and its
@@ -67,7 +71,7 @@ pub enum Module {
 }
 
 impl Module {
-    pub const ALL: [Module; 10] = [
+    pub const ALL: [Module; 11] = [
         Module::SelectFilter,
         Module::SelectGrid,
         Module::SelectFilterTokens,
@@ -76,6 +80,7 @@ impl Module {
         Module::IndexerQsaStaged,
         Module::IndexerQsaDecode,
         Module::SparseMla,
+        Module::SparseQsa,
         Module::SelectShort,
         Module::ShardMerge,
     ];
@@ -92,6 +97,7 @@ impl Module {
             Module::IndexerQsaStaged => "indexer/qsa_staged",
             Module::IndexerQsaDecode => "indexer/qsa_decode",
             Module::SparseMla => "attention/sparse_mla",
+            Module::SparseQsa => "attention/sparse_qsa",
             Module::ShardMerge => "shard/merge",
         }
     }
@@ -170,6 +176,7 @@ impl Module {
             Module::IndexerQsaStaged => &crate::ops::indexer::device::STAGED_ENTRIES,
             Module::IndexerQsaDecode => &crate::ops::indexer::device::DECODE_ENTRIES,
             Module::SparseMla => &crate::ops::mla::device::MLA_ENTRIES,
+            Module::SparseQsa => &crate::ops::qsa_attention::device::QSA_ATTN_ENTRIES,
             Module::ShardMerge => &crate::ops::shard::device::MERGE_ENTRIES,
         }
     }

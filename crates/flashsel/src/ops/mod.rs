@@ -8,6 +8,7 @@
 //!   blocks, expanded to token ids (or KV slots through a page table).
 //! - [`indexer`]: the QSA indexer's block scores (`qsa_scores`), exact to a stated bound.
 //! - [`mla`]: sparse MLA attention over selected indices (FlashMLA's semantics; exact f64 reference).
+//! - [`qsa_attention`]: QSA sparse attention over the selected token ids (grouped heads; exact f64 reference).
 //! - [`pages`]: page tables, token ids to KV-cache slots (both operations).
 //! - [`shard`]: context-parallel selection: rows sharded over ranks, the exact merge of their candidates.
 
@@ -15,5 +16,6 @@ pub mod indexer;
 pub mod mla;
 pub mod pages;
 pub mod qsa;
+pub mod qsa_attention;
 pub mod select;
 pub mod shard;

@@ -178,7 +178,7 @@ pub struct MlaOutcome {
 
 /// The invalid values FlashMLA's tests pad with (those `>= bound` or
 /// negative for this bound).
-fn invalid_values(bound: usize) -> Vec<i32> {
+pub(crate) fn invalid_values(bound: usize) -> Vec<i32> {
     let mut v = vec![i32::MIN, -123_456, -1, i32::MAX, 2_147_480_000];
     for x in [bound as i64, 114_514, 1_919_810] {
         if x >= bound as i64 && x <= i32::MAX as i64 {
@@ -191,7 +191,7 @@ fn invalid_values(bound: usize) -> Vec<i32> {
 /// One row's index list: a valid prefix of random length (duplicates
 /// allowed), a few invalid entries inside it, an invalid tail; about 2% of
 /// rows have no valid entry at all.
-fn index_rows(rng: &mut Rng, rows: usize, topk: usize, bound: usize) -> Vec<i32> {
+pub(crate) fn index_rows(rng: &mut Rng, rows: usize, topk: usize, bound: usize) -> Vec<i32> {
     let bad = invalid_values(bound);
     let mut out = Vec::with_capacity(rows * topk);
     for r in 0..rows {
@@ -291,7 +291,7 @@ fn compare(
     check_close(what, &g, want, tol)
 }
 
-fn digest_of(parts: &[&[f32]]) -> u64 {
+pub(crate) fn digest_of(parts: &[&[f32]]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     for v in parts {
         for x in v.iter() {
@@ -303,7 +303,7 @@ fn digest_of(parts: &[&[f32]]) -> u64 {
     h
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
+pub(crate) fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
