@@ -54,6 +54,7 @@
 #include "attention/common/gather.cuh"
 #include "attention/common/length.cuh"
 #include "attention/common/softmax.cuh"
+#include "attention/common/tile_f32.cuh"
 
 using namespace fsattn;
 
@@ -152,7 +153,6 @@ __device__ __forceinline__ void mla_forward(const MlaParams& P) {
     float o[HG][2];
 #pragma unroll
     for (int h = 0; h < HG; ++h) o[h][0] = o[h][1] = 0.f;
-    const int n64 = d_qk >> 6;
     const float scale = P.sm_scale;
 
     for (int t0 = (int)start; t0 < lim; t0 += KT) {
@@ -162,26 +162,7 @@ __device__ __forceinline__ void mla_forward(const MlaParams& P) {
         gather_tile<KF, KT, BLOCK>(k_s, off_s, geom, d_qk);
         __syncthreads();
         {
-            float acc[32];
-#pragma unroll
-            for (int k = 0; k < 32; ++k) acc[k] = 0.f;
-            const float* kb = k_s + (4 * warp) * d_qk;
-#pragma unroll 1
-            for (int i = 0; i < n64; ++i) {
-                const int d = 2 * lane + 64 * i;
-                float2 kk[4];
-#pragma unroll
-                for (int jj = 0; jj < 4; ++jj) kk[jj] = *(const float2*)(kb + jj * d_qk + d);
-#pragma unroll
-                for (int h = 0; h < HG; ++h) {
-                    const float2 qq = *(const float2*)(q_s + h * d_qk + d);
-#pragma unroll
-                    for (int jj = 0; jj < 4; ++jj) {
-                        acc[h * 4 + jj] = fmaf(qq.y, kk[jj].y, fmaf(qq.x, kk[jj].x, acc[h * 4 + jj]));
-                    }
-                }
-            }
-            const float dot = warp_reduce_scatter32(acc, lane);
+            const float dot = tile_dot<HG>(q_s, k_s, d_qk, lane, warp);
             const int h = lane >> 2, j = 4 * warp + (lane & 3);
             s_s[h * KT + j] = off_s[j] >= 0 ? dot * scale : -fsa_inf();
         }
@@ -193,27 +174,7 @@ __device__ __forceinline__ void mla_forward(const MlaParams& P) {
             if (lane == 0) st_s[warp] = alpha;
         }
         __syncthreads();
-        {
-            const int c = 2 * tid;
-#pragma unroll
-            for (int h = 0; h < HG; ++h) {
-                const float a = st_s[h];
-                o[h][0] *= a;
-                o[h][1] *= a;
-            }
-#pragma unroll 4
-            for (int j = 0; j < KT; ++j) {
-                const float4 pa = *(const float4*)(p_s + j * HG);
-                const float4 pb = *(const float4*)(p_s + j * HG + 4);
-                const float2 v = *(const float2*)(k_s + j * d_qk + c);
-                const float pj[HG] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
-#pragma unroll
-                for (int h = 0; h < HG; ++h) {
-                    o[h][0] = fmaf(pj[h], v.x, o[h][0]);
-                    o[h][1] = fmaf(pj[h], v.y, o[h][1]);
-                }
-            }
-        }
+        tile_pv<HG, KT, 2>(o, st_s, p_s, k_s, d_qk, 2 * tid);
     }
     // Every thread's last reads of st_s[0..HG) are done before this barrier;
     // the final states go beside them.

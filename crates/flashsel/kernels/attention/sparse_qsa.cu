@@ -53,6 +53,7 @@
 #include "attention/common/gather.cuh"
 #include "attention/common/length.cuh"
 #include "attention/common/softmax.cuh"
+#include "attention/common/tile_f32.cuh"
 
 using namespace fsattn;
 
@@ -156,10 +157,9 @@ __device__ __forceinline__ void qsa_attn_forward(const QsaAttnParams& P) {
     const int lim = (int)min(min(start + P.chunk, (i64)P.width), (i64)L);
 
     float m_run = -fsa_inf(), sum_run = 0.f;  // head `warp`'s state (every lane)
-    float o[HG];
+    float o[HG][1];
 #pragma unroll
-    for (int h = 0; h < HG; ++h) o[h] = 0.f;
-    const int n64 = d >> 6;
+    for (int h = 0; h < HG; ++h) o[h][0] = 0.f;
     const float scale = P.scale;
 
     for (int t0 = (int)start; t0 < lim; t0 += KT) {
@@ -170,26 +170,7 @@ __device__ __forceinline__ void qsa_attn_forward(const QsaAttnParams& P) {
         gather_tile<KF, KT, BLOCK>(v_s, off_s, gv, d);
         __syncthreads();
         {
-            float acc[32];
-#pragma unroll
-            for (int k = 0; k < 32; ++k) acc[k] = 0.f;
-            const float* kb = k_s + (4 * warp) * d;
-#pragma unroll 1
-            for (int i = 0; i < n64; ++i) {
-                const int c = 2 * lane + 64 * i;
-                float2 kk[4];
-#pragma unroll
-                for (int jj = 0; jj < 4; ++jj) kk[jj] = *(const float2*)(kb + jj * d + c);
-#pragma unroll
-                for (int h = 0; h < HG; ++h) {
-                    const float2 qq = *(const float2*)(q_s + h * d + c);
-#pragma unroll
-                    for (int jj = 0; jj < 4; ++jj) {
-                        acc[h * 4 + jj] = fmaf(qq.y, kk[jj].y, fmaf(qq.x, kk[jj].x, acc[h * 4 + jj]));
-                    }
-                }
-            }
-            const float dot = warp_reduce_scatter32(acc, lane);
+            const float dot = tile_dot<HG>(q_s, k_s, d, lane, warp);
             const int h = lane >> 2, j = 4 * warp + (lane & 3);
             s_s[h * KT + j] = off_s[j] >= 0 ? dot * scale : -fsa_inf();
         }
@@ -201,19 +182,7 @@ __device__ __forceinline__ void qsa_attn_forward(const QsaAttnParams& P) {
             if (lane == 0) st_s[warp] = alpha;
         }
         __syncthreads();
-        if (tid < d) {
-#pragma unroll
-            for (int h = 0; h < HG; ++h) o[h] *= st_s[h];
-#pragma unroll 4
-            for (int j = 0; j < KT; ++j) {
-                const float4 pa = *(const float4*)(p_s + j * HG);
-                const float4 pb = *(const float4*)(p_s + j * HG + 4);
-                const float v = v_s[j * d + tid];
-                const float pj[HG] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
-#pragma unroll
-                for (int h = 0; h < HG; ++h) o[h] = fmaf(pj[h], v, o[h]);
-            }
-        }
+        if (tid < d) tile_pv<HG, KT, 1>(o, st_s, p_s, v_s, d, tid);
     }
     // Every thread's last reads of st_s[0..HG) are done before this barrier;
     // the final states go beside them.
@@ -226,7 +195,7 @@ __device__ __forceinline__ void qsa_attn_forward(const QsaAttnParams& P) {
 #pragma unroll
         for (int h = 0; h < HG; ++h) {
             if (h >= nh) break;
-            write_head<QF>(P, (i64)r * h_q + hq0 + h, tid, o[h], st_s[HG + h], st_s[2 * HG + h]);
+            write_head<QF>(P, (i64)r * h_q + hq0 + h, tid, o[h][0], st_s[HG + h], st_s[2 * HG + h]);
         }
     } else {
         const i64 parts = (i64)P.rows * h_q * P.splits;
@@ -235,7 +204,7 @@ __device__ __forceinline__ void qsa_attn_forward(const QsaAttnParams& P) {
         for (int h = 0; h < HG; ++h) {
             if (h >= nh) break;
             const i64 part = ((i64)r * h_q + hq0 + h) * P.splits + split;
-            if (tid < d) P.ws[part * d + tid] = o[h];
+            if (tid < d) P.ws[part * d + tid] = o[h][0];
             if (tid == 0) {
                 ml[2 * part] = st_s[HG + h];
                 ml[2 * part + 1] = st_s[2 * HG + h];

@@ -23,8 +23,7 @@
 //! heads a CTA with two KV buffers, whose warps each do the 32-head CTA's
 //! per-warp work: the same bytes.
 
-use cudarc::driver::{CudaSlice, DevicePtr};
-use half::bf16;
+use cudarc::driver::CudaSlice;
 
 use super::{
     check_decode_request, check_prefill_request, CacheFormat, DecodeOutput, MlaElem, PagedKvCache, PrefillOutput,
@@ -33,7 +32,7 @@ use super::{
 use crate::contract::error::cuda_err;
 use crate::contract::{DType, Error, Result};
 use crate::cuda::compile::Module;
-use crate::cuda::host::bytes_of;
+use crate::cuda::host::{alloc, bytes_of, elems_of, ptr, upload, widen_f32};
 use crate::cuda::launch::{self, KernelParams, Launch};
 use crate::cuda::{timing, CudaEngine, KernelId};
 use crate::ops::select::plan::DeviceProps;
@@ -654,34 +653,10 @@ fn cache_of(dtype: DType) -> Result<CacheFormat> {
     }
 }
 
-fn upload(e: &CudaEngine, bytes: &[u8]) -> Result<CudaSlice<u8>> {
-    if bytes.is_empty() {
-        return e.stream().alloc_zeros(256).map_err(cuda_err);
-    }
-    e.stream().clone_htod(bytes).map_err(cuda_err)
-}
 
-fn alloc(e: &CudaEngine, bytes: usize) -> Result<CudaSlice<u8>> {
-    e.stream().alloc_zeros(bytes.max(256)).map_err(cuda_err)
-}
 
-fn ptr(e: &CudaEngine, s: &CudaSlice<u8>) -> u64 {
-    s.device_ptr(e.stream()).0
-}
 
-/// `out` bytes (q's dtype) as f32, exactly.
-fn widen_out(bytes: &[u8], dtype: DType, n: usize) -> Vec<f32> {
-    match dtype {
-        DType::BF16 => {
-            bytes[..2 * n].chunks_exact(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect()
-        }
-        _ => f32s(bytes, n),
-    }
-}
 
-fn f32s(bytes: &[u8], n: usize) -> Vec<f32> {
-    bytes[..4 * n].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
 
 /// Optional inputs and outputs of one host problem, in device memory.
 struct Buffers {
@@ -805,9 +780,9 @@ impl PrefillData {
         let (out, m, l) = self.b.download(e)?;
         let heads = self.b.heads;
         Ok(PrefillOutput {
-            out: widen_out(&out, self.spec.dtype, heads * D_V),
-            max_logits: f32s(&m, heads),
-            lse: f32s(&l, heads),
+            out: widen_f32(&out, self.spec.dtype, heads * D_V),
+            max_logits: elems_of::<f32>(&m, heads),
+            lse: elems_of::<f32>(&l, heads),
         })
     }
 }
@@ -870,7 +845,7 @@ impl DecodeData {
     fn download(&self, e: &CudaEngine) -> Result<DecodeOutput<f32>> {
         let (out, _, l) = self.b.download(e)?;
         let heads = self.b.heads;
-        Ok(DecodeOutput { out: widen_out(&out, self.spec.q_dtype, heads * D_V), lse: f32s(&l, heads) })
+        Ok(DecodeOutput { out: widen_f32(&out, self.spec.q_dtype, heads * D_V), lse: elems_of::<f32>(&l, heads) })
     }
 }
 

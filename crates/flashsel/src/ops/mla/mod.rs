@@ -244,7 +244,7 @@ pub fn quantize_fp8_token(values: &[f32]) -> [u8; FP8_TOKEN_BYTES] {
 // Specs
 // ---------------------------------------------------------------------------
 
-fn bad(what: &'static str, value: impl ToString, expected: &'static str) -> Error {
+pub(crate) fn bad(what: &'static str, value: impl ToString, expected: &'static str) -> Error {
     Error::InvalidOption { what, value: value.to_string(), expected }
 }
 
@@ -278,7 +278,7 @@ fn product(what: &'static str, dims: &[usize]) -> Result<usize> {
         .ok_or_else(|| Error::Shape(format!("{what}: {dims:?} overflows")))
 }
 
-fn check_len(what: &'static str, got: usize, need: usize) -> Result<()> {
+pub(crate) fn check_len(what: &'static str, got: usize, need: usize) -> Result<()> {
     if got != need {
         return Err(Error::BufferSize { what, got, need });
     }
@@ -350,6 +350,59 @@ impl SparseMlaPrefill {
             .and_then(|x| x.checked_add(self.d_qk))
             .ok_or_else(|| Error::Shape(format!("kv: {} rows of stride {} overflow", self.s_kv, self.kv_stride)))
     }
+}
+
+/// The paged-cache rules of both attention operations (sparse MLA's decode,
+/// QSA attention): `page_size >= 1`, a token stride of at least the token's
+/// `width` elements, and a page's tokens before the next page (`page_stride
+/// >= (page_size - 1) * token_stride + width`, when there are two pages or
+/// more). `token` describes a token for the error.
+pub(crate) fn check_pages(
+    page_size: usize,
+    num_pages: usize,
+    page_stride: usize,
+    token_stride: usize,
+    width: usize,
+    token: impl FnOnce() -> String,
+) -> Result<()> {
+    if page_size == 0 {
+        return Err(bad("page_size", 0, ">= 1"));
+    }
+    if token_stride < width {
+        return Err(Error::Shape(format!(
+            "the cache's token stride {token_stride} is shorter than a token ({})",
+            token()
+        )));
+    }
+    let page_extent = (page_size - 1)
+        .checked_mul(token_stride)
+        .and_then(|x| x.checked_add(width))
+        .ok_or_else(|| Error::Shape("the cache's page extent overflows".into()))?;
+    if num_pages > 1 && page_stride < page_extent {
+        return Err(Error::Shape(format!(
+            "the cache's page stride {page_stride} is shorter than a page ({page_extent} elements: {page_size} tokens of stride {token_stride})"
+        )));
+    }
+    Ok(())
+}
+
+/// Elements a paged cache's buffer must hold: `(num_pages - 1) *
+/// page_stride + (page_size - 1) * token_stride + width` (0 without pages).
+pub(crate) fn paged_len(
+    num_pages: usize,
+    page_size: usize,
+    page_stride: usize,
+    token_stride: usize,
+    width: usize,
+) -> Result<usize> {
+    if num_pages == 0 {
+        return Ok(0);
+    }
+    (num_pages - 1)
+        .checked_mul(page_stride)
+        .and_then(|x| x.checked_add((page_size - 1).checked_mul(token_stride)?))
+        .and_then(|x| x.checked_add(width))
+        .ok_or_else(|| Error::Shape("the cache's size overflows".into()))
 }
 
 /// How a paged decode cache stores a token.
@@ -511,27 +564,10 @@ impl SparseMlaDecode {
         if self.cache == CacheFormat::Fp8V32 && self.d_qk != 576 {
             return Err(bad("d_qk", self.d_qk, "576 with the 656-byte fp8 cache"));
         }
-        if self.page_size == 0 {
-            return Err(bad("page_size", 0, ">= 1"));
-        }
         let w = self.cache.token_width(self.d_qk);
-        if self.token_stride < w {
-            return Err(Error::Shape(format!(
-                "the cache's token stride {} is shorter than a token ({w} {} elements)",
-                self.token_stride,
-                self.cache.name()
-            )));
-        }
-        let page_extent = (self.page_size - 1)
-            .checked_mul(self.token_stride)
-            .and_then(|x| x.checked_add(w))
-            .ok_or_else(|| Error::Shape("the cache's page extent overflows".into()))?;
-        if self.num_pages > 1 && self.page_stride < page_extent {
-            return Err(Error::Shape(format!(
-                "the cache's page stride {} is shorter than a page ({page_extent} elements: {} tokens of stride {})",
-                self.page_stride, self.page_size, self.token_stride
-            )));
-        }
+        check_pages(self.page_size, self.num_pages, self.page_stride, self.token_stride, w, || {
+            format!("{w} {} elements", self.cache.name())
+        })?;
         product("q", &[self.batch, self.s_q, self.h_q, self.d_qk])?;
         product("out", &[self.batch, self.s_q, self.h_q, self.d_v])?;
         product("indices", &[self.batch, self.s_q, self.topk])?;
@@ -542,15 +578,7 @@ impl SparseMlaDecode {
     /// Elements the cache buffer must hold: `(num_pages - 1) * page_stride +
     /// (page_size - 1) * token_stride + width`.
     pub fn cache_len(&self) -> Result<usize> {
-        if self.num_pages == 0 {
-            return Ok(0);
-        }
-        let w = self.cache.token_width(self.d_qk);
-        (self.num_pages - 1)
-            .checked_mul(self.page_stride)
-            .and_then(|x| x.checked_add((self.page_size - 1).checked_mul(self.token_stride)?))
-            .and_then(|x| x.checked_add(w))
-            .ok_or_else(|| Error::Shape("the cache's size overflows".into()))
+        paged_len(self.num_pages, self.page_size, self.page_stride, self.token_stride, self.cache.token_width(self.d_qk))
     }
 
     /// The cache element where slot `slot` (valid: `< slots()`) starts.
@@ -661,7 +689,7 @@ impl DecodeOutput<f64> {
 
 /// NaN-propagating max (`f64::max` drops NaN).
 #[inline]
-fn max_nan(a: f64, b: f64) -> f64 {
+pub(crate) fn max_nan(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
     } else {

@@ -15,14 +15,13 @@
 //! the same on every GPU, and a derived length gives the bits of the same
 //! length passed explicitly.
 
-use cudarc::driver::{CudaSlice, DevicePtr};
-use half::bf16;
+use cudarc::driver::CudaSlice;
 
 use super::{check_request, AttnElem, QsaAttention, QsaAttentionOutput};
 use crate::contract::error::cuda_err;
 use crate::contract::{DType, Error, Result};
 use crate::cuda::compile::Module;
-use crate::cuda::host::bytes_of;
+use crate::cuda::host::{alloc, bytes_of, elems_of, ptr, upload, widen_f32};
 use crate::cuda::launch::{self, KernelParams, Launch};
 use crate::cuda::{timing, CudaEngine, KernelId};
 use crate::ops::mla::device::{MlaPlan, TILE};
@@ -322,20 +321,8 @@ impl CudaEngine {
     }
 }
 
-fn upload(e: &CudaEngine, bytes: &[u8]) -> Result<CudaSlice<u8>> {
-    if bytes.is_empty() {
-        return e.stream().alloc_zeros(256).map_err(cuda_err);
-    }
-    e.stream().clone_htod(bytes).map_err(cuda_err)
-}
 
-fn alloc(e: &CudaEngine, bytes: usize) -> Result<CudaSlice<u8>> {
-    e.stream().alloc_zeros(bytes.max(256)).map_err(cuda_err)
-}
 
-fn ptr(e: &CudaEngine, s: &CudaSlice<u8>) -> u64 {
-    s.device_ptr(e.stream()).0
-}
 
 /// Device copies of one host problem.
 struct Data {
@@ -416,19 +403,11 @@ impl Data {
         st.synchronize().map_err(cuda_err)?;
         let heads = self.spec.rows * self.spec.h_q;
         let n = heads * self.spec.d;
-        let out = match self.spec.q_dtype {
-            DType::BF16 => {
-                out[..2 * n].chunks_exact(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).collect()
-            }
-            _ => f32s(&out, n),
-        };
-        Ok(QsaAttentionOutput { out, lse: f32s(&lse, heads) })
+        let out = widen_f32(&out, self.spec.q_dtype, n);
+        Ok(QsaAttentionOutput { out, lse: elems_of::<f32>(&lse, heads) })
     }
 }
 
-fn f32s(bytes: &[u8], n: usize) -> Vec<f32> {
-    bytes[..4 * n].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
 
 #[cfg(test)]
 mod tests {

@@ -61,22 +61,12 @@ use rayon::prelude::*;
 
 use crate::contract::{try_vec, DType, Error, Result};
 pub use crate::ops::mla::MlaElem as AttnElem;
+use crate::ops::mla::{bad, check_len, check_pages, max_nan, paged_len};
 
 /// The head widths a request may have.
 pub const DIMS: [usize; 3] = [64, 128, 256];
 /// The most query heads a request may have.
 pub const MAX_HEADS: usize = 128;
-
-fn bad(what: &'static str, value: impl ToString, expected: &'static str) -> Error {
-    Error::InvalidOption { what, value: value.to_string(), expected }
-}
-
-fn check_len(what: &'static str, got: usize, need: usize) -> Result<()> {
-    if got != need {
-        return Err(Error::BufferSize { what, got, need });
-    }
-    Ok(())
-}
 
 /// A QSA sparse attention request: everything but the data (module docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -190,26 +180,10 @@ impl QsaAttention {
                 return Err(Error::UnknownDType(format!("qsa_attention takes f32 or bf16 {what}, not {dt}")));
             }
         }
-        if self.page_size == 0 {
-            return Err(bad("page_size", 0, ">= 1"));
-        }
         let w = self.h_kv * self.d;
-        if self.token_stride < w {
-            return Err(Error::Shape(format!(
-                "the cache's token stride {} is shorter than a token ({} heads of {})",
-                self.token_stride, self.h_kv, self.d
-            )));
-        }
-        let page_extent = (self.page_size - 1)
-            .checked_mul(self.token_stride)
-            .and_then(|x| x.checked_add(w))
-            .ok_or_else(|| Error::Shape("the cache's page extent overflows".into()))?;
-        if self.num_pages > 1 && self.page_stride < page_extent {
-            return Err(Error::Shape(format!(
-                "the cache's page stride {} is shorter than a page ({page_extent} elements: {} tokens of stride {})",
-                self.page_stride, self.page_size, self.token_stride
-            )));
-        }
+        check_pages(self.page_size, self.num_pages, self.page_stride, self.token_stride, w, || {
+            format!("{} heads of {}", self.h_kv, self.d)
+        })?;
         for (what, dims) in [
             ("q", [self.rows, self.h_q, self.d]),
             ("indices", [self.rows, self.width, 1]),
@@ -226,14 +200,7 @@ impl QsaAttention {
     /// Elements each of `k` and `v` must hold: `(num_pages - 1) * page_stride
     /// + (page_size - 1) * token_stride + h_kv * d` (0 without pages).
     pub fn cache_len(&self) -> Result<usize> {
-        if self.num_pages == 0 {
-            return Ok(0);
-        }
-        (self.num_pages - 1)
-            .checked_mul(self.page_stride)
-            .and_then(|x| x.checked_add((self.page_size - 1).checked_mul(self.token_stride)?))
-            .and_then(|x| x.checked_add(self.h_kv * self.d))
-            .ok_or_else(|| Error::Shape("the cache's size overflows".into()))
+        paged_len(self.num_pages, self.page_size, self.page_stride, self.token_stride, self.h_kv * self.d)
     }
 }
 
@@ -316,16 +283,6 @@ pub(crate) fn check_lengths(lengths: &[i32], rows: usize, width: usize) -> Resul
         }
     }
     Ok(())
-}
-
-/// NaN-propagating max (`f64::max` drops NaN).
-#[inline]
-fn max_nan(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else {
-        a.max(b)
-    }
 }
 
 /// The exact QSA sparse attention (module docs, rules 1-5) in f64 over host
