@@ -84,18 +84,20 @@ pub struct Groups(&'static [Group]);
 
 /// `--only`'s values: a group's name, or `qsa` for both QSA groups.
 pub fn group_parser() -> impl TypedValueParser<Value = Groups> {
-    PossibleValuesParser::new(["select", "qsa", "qsa-decode", "qsa-prefill", "dsa", "indexer", "mla", "qsa-attn"]).map(|s| {
-        Groups(match s.as_str() {
-            "select" => &[Group::Select],
-            "qsa" => &[Group::QsaDecode, Group::QsaPrefill],
-            "qsa-decode" => &[Group::QsaDecode],
-            "qsa-prefill" => &[Group::QsaPrefill],
-            "indexer" => &[Group::Indexer],
-            "mla" => &[Group::Mla],
-            "qsa-attn" => &[Group::QsaAttn],
-            _ => &[Group::Dsa],
-        })
-    })
+    PossibleValuesParser::new(["select", "qsa", "qsa-decode", "qsa-prefill", "dsa", "indexer", "mla", "qsa-attn"]).map(
+        |s| {
+            Groups(match s.as_str() {
+                "select" => &[Group::Select],
+                "qsa" => &[Group::QsaDecode, Group::QsaPrefill],
+                "qsa-decode" => &[Group::QsaDecode],
+                "qsa-prefill" => &[Group::QsaPrefill],
+                "indexer" => &[Group::Indexer],
+                "mla" => &[Group::Mla],
+                "qsa-attn" => &[Group::QsaAttn],
+                _ => &[Group::Dsa],
+            })
+        },
+    )
 }
 
 /// The groups to run: those `--only` names, or all of them (sparse MLA

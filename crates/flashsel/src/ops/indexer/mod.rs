@@ -402,7 +402,7 @@ fn check_request<'a, K>(
 
 /// `relu` of the contract: `x` if `x > 0`, NaN if NaN, else `+0.0`.
 #[inline(always)]
-fn relu(x: f32) -> f32 {
+pub(crate) fn relu(x: f32) -> f32 {
     if x > 0.0 || x.is_nan() {
         x
     } else {
@@ -420,7 +420,7 @@ fn combine(a: [f32; LANES]) -> f32 {
 /// [`LANES`] lanes, each in increasing `j`, then [`combine`]. The heads run
 /// interleaved (independent chains); each head's order is its own.
 #[inline(always)]
-fn dots<const D: usize, const G: usize>(q: [&[f32; D]; G], k: &[f32; D]) -> [f32; G] {
+pub(crate) fn dots<const D: usize, const G: usize>(q: [&[f32; D]; G], k: &[f32; D]) -> [f32; G] {
     let mut a = [[0f32; LANES]; G];
     for (c, kc) in k.chunks_exact(LANES).enumerate() {
         let kc: &[f32; LANES] = kc.try_into().expect("LANES values");

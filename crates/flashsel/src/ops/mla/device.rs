@@ -653,11 +653,6 @@ fn cache_of(dtype: DType) -> Result<CacheFormat> {
     }
 }
 
-
-
-
-
-
 /// Optional inputs and outputs of one host problem, in device memory.
 struct Buffers {
     q: CudaSlice<u8>,

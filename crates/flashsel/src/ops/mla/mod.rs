@@ -578,7 +578,13 @@ impl SparseMlaDecode {
     /// Elements the cache buffer must hold: `(num_pages - 1) * page_stride +
     /// (page_size - 1) * token_stride + width`.
     pub fn cache_len(&self) -> Result<usize> {
-        paged_len(self.num_pages, self.page_size, self.page_stride, self.token_stride, self.cache.token_width(self.d_qk))
+        paged_len(
+            self.num_pages,
+            self.page_size,
+            self.page_stride,
+            self.token_stride,
+            self.cache.token_width(self.d_qk),
+        )
     }
 
     /// The cache element where slot `slot` (valid: `< slots()`) starts.

@@ -258,7 +258,9 @@ fn run<Q: AttnElem, KV: AttnElem>(e: &CudaEngine, c: &QsaAttnCase, rng: &mut Rng
     let sub_len: Option<Vec<i32>> = lens.as_ref().map(|l| rows.iter().map(|&r| l[r]).collect());
     let sub = QsaAttention { rows: rows.len(), ..spec };
     let want = reference_qsa_attention(&sub, &sub_q, &k, &v, &sub_idx, sub_len.as_deref())?;
-    let pick = |x: &[f32], w: usize| -> Vec<f32> { rows.iter().flat_map(|&r| x[r * w..(r + 1) * w].iter().copied()).collect() };
+    let pick = |x: &[f32], w: usize| -> Vec<f32> {
+        rows.iter().flat_map(|&r| x[r * w..(r + 1) * w].iter().copied()).collect()
+    };
     fails.extend(check_close("out", &pick(&got.out, hd), &want.out, OUT_TOLERANCE).err());
     fails.extend(check_close("lse", &pick(&got.lse, c.h_q), &want.lse, LSE_TOLERANCE).err());
     let again = match &lens {
@@ -291,7 +293,9 @@ pub fn cases(quick: bool) -> Vec<QsaAttnCase> {
     let mut out = Vec::new();
     // QSA's geometry: 24 / 2 heads of 256, 2051 ids a row as qsa_select
     // writes them; one decode row (split), a batch, a sampled prefill.
-    for (rows, tokens, sample) in [(1, 65_536, None), (48, 40_000, None), (if quick { 512 } else { 4096 }, 131_072, Some(16))] {
+    for (rows, tokens, sample) in
+        [(1, 65_536, None), (48, 40_000, None), (if quick { 512 } else { 4096 }, 131_072, Some(16))]
+    {
         let mut c = QsaAttnCase::new(rows, tokens, 24, 2, 256, 2051);
         (c.index, c.sample) = (Rows::QsaIds, sample);
         out.push(c);
@@ -310,7 +314,8 @@ pub fn cases(quick: bool) -> Vec<QsaAttnCase> {
         (2, 5000, 24, 2, 256, 2048),
         (40, 300, 12, 3, 64, 33),
     ];
-    let dtypes = [(DType::BF16, DType::BF16), (DType::F32, DType::BF16), (DType::BF16, DType::F32), (DType::F32, DType::F32)];
+    let dtypes =
+        [(DType::BF16, DType::BF16), (DType::F32, DType::BF16), (DType::BF16, DType::F32), (DType::F32, DType::F32)];
     for (g, &(rows, tokens, h_q, h_kv, d, width)) in geoms.iter().enumerate() {
         if quick && g % 2 == 1 {
             continue;

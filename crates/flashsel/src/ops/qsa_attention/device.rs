@@ -222,7 +222,10 @@ impl CudaEngine {
         }
         let ctas = plan.ctas(s.rows);
         let ctas = u32::try_from(ctas).ok().filter(|&c| c <= i32::MAX as u32).ok_or_else(|| {
-            Error::Shape(format!("qsa_attention: {ctas} CTAs ({} rows x {} head groups) is too many", s.rows, plan.groups))
+            Error::Shape(format!(
+                "qsa_attention: {ctas} CTAs ({} rows x {} head groups) is too many",
+                s.rows, plan.groups
+            ))
         })?;
         let smem = smem_bytes(s.d) as u32;
         if smem > self.props().max_smem_per_block {
@@ -321,9 +324,6 @@ impl CudaEngine {
     }
 }
 
-
-
-
 /// Device copies of one host problem.
 struct Data {
     spec: QsaAttention,
@@ -408,7 +408,6 @@ impl Data {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,7 +442,7 @@ mod tests {
         let s = QsaAttention::new(1, 1 << 20, 12, 1, 256, 2051);
         let p = QsaAttnPlan::new(&s);
         assert_eq!((p.per_kv_head, p.groups), (2, 2));
-        assert!(p.split() && p.chunk % TILE == 0);
+        assert!(p.split() && p.chunk.is_multiple_of(TILE));
         assert!(p.chunk * p.splits >= 2051 && p.chunk * (p.splits - 1) < 2051, "{p:?}");
         assert_eq!(p.workspace_bytes(&s), 12 * p.splits * 258 * 4);
         // One head a KV head (MHA): a CTA per head.

@@ -122,7 +122,8 @@ fn paged_cache_equals_the_contiguous_one() {
             vp[to..to + d].copy_from_slice(&v[from..from + d]);
         }
     }
-    let idx_p: Vec<i32> = idx.iter().map(|&i| if i >= 0 && (i as usize) < tokens { phys(i as usize) as i32 } else { i }).collect();
+    let idx_p: Vec<i32> =
+        idx.iter().map(|&i| if i >= 0 && (i as usize) < tokens { phys(i as usize) as i32 } else { i }).collect();
     let got = reference_qsa_attention(&paged, &q, &kp, &vp, &idx_p, None).unwrap();
     assert_eq!(got, want);
 }

@@ -1,0 +1,318 @@
+//! `dsa_scores` and `dsa_indexer`: the DeepSeek-V3.2 (DSA) lightning
+//! indexer's logits over per-query key ranges, and the exact top-k of them
+//! as token ids or KV slots. The logits follow DeepGEMM's `fp8_mqa_logits`
+//! (`../shared/reference/selection-stage.md` section 2); the selection is
+//! [`select_ranges`](crate::cpu::select_ranges)' (flashsel's contract:
+//! ties to the lower id, the NaN policy). `docs/semantics.md` ("DSA indexer
+//! scores") states the same contract in prose.
+//!
+//! # Contract
+//! Query row `t` has `H` index heads `q[t, h, 0..d]` (`1 <= H <= 128`, `d`
+//! in {64, 128, 256}; DeepSeek-V3.2: 64 heads of 128) and one weight per
+//! head `w[t, h]` (f32; the model's head weights with the query scales and
+//! `1/sqrt(d)` folded in); key `s` is `k[s, 0..d]` (one shared key head)
+//! with an optional f32 scale `k_scale[s]` (the fp8 cache's per-token
+//! scale; absent: 1). Row `t` scores the keys of its half-open range
+//! `[starts[t], ends[t])` (`0 <= starts[t] <= ends[t] <= N`):
+//!
+//! ```text
+//! score[t, s] = k_scale[s] * sum over h of w[t, h] * relu(q[t, h, :] . k[s, :])   starts[t] <= s < ends[t]
+//! score[t, s] = -inf                                                              otherwise
+//! ```
+//!
+//! (ReLU is positively homogeneous, so a positive per-token scale may
+//! multiply after it, as DeepGEMM's kernels do.) `q` and `k` are f32, bf16
+//! or fp8 e4m3 ([`F8E4M3`], no scale of their own: fold q's into `w`).
+//!
+//! ```
+//! use flashsel::ops::dsa::DsaScoresSpec;
+//!
+//! // One query (2 heads of 64) over 3 keys, range [1, 3).
+//! let spec = DsaScoresSpec::new(1, 2, 64, 3);
+//! let mut q = vec![0f32; 2 * 64];
+//! (q[0], q[64]) = (1.0, -1.0);
+//! let mut k = vec![0f32; 3 * 64];
+//! (k[64], k[128]) = (2.0, -3.0); // key 1: dots 2, -2; key 2: -3, 3
+//! let w = [0.5f32, 2.0];
+//! let s = flashsel::cpu::dsa_scores(&q, &k, Some(&[1.0, 1.0, 4.0]), &w, &[1], &[3], &spec)?;
+//! assert_eq!(s, [f32::NEG_INFINITY, 1.0, 24.0]); // 0.5 * 2; 4 * (2 * 3)
+//! # Ok::<(), flashsel::Error>(())
+//! ```
+//!
+//! # Arithmetic (the CPU engine, bit for bit)
+//! Every input is decoded exactly to f32; then in f32 with round-to-nearest
+//! and no fused multiply-add:
+//! 1. `dot_h = q[t, h, :] . k[s, :]` in the order of `qsa_scores`' dot
+//!    product ([`crate::ops::indexer`], step 1: 8 lanes, a fixed tree).
+//! 2. `r_h = relu(dot_h)`: `dot_h` if `dot_h > 0`, NaN if NaN, else `+0.0`.
+//! 3. `acc = (((+0.0 + w_0 r_0) + w_1 r_1) + ...) + w_{H-1} r_{H-1}`, each
+//!    product rounded.
+//! 4. `score = acc * k_scale[s]` (with a scale). A NaN score is the quiet
+//!    NaN `0x7fc00000`.
+//!
+//! # Error bound
+//! Against the exact value (and the float64 [`reference_dsa_scores`]), for
+//! finite inputs without overflow, with `A_h = sum over j of |q[t, h, j] *
+//! k[s, j]|` and `M = |k_scale[s]| * sum over h of |w[t, h]| * A_h`:
+//!
+//! ```text
+//! |score[t, s] - exact[t, s]| <= (d + H + 2) * 2^-24 * M + (d + 2) * H * 2^-149 * W
+//! ```
+//!
+//! with `W = max(1, |k_scale[s]|) * max(1, max over h of |w[t, h]|)` (the
+//! second term covers underflow): the dot products lose at most `gamma_d
+//! A_h`, relu nothing, the weight product and the head sum `gamma_{H + 1}`,
+//! the scale one unit ([`error_bound`]). It holds for every order of the
+//! sums, with or without fused multiply-adds.
+//!
+//! # The indexer
+//! [`dsa_indexer`] selects the top `k` of each row's range of the scores
+//! exactly as [`select_ranges`](crate::cpu::select_ranges) does on
+//! [`dsa_scores`]' output (the same bytes: it is that chain on the CPU),
+//! optionally mapping the ids to KV slots through a page table
+//! ([`crate::ops::pages`]).
+
+use rayon::prelude::*;
+
+use crate::contract::{try_vec, DType, Error, Result, ScoresView};
+use crate::ops::indexer::{dots, relu, KeyElem};
+pub use crate::ops::indexer::{F8E4M3, LANES};
+use crate::ops::pages::PageMap;
+use crate::ops::select::{SelectSpec, Selection};
+
+/// The most index heads a request may have.
+pub const MAX_HEADS: usize = 128;
+/// The head widths a request may have.
+pub const DIMS: [usize; 3] = [64, 128, 256];
+
+/// A `dsa_scores` request: everything but the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DsaScoresSpec {
+    /// Queries (`T`).
+    pub rows: usize,
+    /// Index heads per query (`H`).
+    pub heads: usize,
+    /// Values per head and per key (`d`).
+    pub dim: usize,
+    /// Keys (`N`, the scores' columns).
+    pub keys: usize,
+}
+
+impl DsaScoresSpec {
+    pub fn new(rows: usize, heads: usize, dim: usize, keys: usize) -> Self {
+        Self { rows, heads, dim, keys }
+    }
+
+    /// Elements of the scores: `rows * keys`.
+    pub fn out_len(&self) -> Result<usize> {
+        self.rows
+            .checked_mul(self.keys)
+            .ok_or_else(|| Error::Shape(format!("scores [{}, {}] overflow", self.rows, self.keys)))
+    }
+
+    /// The shape rules: `1 <= heads <= 128`, `dim` in {64, 128, 256}, `keys`
+    /// at most `i32::MAX` (ids are int32), sizes that fit `usize`.
+    pub fn validate(&self) -> Result<()> {
+        if self.heads == 0 || self.heads > MAX_HEADS {
+            return Err(Error::InvalidOption {
+                what: "heads (H, q's second dimension)",
+                value: self.heads.to_string(),
+                expected: "1..=128",
+            });
+        }
+        if !DIMS.contains(&self.dim) {
+            return Err(Error::InvalidOption {
+                what: "head dim (d, the last dimension of q and k)",
+                value: self.dim.to_string(),
+                expected: "64, 128 or 256",
+            });
+        }
+        if self.keys > i32::MAX as usize {
+            return Err(Error::too_large("keys", self.keys as u128));
+        }
+        self.out_len()?;
+        [self.rows, self.heads, self.dim]
+            .iter()
+            .try_fold(1usize, |a, &x| a.checked_mul(x))
+            .ok_or_else(|| Error::Shape(format!("q [{}, {}, {}] overflows", self.rows, self.heads, self.dim)))?;
+        Ok(())
+    }
+}
+
+fn check_len(what: &'static str, got: usize, need: usize) -> Result<()> {
+    if got != need {
+        return Err(Error::BufferSize { what, got, need });
+    }
+    Ok(())
+}
+
+/// Every check the host makes: the spec, the buffers' lengths, each row's
+/// range.
+fn check_request(
+    spec: &DsaScoresSpec,
+    q_len: usize,
+    k_len: usize,
+    k_scale: Option<&[f32]>,
+    weights: &[f32],
+    starts: &[i32],
+    ends: &[i32],
+) -> Result<()> {
+    spec.validate()?;
+    check_len("q", q_len, spec.rows * spec.heads * spec.dim)?;
+    check_len("k", k_len, spec.keys * spec.dim)?;
+    if let Some(s) = k_scale {
+        check_len("k_scale", s.len(), spec.keys)?;
+    }
+    check_len("weights", weights.len(), spec.rows * spec.heads)?;
+    check_len("starts", starts.len(), spec.rows)?;
+    check_len("ends", ends.len(), spec.rows)?;
+    for (t, (&a, &b)) in starts.iter().zip(ends).enumerate() {
+        if a < 0 || b < a || b as usize > spec.keys {
+            return Err(Error::InvalidOption {
+                what: "key range",
+                value: format!("[{a}, {b}) at row {t}"),
+                expected: "0 <= starts[t] <= ends[t] <= keys",
+            });
+        }
+    }
+    Ok(())
+}
+
+fn decode<E: KeyElem>(v: &[E]) -> Vec<f32> {
+    v.iter().map(|x| x.to_f32()).collect()
+}
+
+/// [`score_row`] at one head width.
+type RowFn = fn(&[f32], &[f32], Option<&[f32]>, &[f32], (usize, usize), &mut [f32]);
+
+/// One row's scores over its range (the contract's arithmetic), `-inf`
+/// elsewhere. `q` the row's decoded heads `[H, D]`.
+fn score_row<const D: usize>(
+    q: &[f32],
+    k: &[f32],
+    k_scale: Option<&[f32]>,
+    w: &[f32],
+    range: (usize, usize),
+    out: &mut [f32],
+) {
+    out.fill(f32::NEG_INFINITY);
+    let heads: Vec<&[f32; D]> = q.chunks_exact(D).map(|h| h.try_into().expect("D values")).collect();
+    for s in range.0..range.1 {
+        let key: &[f32; D] = k[s * D..(s + 1) * D].try_into().expect("D values");
+        let mut acc = 0f32;
+        for (h, qh) in heads.iter().enumerate() {
+            let [dot] = dots::<D, 1>([qh], key);
+            acc += w[h] * relu(dot);
+        }
+        if let Some(sc) = k_scale {
+            acc *= sc[s];
+        }
+        out[s] = if acc.is_nan() { f32::from_bits(0x7fc0_0000) } else { acc };
+    }
+}
+
+/// The CPU engine's DSA indexer scores (module docs): `q [T, H, d]`, `k [N,
+/// d]`, `k_scale [N]` (optional), `weights [T, H]`, `starts`, `ends [T]`;
+/// returns f32 `[T, N]`. Rows run in parallel; a row's bytes do not depend
+/// on the batch or the thread count. Row `t` reads only the keys of its
+/// range.
+pub fn dsa_scores<Q: KeyElem, K: KeyElem>(
+    q: &[Q],
+    k: &[K],
+    k_scale: Option<&[f32]>,
+    weights: &[f32],
+    starts: &[i32],
+    ends: &[i32],
+    spec: &DsaScoresSpec,
+) -> Result<Vec<f32>> {
+    check_request(spec, q.len(), k.len(), k_scale, weights, starts, ends)?;
+    let mut out = try_vec("scores", spec.out_len()?, 0f32)?;
+    if spec.keys == 0 {
+        return Ok(out);
+    }
+    let kf = decode(k);
+    let (h, d) = (spec.heads, spec.dim);
+    let f: RowFn = match d {
+        64 => score_row::<64>,
+        128 => score_row::<128>,
+        _ => score_row::<256>,
+    };
+    out.par_chunks_mut(spec.keys).enumerate().for_each(|(t, row)| {
+        let qt = decode(&q[t * h * d..(t + 1) * h * d]);
+        f(&qt, &kf, k_scale, &weights[t * h..(t + 1) * h], (starts[t] as usize, ends[t] as usize), row);
+    });
+    Ok(out)
+}
+
+/// The float64 reference of [`dsa_scores`]: the contract's formula with
+/// every product and sum in f64 (`-inf` outside the ranges; NaN where an
+/// input makes the value NaN).
+pub fn reference_dsa_scores<Q: KeyElem, K: KeyElem>(
+    q: &[Q],
+    k: &[K],
+    k_scale: Option<&[f32]>,
+    weights: &[f32],
+    starts: &[i32],
+    ends: &[i32],
+    spec: &DsaScoresSpec,
+) -> Result<Vec<f64>> {
+    check_request(spec, q.len(), k.len(), k_scale, weights, starts, ends)?;
+    let (n, h, d) = (spec.keys, spec.heads, spec.dim);
+    let mut out = try_vec("scores", spec.out_len()?, f64::NEG_INFINITY)?;
+    out.par_chunks_mut(n.max(1)).enumerate().take(spec.rows).for_each(|(t, row)| {
+        for s in starts[t] as usize..ends[t] as usize {
+            let mut acc = 0f64;
+            for hh in 0..h {
+                let qh = &q[(t * h + hh) * d..(t * h + hh + 1) * d];
+                let dot: f64 =
+                    qh.iter().zip(&k[s * d..(s + 1) * d]).map(|(a, b)| a.to_f32() as f64 * b.to_f32() as f64).sum();
+                let r = if dot > 0.0 || dot.is_nan() { dot } else { 0.0 };
+                acc += weights[t * h + hh] as f64 * r;
+            }
+            row[s] = acc * k_scale.map_or(1.0, |sc| sc[s] as f64);
+        }
+    });
+    Ok(out)
+}
+
+/// The stated bound on `|score - exact|` (module docs) for a score whose
+/// `M = |k_scale| * sum over h of |w_h| * A_h` is `m`, with `wmax = max(1,
+/// |k_scale|) * max(1, max |w_h|)`.
+pub fn error_bound(spec: &DsaScoresSpec, m: f64, wmax: f64) -> f64 {
+    let (d, h) = (spec.dim as f64, spec.heads as f64);
+    (d + h + 2.0) * 2f64.powi(-24) * m + (d + 2.0) * h * 2f64.powi(-149) * wmax
+}
+
+/// The CPU engine's DSA indexer: the top `select.k` of each row's range of
+/// [`dsa_scores`] under `select`'s order and NaN policy (`select.rows`,
+/// `cols` and `dtype` must be the scores': `T`, `N`, f32), ids absolute
+/// column numbers, or KV slots through `pages` (token `s` of the row's
+/// sequence). The same bytes as `select_ranges(_paged)` on the scores.
+#[allow(clippy::too_many_arguments)]
+pub fn dsa_indexer<Q: KeyElem, K: KeyElem>(
+    q: &[Q],
+    k: &[K],
+    k_scale: Option<&[f32]>,
+    weights: &[f32],
+    starts: &[i32],
+    ends: &[i32],
+    spec: &DsaScoresSpec,
+    select: &SelectSpec,
+    pages: Option<&PageMap<'_>>,
+) -> Result<Selection<f32>> {
+    if select.rows != spec.rows || select.cols != spec.keys || select.dtype != DType::F32 {
+        return Err(Error::Shape(format!(
+            "the selection spec ({} x {} {}) must be the scores' ({} x {} f32)",
+            select.rows, select.cols, select.dtype, spec.rows, spec.keys
+        )));
+    }
+    let scores = dsa_scores(q, k, k_scale, weights, starts, ends, spec)?;
+    let view = ScoresView::new(&scores, spec.rows, spec.keys)?;
+    match pages {
+        None => crate::cpu::select_ranges(&view, select, starts, Some(ends)),
+        Some(p) => crate::cpu::select_ranges_paged(&view, select, Some(starts), Some(ends), p),
+    }
+}
+
+#[cfg(test)]
+mod tests;
