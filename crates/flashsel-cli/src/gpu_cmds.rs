@@ -61,9 +61,10 @@ pub struct CheckArgs {
     /// ranges, QSA, the indexer, the context-parallel merge), indexer (the
     /// indexer's cases alone, on each device path), mla (sparse MLA
     /// attention against its f64 reference), qsa-attn (QSA sparse attention
-    /// against its f64 reference). Default: select, mla and qsa-attn.
+    /// against its f64 reference), dsa-indexer (the DSA indexer's scores and
+    /// ids against the CPU engine's bytes). Default: all but indexer.
     #[arg(long, value_name = "SUITE", value_delimiter = ',',
-          value_parser = PossibleValuesParser::new(["select", "indexer", "mla", "qsa-attn"]))]
+          value_parser = PossibleValuesParser::new(["select", "indexer", "mla", "qsa-attn", "dsa-indexer"]))]
     pub only: Vec<String>,
     /// Run only the cases whose description (as the progress lines print
     /// it) contains TEXT, e.g. `ranges`, `qsa`, `merge`, `decode`. Their
@@ -222,7 +223,8 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     let wants = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
     let (mla_run, mla_failed) = if wants("mla") { check_mla(&e, args)? } else { (0, 0) };
     let (qa_run, qa_failed) = if wants("qsa-attn") { check_qsa_attention(&e, args)? } else { (0, 0) };
-    let (mla_run, mla_failed) = (mla_run + qa_run, mla_failed + qa_failed);
+    let (dsa_run, dsa_failed) = if wants("dsa-indexer") { check_dsa(&e, args)? } else { (0, 0) };
+    let (mla_run, mla_failed) = (mla_run + qa_run + dsa_run, mla_failed + qa_failed + dsa_failed);
     // A filter that keeps no case has checked nothing: an error, not a pass.
     let none_kept = |run: usize| match &args.filter {
         Some(f) if run == 0 => Err(format!("no case's description contains --filter {f:?}")),
@@ -232,7 +234,7 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     let indexer_only = !wants("select") && args.only.iter().any(|o| o == "indexer");
     if !wants("select") && !indexer_only {
         none_kept(mla_run)?;
-        return if mla_failed > 0 { Err(format!("{mla_failed} sparse attention cases failed")) } else { Ok(()) };
+        return if mla_failed > 0 { Err(format!("{mla_failed} attention / DSA cases failed")) } else { Ok(()) };
     }
     let show = |i: usize, n: usize, o: &check::Outcome| {
         if o.ok {
@@ -266,9 +268,27 @@ pub fn check(args: &CheckArgs) -> Result<(), String> {
     }
     none_kept(rep.run + mla_run)?;
     if mla_failed > 0 {
-        return Err(format!("{mla_failed} sparse attention cases failed"));
+        return Err(format!("{mla_failed} attention / DSA cases failed"));
     }
     Ok(())
+}
+
+/// The DSA indexer suite; returns how many cases ran and how many failed.
+fn check_dsa(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Result<(usize, usize), String> {
+    use flashsel::ops::dsa::check;
+    let rep = check::run_suite(e, args.quick, args.seed, args.filter.as_deref(), |i, n, o| {
+        if o.ok {
+            eprintln!("[dsa {i}/{n}] ok   {}", o.case);
+        } else {
+            eprintln!("[dsa {i}/{n}] FAIL {}: {}", o.case, o.detail);
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    println!("dsa-indexer cases run: {}, failed: {}", rep.run, rep.failed);
+    for f in &rep.failures {
+        println!("FAILED {}: {}", f.case, f.detail);
+    }
+    Ok((rep.run, rep.failed))
 }
 
 /// The QSA sparse attention suite; returns how many cases ran and how many

@@ -7,6 +7,7 @@
 #   bash run.sh qsa-attn
 #                       the QSA sparse attention kernels (kernels/attention) only
 #   bash run.sh qsa     the QSA scorer (kernels/indexer/qsa) only
+#   bash run.sh dsa     the DSA indexer's scores (kernels/indexer/dsa_scores.cu) only
 #   bash run.sh finish  the filter's index-order and bucket-rank finish
 #                       (kernels/select/filter) only
 set -euo pipefail
@@ -47,6 +48,13 @@ if [ "$which" = all ] || [ "$which" = qsa ]; then
     g++ -std=c++20 -O2 -w -ffp-contract=off -DFSA_HOST_EMU=1 -DFS_BLOCK=256 -I "$tmp/inc" -I "$kernels" \
         -o "$tmp/qsa_emu" "$tmp/qsa_emu.cpp" -lpthread
     "$tmp/qsa_emu"
+fi
+if [ "$which" = all ] || [ "$which" = dsa ]; then
+    rewrite "$kernels/indexer/dsa_scores.cu" >"$tmp/kern_dsa.cpp"
+    cp "$here/dsa_emu.cpp" "$tmp/"
+    # -ffp-contract=off: the kernel's __fmul_rn / __fadd_rn are single roundings.
+    g++ -std=c++20 -O2 -w -ffp-contract=off -I "$tmp/inc" -I "$kernels" -o "$tmp/dsa_emu" "$tmp/dsa_emu.cpp" -lpthread
+    "$tmp/dsa_emu"
 fi
 if [ "$which" = all ] || [ "$which" = finish ]; then
     mkdir -p "$tmp/inc/common" "$tmp/inc/select/filter"

@@ -288,3 +288,5 @@ inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 inline float __fdividef(float a, float b) { return a / b; }
+// A warp shuffle of an f32 from lane `src` (the DSA scorer).
+inline float __shfl_sync(unsigned m, float v, int src) { return __uint_as_float(__shfl_sync(m, __float_as_uint(v), src)); }

@@ -47,6 +47,9 @@ pub enum Module {
     /// The QSA scorer's staged form (`qsa_staged_*`, kernels/indexer/):
     /// keys staged through shared memory for many rows of one sequence.
     IndexerQsaStaged,
+    /// The DSA indexer's scores (`dsa_scores_*`, kernels/indexer/dsa_scores.cu):
+    /// the CPU engine's f32 arithmetic on CUDA cores.
+    IndexerDsa,
     /// The fused decode indexer (`qsa_decode_*`, kernels/indexer/): scores
     /// kept on chip, selected across a row's CTAs (cooperative).
     IndexerQsaDecode,
@@ -71,7 +74,7 @@ pub enum Module {
 }
 
 impl Module {
-    pub const ALL: [Module; 11] = [
+    pub const ALL: [Module; 12] = [
         Module::SelectFilter,
         Module::SelectGrid,
         Module::SelectFilterTokens,
@@ -79,6 +82,7 @@ impl Module {
         Module::IndexerQsa,
         Module::IndexerQsaStaged,
         Module::IndexerQsaDecode,
+        Module::IndexerDsa,
         Module::SparseMla,
         Module::SparseQsa,
         Module::SelectShort,
@@ -96,6 +100,7 @@ impl Module {
             Module::IndexerQsa => "indexer/qsa_scores",
             Module::IndexerQsaStaged => "indexer/qsa_staged",
             Module::IndexerQsaDecode => "indexer/qsa_decode",
+            Module::IndexerDsa => "indexer/dsa_scores",
             Module::SparseMla => "attention/sparse_mla",
             Module::SparseQsa => "attention/sparse_qsa",
             Module::ShardMerge => "shard/merge",
@@ -175,6 +180,7 @@ impl Module {
             Module::IndexerQsa => &crate::ops::indexer::device::SCORE_ENTRIES,
             Module::IndexerQsaStaged => &crate::ops::indexer::device::STAGED_ENTRIES,
             Module::IndexerQsaDecode => &crate::ops::indexer::device::DECODE_ENTRIES,
+            Module::IndexerDsa => &crate::ops::dsa::device::DSA_ENTRIES,
             Module::SparseMla => &crate::ops::mla::device::MLA_ENTRIES,
             Module::SparseQsa => &crate::ops::qsa_attention::device::QSA_ATTN_ENTRIES,
             Module::ShardMerge => &crate::ops::shard::device::MERGE_ENTRIES,

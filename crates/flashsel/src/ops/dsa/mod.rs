@@ -316,3 +316,7 @@ pub fn dsa_indexer<Q: KeyElem, K: KeyElem>(
 
 #[cfg(test)]
 mod tests;
+
+pub mod check;
+pub mod device;
+pub use device::{DeviceDsaIndexer, DeviceDsaScores};

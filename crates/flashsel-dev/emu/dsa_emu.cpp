@@ -1,0 +1,111 @@
+// The DSA indexer's scores (kernels/indexer/dsa_scores.cu) run on the host
+// under shim.h (256 threads, real warp exchanges) against the CPU engine's
+// arithmetic written here from the contract (crates/flashsel/src/ops/dsa/
+// mod.rs, "Arithmetic": qsa_scores' 8-lane dot and tree, relu, the weighted
+// head sum left to right, one scale multiply, the canonical NaN): every
+// score must have the same bits. Cases: every q / k format pair, head counts
+// that are not a multiple of 4, d 64 / 128 / 256, ranges of every kind
+// (empty, whole, prefixes, windows, across the 1024-column chunks), with and
+// without key scales, NaN and infinite inputs.
+// No GPU needed: bash crates/flashsel-dev/emu/run.sh dsa
+#include "shim.h"
+#include "kern_dsa.cpp"  // kernels/indexer/dsa_scores.cu, rewritten by run.sh
+#include <cstdio>
+#include <random>
+using namespace fsattn;
+
+static std::mt19937_64 rng(13);
+static float nrm() { static std::normal_distribution<float> n(0, 1); return n(rng); }
+static unsigned below(unsigned n) { return n ? rng() % n : 0; }
+
+// An element of format f (0 f32, 1 bf16, 2 e4m3) holding about x.
+static void put(std::vector<unsigned char>& b, int f, size_t i, float x) {
+    if (f == 0) memcpy(&b[4 * i], &x, 4);
+    else if (f == 1) { unsigned short h = f32_to_bf16_bits(x); memcpy(&b[2 * i], &h, 2); }
+    else b[i] = (unsigned char)(((x < 0) << 7) | ((1 + below(13)) << 3) | below(8));  // normal codes
+}
+static float get(const std::vector<unsigned char>& b, int f, size_t i) {
+    if (f == 0) { float x; memcpy(&x, &b[4 * i], 4); return x; }
+    if (f == 1) { unsigned short h; memcpy(&h, &b[2 * i], 2); return __uint_as_float((unsigned)h << 16); }
+    return e4m3_to_f32(b[i]);
+}
+
+// The CPU engine's score of (t, s).
+static float cpu_score(const std::vector<unsigned char>& q, int qf, const std::vector<unsigned char>& k, int kf,
+                       const float* sc, const std::vector<float>& w, int t, long long s, int H, int d) {
+    float acc = 0.f;
+    for (int h = 0; h < H; ++h) {
+        float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int j = 0; j < d; ++j) a[j % 8] += get(q, qf, ((size_t)t * H + h) * d + j) * get(k, kf, (size_t)s * d + j);
+        float dot = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        float r = dot > 0.f || dot != dot ? dot : 0.f;
+        acc += w[(size_t)t * H + h] * r;
+    }
+    if (sc) acc *= sc[s];
+    return acc != acc ? __uint_as_float(0x7fc00000u) : acc;
+}
+
+static int fails = 0;
+static void test(const char* name, int rows, int H, int d, long long keys, int qf, int kf, bool scale, int special) {
+    const int es[3] = {4, 2, 1};
+    std::vector<unsigned char> q((size_t)rows * H * d * es[qf]), k((size_t)keys * d * es[kf]);
+    for (size_t i = 0; i < (size_t)rows * H * d; ++i) put(q, qf, i, nrm());
+    for (size_t i = 0; i < (size_t)keys * d; ++i) put(k, kf, i, nrm());
+    if (special == 1 && kf != 2) {  // a NaN key, an infinite key
+        float nan = NAN, inf = INFINITY;
+        if (kf == 0) { memcpy(&k[4 * 5], &nan, 4); memcpy(&k[4 * (d + 3)], &inf, 4); }
+        else { put(k, 1, 5, nan); put(k, 1, d + 3, inf); }
+    }
+    if (special == 1 && kf == 2) { k[5] = 0x7f; }
+    std::vector<float> w((size_t)rows * H), sc(keys);
+    for (auto& x : w) x = nrm();
+    if (special == 1) w[1] = 0.f;  // +-inf times a zero weight
+    for (auto& x : sc) x = 0.25f + (float)(rng() % 1000) / 500.f;
+    std::vector<int> st(rows), en(rows);
+    for (int t = 0; t < rows; ++t) {
+        switch (t % 4) {
+            case 0: st[t] = en[t] = (int)below(keys + 1); break;  // empty
+            case 1: st[t] = 0; en[t] = (int)keys; break;
+            case 2: st[t] = 0; en[t] = 1 + (int)below(keys); break;
+            default: st[t] = (int)below(keys); en[t] = st[t] + (int)below(keys - st[t] + 1);
+        }
+    }
+    std::vector<float> out((size_t)rows * keys, 12345.f);  // poisoned
+    DsaParams P{};
+    P.q = q.data(); P.k = k.data(); P.k_scale = scale ? sc.data() : nullptr; P.weights = w.data();
+    P.starts = st.data(); P.ends = en.data(); P.out = out.data(); P.keys = keys; P.rows = rows; P.heads = H; P.dim = d;
+    void (*kern[3][3])(const DsaParams) = {
+        {dsa_scores_qf32_kf32, dsa_scores_qf32_kbf16, dsa_scores_qf32_ke4m3},
+        {dsa_scores_qbf16_kf32, dsa_scores_qbf16_kbf16, dsa_scores_qbf16_ke4m3},
+        {dsa_scores_qe4m3_kf32, dsa_scores_qe4m3_kbf16, dsa_scores_qe4m3_ke4m3}};
+    launch2(kern[qf][kf], (unsigned)rows, (unsigned)((keys + 1023) / 1024), P);
+    int bad = 0;
+    unsigned long long h = 1469598103934665603ull;
+    for (int t = 0; t < rows; ++t) for (long long s = 0; s < keys; ++s) {
+        float want = s >= st[t] && s < en[t] ? cpu_score(q, qf, k, kf, scale ? sc.data() : nullptr, w, t, s, H, d) : -INFINITY;
+        float got = out[(size_t)t * keys + s];
+        if (__float_as_uint(got) != __float_as_uint(want)) {
+            if (!bad) std::printf("\n  FAIL row %d key %lld: got %g (%08x) want %g (%08x)", t, s, got, __float_as_uint(got), want, __float_as_uint(want));
+            ++bad;
+        }
+        unsigned u = __float_as_uint(got);
+        for (int i = 0; i < 4; ++i) h = (h ^ ((u >> (8 * i)) & 255)) * 1099511628211ull;
+    }
+    if (bad) { ++fails; std::printf("\n  %d scores differ", bad); }
+    std::printf("%s  (#%08llx)\n", name, h & 0xffffffffull);
+}
+
+int main() {
+    const char* fm[3] = {"f32", "bf16", "e4m3"};
+    for (int qf = 0; qf < 3; ++qf) for (int kf = 0; kf < 3; ++kf) {
+        char name[96];
+        std::snprintf(name, sizeof name, "q %s k %s h6 d64 keys 1500 scaled", fm[qf], fm[kf]);
+        test(name, 5, 6, 64, 1500, qf, kf, true, 0);
+    }
+    test("q e4m3 k e4m3 h64 d128 keys 2100 (DeepSeek-V3.2)", 4, 64, 128, 2100, 2, 2, true, 0);
+    test("q bf16 k bf16 h3 d256 keys 40 no scale", 7, 3, 256, 40, 1, 1, false, 0);
+    test("q f32 k f32 h1 d128 keys 1024 NaN and inf keys", 6, 5, 128, 1024, 0, 0, true, 1);
+    test("q e4m3 k e4m3 h9 d64 NaN key code", 5, 9, 64, 300, 2, 2, false, 1);
+    std::printf("fails %d\n", fails);
+    return fails != 0;
+}

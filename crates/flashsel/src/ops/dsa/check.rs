@@ -1,0 +1,255 @@
+//! `flashsel check`'s DSA indexer cases: the CUDA engine's `dsa_scores`
+//! against the CPU engine bit for bit (the same arithmetic), and its
+//! `dsa_indexer` (the scores, then the select engine's range path) against
+//! the CPU's ids and values byte for byte: every q / k dtype pair,
+//! DeepSeek-V3.2's 64 heads of 128 in fp8 with per-token key scales, head
+//! counts that are not a multiple of 4, d 64 and 256, ranges of every kind
+//! (empty, whole, causal prefixes, windows, crossing the kernel's 1024-key
+//! chunks), keys from few values (ties, ReLU zeros), a NaN key, score and
+//! index order, ids and KV slots through a page table. The outputs are
+//! poisoned before each run.
+
+use half::bf16;
+
+use super::{dsa_indexer, dsa_scores, DsaScoresSpec, F8E4M3};
+use crate::contract::{DType, Result};
+use crate::cuda::CudaEngine;
+use crate::data::Rng;
+use crate::ops::indexer::KeyElem;
+use crate::ops::pages::PageMap;
+use crate::ops::select::{OutputOrder, SelectSpec};
+
+/// One case.
+#[derive(Debug, Clone)]
+pub struct DsaCase {
+    pub rows: usize,
+    pub heads: usize,
+    pub dim: usize,
+    pub keys: usize,
+    pub k: usize,
+    pub q: DType,
+    pub kdt: DType,
+    pub scaled: bool,
+    /// Keys from 5 values (ties and ReLU zeros).
+    pub few_values: bool,
+    pub nan_key: bool,
+    pub order: OutputOrder,
+    /// Slots through a page table of this page size.
+    pub page_size: Option<usize>,
+}
+
+impl DsaCase {
+    pub fn describe(&self) -> String {
+        format!(
+            "dsa-indexer rows={} heads={} d={} keys={} k={} q={} k={}{}{}{} order={:?}{}",
+            self.rows,
+            self.heads,
+            self.dim,
+            self.keys,
+            self.k,
+            self.q.name(),
+            self.kdt.name(),
+            if self.scaled { " scaled" } else { "" },
+            if self.few_values { " few-values" } else { "" },
+            if self.nan_key { " nan-key" } else { "" },
+            self.order,
+            self.page_size.map_or(String::new(), |p| format!(" slots page={p}")),
+        )
+    }
+}
+
+/// The outcome of one case.
+#[derive(Debug, Clone)]
+pub struct DsaOutcome {
+    pub case: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+fn values(rng: &mut Rng, n: usize, few: bool) -> Vec<f32> {
+    (0..n).map(|_| if few { rng.below(5) as f32 - 2.0 } else { rng.normal() }).collect()
+}
+
+fn run_typed<Q: KeyElem, K: KeyElem>(
+    e: &CudaEngine,
+    c: &DsaCase,
+    q: &[Q],
+    k: &[K],
+    rng: &mut Rng,
+) -> Result<(bool, String)> {
+    let spec = DsaScoresSpec::new(c.rows, c.heads, c.dim, c.keys);
+    let w: Vec<f32> = (0..c.rows * c.heads).map(|_| rng.normal()).collect();
+    let sc: Vec<f32> = (0..c.keys).map(|_| 0.25 + rng.uniform() as f32).collect();
+    let sc = c.scaled.then_some(sc);
+    let (starts, ends): (Vec<i32>, Vec<i32>) = (0..c.rows)
+        .map(|t| match t % 5 {
+            0 => (0, 0),
+            1 => (0, c.keys as i32),
+            2 => (0, 1 + rng.below(c.keys as u64) as i32),
+            3 => (c.keys as i32 / 3, c.keys as i32 / 3 + (c.k as i32 / 2).min(c.keys as i32 - c.keys as i32 / 3)),
+            _ => {
+                let a = rng.below(c.keys as u64) as i32;
+                (a, a + rng.below((c.keys as i32 - a) as u64 + 1) as i32)
+            }
+        })
+        .unzip();
+    let mut fails = Vec::new();
+    let want = dsa_scores(q, k, sc.as_deref(), &w, &starts, &ends, &spec)?;
+    let got = e.dsa_scores_host(q, k, sc.as_deref(), &w, &starts, &ends, &spec)?;
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    if bits(&got) != bits(&want) {
+        let i = got.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits()).unwrap_or(0);
+        fails.push(format!(
+            "scores differ from the CPU engine's bits first at [{}, {}]: {} vs {}",
+            i / c.keys,
+            i % c.keys,
+            got[i],
+            want[i]
+        ));
+    }
+    let sel = SelectSpec::new(c.rows, c.keys, c.k, DType::F32).with_order(c.order);
+    let table: Vec<i32>;
+    let seq: Vec<i32>;
+    let pages = match c.page_size {
+        None => None,
+        Some(ps) => {
+            let n = c.keys.div_ceil(ps);
+            // Two sequences, pages interleaved in reverse.
+            table = (0..2 * n as i32).rev().collect();
+            seq = (0..c.rows as i32).map(|t| t % 2).collect();
+            Some(PageMap::new(&table, n, ps, &seq)?)
+        }
+    };
+    let cpu = dsa_indexer(q, k, sc.as_deref(), &w, &starts, &ends, &spec, &sel, pages.as_ref())?;
+    let gpu = e.dsa_indexer_host(q, k, sc.as_deref(), &w, &starts, &ends, &spec, &sel, pages.as_ref())?;
+    if gpu.indices != cpu.indices {
+        fails.push("the ids differ from the CPU engine's".into());
+    }
+    if bits(&gpu.values) != bits(&cpu.values) {
+        fails.push("the selected values differ from the CPU engine's".into());
+    }
+    Ok((fails.is_empty(), fails.join("; ")))
+}
+
+/// Runs one case with fresh data from `rng`.
+pub fn run_case(e: &CudaEngine, c: &DsaCase, rng: &mut Rng) -> Result<DsaOutcome> {
+    let mut qv = values(rng, c.rows * c.heads * c.dim, false);
+    let mut kv = values(rng, c.keys * c.dim, c.few_values);
+    if c.nan_key {
+        kv[c.dim + 1] = f32::NAN;
+        qv[0] = 1.0;
+    }
+    let (ok, detail) = match (c.q, c.kdt) {
+        (DType::F32, DType::F32) => run_typed(e, c, &qv, &kv, rng)?,
+        (DType::BF16, DType::BF16) => run_typed(e, c, &to_bf16(&qv), &to_bf16(&kv), rng)?,
+        (DType::F8E4M3, DType::F8E4M3) => run_typed(e, c, &to_e4m3(&qv), &to_e4m3(&kv), rng)?,
+        (DType::BF16, DType::F8E4M3) => run_typed(e, c, &to_bf16(&qv), &to_e4m3(&kv), rng)?,
+        (DType::F32, DType::F8E4M3) => run_typed(e, c, &qv, &to_e4m3(&kv), rng)?,
+        (DType::F8E4M3, DType::BF16) => run_typed(e, c, &to_e4m3(&qv), &to_bf16(&kv), rng)?,
+        _ => run_typed(e, c, &to_bf16(&qv), &kv, rng)?,
+    };
+    Ok(DsaOutcome { case: c.describe(), ok, detail })
+}
+
+fn to_bf16(v: &[f32]) -> Vec<bf16> {
+    v.iter().map(|&x| bf16::from_f32(x)).collect()
+}
+
+fn to_e4m3(v: &[f32]) -> Vec<F8E4M3> {
+    v.iter().map(|&x| F8E4M3(crate::ops::mla::f32_to_e4m3(x * 4.0))).collect()
+}
+
+/// The cases (`quick`: fewer rows).
+pub fn cases(quick: bool) -> Vec<DsaCase> {
+    let r = |n: usize| if quick { n.div_ceil(2) } else { n };
+    let base = |rows, heads, dim, keys, k, q, kdt| DsaCase {
+        rows,
+        heads,
+        dim,
+        keys,
+        k,
+        q,
+        kdt,
+        scaled: true,
+        few_values: false,
+        nan_key: false,
+        order: OutputOrder::Index,
+        page_size: None,
+    };
+    let (f32_, b16, f8) = (DType::F32, DType::BF16, DType::F8E4M3);
+    let mut out = vec![
+        // DeepSeek-V3.2: 64 fp8 heads of 128, top-2048, slots.
+        DsaCase { page_size: Some(64), ..base(r(10), 64, 128, 5000, 2048, f8, f8) },
+        DsaCase { order: OutputOrder::Score, ..base(r(10), 64, 128, 3000, 2048, f8, f8) },
+        DsaCase { few_values: true, ..base(r(12), 64, 128, 2100, 512, f8, f8) },
+        DsaCase { scaled: false, ..base(r(8), 6, 64, 1500, 100, f32_, f32_) },
+        base(r(8), 5, 256, 900, 64, b16, b16),
+        DsaCase { page_size: Some(17), ..base(r(6), 32, 128, 1100, 300, b16, f8) },
+        base(r(6), 3, 128, 700, 50, f32_, f8),
+        DsaCase { order: OutputOrder::Score, ..base(r(6), 9, 64, 1025, 1024, f8, b16) },
+        DsaCase { few_values: true, ..base(r(5), 1, 64, 64, 64, b16, f32_) },
+        DsaCase { nan_key: true, ..base(r(6), 4, 64, 300, 32, f32_, f32_) },
+    ];
+    if !quick {
+        // One decode row over 131,072 keys.
+        out.push(DsaCase { page_size: Some(64), ..base(2, 64, 128, 131_072, 2048, f8, f8) });
+    }
+    out
+}
+
+/// Totals of a suite run.
+#[derive(Debug, Default)]
+pub struct DsaReport {
+    pub run: usize,
+    pub failed: usize,
+    pub failures: Vec<DsaOutcome>,
+}
+
+/// Runs every case, or with `filter` those whose description contains it.
+pub fn run_suite(
+    e: &CudaEngine,
+    quick: bool,
+    seed: u64,
+    filter: Option<&str>,
+    mut progress: impl FnMut(usize, usize, &DsaOutcome),
+) -> Result<DsaReport> {
+    let mut rng = Rng::new(seed ^ 0x0064_7361);
+    let cases: Vec<DsaCase> =
+        cases(quick).into_iter().filter(|c| crate::ops::select::check::filter_keeps(filter, &c.describe())).collect();
+    let mut rep = DsaReport::default();
+    for (i, c) in cases.iter().enumerate() {
+        let o = run_case(e, c, &mut rng).unwrap_or_else(|err| DsaOutcome {
+            case: c.describe(),
+            ok: false,
+            detail: format!("error: {err}"),
+        });
+        rep.run += 1;
+        if !o.ok {
+            rep.failed += 1;
+            rep.failures.push(o.clone());
+        }
+        progress(i + 1, cases.len(), &o);
+    }
+    Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cases_are_valid_and_cover_the_formats() {
+        for quick in [false, true] {
+            let cs = cases(quick);
+            for c in &cs {
+                DsaScoresSpec::new(c.rows, c.heads, c.dim, c.keys).validate().unwrap();
+                SelectSpec::new(c.rows, c.keys, c.k, DType::F32).validate().unwrap();
+            }
+            assert!(cs.iter().any(|c| c.page_size.is_some()) && cs.iter().any(|c| c.nan_key));
+            assert!(cs.iter().any(|c| c.heads % 4 != 0) && cs.iter().any(|c| c.keys > 1024));
+            for dt in [DType::F32, DType::BF16, DType::F8E4M3] {
+                assert!(cs.iter().any(|c| c.q == dt) && cs.iter().any(|c| c.kdt == dt), "{dt}");
+            }
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The DSA indexer on the CUDA engine: `dsa_scores_*`
+//! (kernels/indexer/dsa_scores.cu, module IndexerDsa) writes the CPU
+//! engine's bits; `dsa_indexer` chains it with the select engine's range
+//! path (ids or KV slots), so its ids are `select_ranges` on those scores,
+//! the same bytes as the CPU.
+//!
+//! The chain keeps the scores `[T, N]` f32 in the caller's workspace
+//! ([`CudaEngine::dsa_indexer_workspace_bytes`]: `4 T N` bytes, 256-byte
+//! aligned, then the selection's scratch): a decode step of 1M keys takes 4
+//! MiB a row; a long prefill should be called in groups of rows.
+
+use cudarc::driver::CudaSlice;
+
+use super::{check_request, DsaScoresSpec};
+use crate::contract::error::cuda_err;
+use crate::contract::{DType, Error, Result};
+use crate::cuda::compile::Module;
+use crate::cuda::host::{alloc, bytes_of, elems_of, ptr, upload};
+use crate::cuda::launch::{self, KernelParams, Launch};
+use crate::cuda::{CudaEngine, KernelId};
+use crate::ops::indexer::KeyElem;
+use crate::ops::pages::PageMap;
+use crate::ops::select::device::PagesCopy;
+use crate::ops::select::{DevicePages, DeviceSelect, SelectSpec, Selection};
+
+/// Every kernel of the module, by (q format, k format): f32, bf16, e4m3.
+pub(crate) const DSA_ENTRIES: [&str; 9] = [
+    "dsa_scores_qf32_kf32",
+    "dsa_scores_qf32_kbf16",
+    "dsa_scores_qf32_ke4m3",
+    "dsa_scores_qbf16_kf32",
+    "dsa_scores_qbf16_kbf16",
+    "dsa_scores_qbf16_ke4m3",
+    "dsa_scores_qe4m3_kf32",
+    "dsa_scores_qe4m3_kbf16",
+    "dsa_scores_qe4m3_ke4m3",
+];
+
+/// Columns one CTA writes (the kernel's `CHUNK`).
+const CHUNK: usize = 1024;
+/// Threads a CTA.
+const BLOCK: u32 = 256;
+
+/// `DsaParams` in kernels/indexer/dsa_scores.cu.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct DsaParams {
+    q: u64,
+    k: u64,
+    k_scale: u64,
+    weights: u64,
+    starts: u64,
+    ends: u64,
+    out: u64,
+    keys: i64,
+    rows: i32,
+    heads: i32,
+    dim: i32,
+    pad: i32,
+}
+// SAFETY: #[repr(C)], the kernel's layout (test below; the kernel asserts
+// its size).
+unsafe impl KernelParams for DsaParams {}
+
+fn fmt_code(what: &str, dtype: DType) -> Result<usize> {
+    match dtype {
+        DType::F32 => Ok(0),
+        DType::BF16 => Ok(1),
+        DType::F8E4M3 => Ok(2),
+        other => Err(Error::UnknownDType(format!("dsa_scores takes f32, bf16 or fp8 e4m3 {what}, not {other}"))),
+    }
+}
+
+/// The kernel of q of `q` and keys of `k`.
+pub fn entry(q: DType, k: DType) -> Result<&'static str> {
+    Ok(DSA_ENTRIES[fmt_code("q", q)? * 3 + fmt_code("k", k)?])
+}
+
+/// One asynchronous `dsa_scores` over caller-owned device buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceDsaScores {
+    pub spec: DsaScoresSpec,
+    pub q_dtype: DType,
+    pub k_dtype: DType,
+    /// `[T, H, d]` in `q_dtype`.
+    pub q: u64,
+    /// `[N, d]` in `k_dtype`.
+    pub k: u64,
+    /// Optional `f32 [N]`.
+    pub k_scale: Option<u64>,
+    /// `f32 [T, H]`.
+    pub weights: u64,
+    /// `i32 [T]` each; device values are clamped into `0 <= starts <= ends
+    /// <= N` (the host cannot check them).
+    pub starts: u64,
+    pub ends: u64,
+    /// `f32 [T, N]`.
+    pub out: u64,
+    pub stream: u64,
+}
+
+/// One asynchronous `dsa_indexer`: the scores into the workspace, then the
+/// top `select.k` of each row's range (ids, or slots through `pages`).
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceDsaIndexer {
+    /// The scores' inputs (`out` is ignored: the scores go to the
+    /// workspace).
+    pub scores: DeviceDsaScores,
+    /// The selection: `rows`, `cols` and `dtype` the scores' (`T`, `N`,
+    /// f32).
+    pub select: SelectSpec,
+    pub pages: Option<DevicePages>,
+    /// `i32 [T, k]`.
+    pub out_indices: u64,
+    /// Optional `f32 [T, k]`: the selected scores.
+    pub out_values: Option<u64>,
+    /// At least [`CudaEngine::dsa_indexer_workspace_bytes`] bytes, 256-byte
+    /// aligned.
+    pub workspace: u64,
+    pub workspace_bytes: usize,
+}
+
+fn scores_bytes(spec: &DsaScoresSpec) -> Result<usize> {
+    Ok(spec
+        .out_len()?
+        .checked_mul(4)
+        .ok_or_else(|| Error::Shape("the scores' bytes overflow".into()))?
+        .next_multiple_of(256))
+}
+
+impl CudaEngine {
+    /// Launches `dsa_scores` on `a.stream`; returns without waiting.
+    ///
+    /// # Safety
+    /// Every pointer must be a live device allocation of the stated size in
+    /// this engine's context, and `a.stream` a stream of that context.
+    pub unsafe fn dsa_scores_device(&self, a: &DeviceDsaScores) -> Result<()> {
+        let s = &a.spec;
+        s.validate()?;
+        let f = self.function(KernelId {
+            module: Module::IndexerDsa,
+            global_buffer: false,
+            entry: entry(a.q_dtype, a.k_dtype)?,
+        })?;
+        if s.rows == 0 || s.keys == 0 {
+            return Ok(());
+        }
+        if a.q == 0 || a.k == 0 || a.weights == 0 || a.starts == 0 || a.ends == 0 || a.out == 0 {
+            return Err(Error::InvalidOption {
+                what: "dsa_scores buffers (q, k, weights, starts, ends, out)",
+                value: "a null pointer".into(),
+                expected: "device pointers",
+            });
+        }
+        let rows = u32::try_from(s.rows)
+            .ok()
+            .filter(|&r| r <= i32::MAX as u32)
+            .ok_or_else(|| Error::too_large("rows", s.rows as u128))?;
+        let chunks = u32::try_from(s.keys.div_ceil(CHUNK)).ok().filter(|&c| c <= 65_535).ok_or_else(|| {
+            Error::Shape(format!("dsa_scores: {} keys is more than 65,535 chunks of {CHUNK}", s.keys))
+        })?;
+        let p = DsaParams {
+            q: a.q,
+            k: a.k,
+            k_scale: a.k_scale.unwrap_or(0),
+            weights: a.weights,
+            starts: a.starts,
+            ends: a.ends,
+            out: a.out,
+            keys: s.keys as i64,
+            rows: s.rows as i32,
+            heads: s.heads as i32,
+            dim: s.dim as i32,
+            pad: 0,
+        };
+        Launch {
+            grid: (rows, chunks),
+            block: BLOCK,
+            smem: 0,
+            stream: a.stream,
+            programmatic: false,
+            cooperative: false,
+            cluster: 0,
+        }
+        .run(&f, &p)
+    }
+
+    /// Workspace a [`DeviceDsaIndexer`] needs, bytes: the scores (`4 T N`,
+    /// rounded up to 256) and the selection's scratch.
+    pub fn dsa_indexer_workspace_bytes(&self, spec: &DsaScoresSpec, select: &SelectSpec) -> Result<usize> {
+        Ok(scores_bytes(spec)? + self.workspace_bytes(select, true)?)
+    }
+
+    /// Launches `dsa_indexer` on `a.scores.stream`: the scores kernel, then
+    /// the select engine over each row's range.
+    ///
+    /// # Safety
+    /// As [`CudaEngine::dsa_scores_device`]; the workspace as stated.
+    pub unsafe fn dsa_indexer_device(&self, a: &DeviceDsaIndexer) -> Result<()> {
+        let s = &a.scores.spec;
+        let sel = &a.select;
+        if sel.rows != s.rows || sel.cols != s.keys || sel.dtype != DType::F32 {
+            return Err(Error::Shape(format!(
+                "the selection spec ({} x {} {}) must be the scores' ({} x {} f32)",
+                sel.rows, sel.cols, sel.dtype, s.rows, s.keys
+            )));
+        }
+        let need = self.dsa_indexer_workspace_bytes(s, sel)?;
+        if a.workspace_bytes < need || a.workspace == 0 || !a.workspace.is_multiple_of(256) {
+            return Err(Error::BufferSize {
+                what: "dsa_indexer workspace (256-byte aligned)",
+                got: a.workspace_bytes,
+                need,
+            });
+        }
+        let sb = scores_bytes(s)?;
+        self.dsa_scores_device(&DeviceDsaScores { out: a.workspace, ..a.scores })?;
+        self.select_device(&DeviceSelect {
+            spec: *sel,
+            scores: a.workspace,
+            lengths: Some(a.scores.ends),
+            out_indices: a.out_indices,
+            out_values: a.out_values,
+            workspace: a.workspace + sb as u64,
+            workspace_bytes: a.workspace_bytes - sb,
+            stream: a.scores.stream,
+            starts: Some(a.scores.starts),
+            pages: a.pages,
+        })
+    }
+
+    /// [`crate::cpu::dsa_scores`] on this device from host data: the CPU's
+    /// checks (the same errors), upload, the output poisoned, one run,
+    /// download. The same bits as the CPU engine.
+    #[allow(clippy::too_many_arguments)]
+    pub fn dsa_scores_host<Q: KeyElem, K: KeyElem>(
+        &self,
+        q: &[Q],
+        k: &[K],
+        k_scale: Option<&[f32]>,
+        weights: &[f32],
+        starts: &[i32],
+        ends: &[i32],
+        spec: &DsaScoresSpec,
+    ) -> Result<Vec<f32>> {
+        check_request(spec, q.len(), k.len(), k_scale, weights, starts, ends)?;
+        let d = Inputs::upload(self, q, k, k_scale, weights, starts, ends)?;
+        let n = spec.out_len()?;
+        let out = alloc(self, n * 4)?;
+        let st = self.stream().cu_stream();
+        // SAFETY: buffers sized for the spec (checked above).
+        unsafe {
+            launch::poison(ptr(self, &out), 0xff, n * 4, st)?;
+            self.dsa_scores_device(&d.args(self, *spec, Q::DTYPE, K::DTYPE, ptr(self, &out)))?;
+        }
+        let raw = self.stream().clone_dtoh(&out).map_err(cuda_err)?;
+        self.stream().synchronize().map_err(cuda_err)?;
+        Ok(elems_of::<f32>(&raw, n))
+    }
+
+    /// [`crate::cpu::dsa_indexer`] on this device from host data (the chain
+    /// of [`CudaEngine::dsa_indexer_device`]); outputs poisoned before the
+    /// run. The same bytes as the CPU engine.
+    #[allow(clippy::too_many_arguments)]
+    pub fn dsa_indexer_host<Q: KeyElem, K: KeyElem>(
+        &self,
+        q: &[Q],
+        k: &[K],
+        k_scale: Option<&[f32]>,
+        weights: &[f32],
+        starts: &[i32],
+        ends: &[i32],
+        spec: &DsaScoresSpec,
+        select: &SelectSpec,
+        pages: Option<&PageMap<'_>>,
+    ) -> Result<Selection<f32>> {
+        check_request(spec, q.len(), k.len(), k_scale, weights, starts, ends)?;
+        select.validate()?;
+        if let Some(p) = pages {
+            p.check_ranges(select, Some(starts), Some(ends))?;
+        }
+        let d = Inputs::upload(self, q, k, k_scale, weights, starts, ends)?;
+        let dev_pages = pages.map(|p| PagesCopy::upload(self, p)).transpose()?;
+        let ws_bytes = self.dsa_indexer_workspace_bytes(spec, select)?;
+        let ws = alloc(self, ws_bytes)?;
+        let n = select.rows * select.k;
+        let (idx, val) = (alloc(self, n * 4)?, alloc(self, n * 4)?);
+        let st = self.stream().cu_stream();
+        // SAFETY: buffers sized for the specs (checked above).
+        unsafe {
+            launch::poison(ptr(self, &idx), 0xa5, n * 4, st)?;
+            launch::poison(ptr(self, &val), 0xa5, n * 4, st)?;
+            self.dsa_indexer_device(&DeviceDsaIndexer {
+                scores: d.args(self, *spec, Q::DTYPE, K::DTYPE, 0),
+                select: *select,
+                pages: dev_pages.as_ref().map(|p| p.pages(self)),
+                out_indices: ptr(self, &idx),
+                out_values: Some(ptr(self, &val)),
+                workspace: ptr(self, &ws),
+                workspace_bytes: ws_bytes,
+            })?;
+        }
+        let ri = self.stream().clone_dtoh(&idx).map_err(cuda_err)?;
+        let rv = self.stream().clone_dtoh(&val).map_err(cuda_err)?;
+        self.stream().synchronize().map_err(cuda_err)?;
+        Ok(Selection {
+            rows: select.rows,
+            k: select.k,
+            indices: elems_of::<i32>(&ri, n),
+            values: elems_of::<f32>(&rv, n),
+        })
+    }
+}
+
+/// Device copies of one host request's inputs.
+struct Inputs {
+    q: CudaSlice<u8>,
+    k: CudaSlice<u8>,
+    k_scale: Option<CudaSlice<u8>>,
+    weights: CudaSlice<u8>,
+    starts: CudaSlice<u8>,
+    ends: CudaSlice<u8>,
+}
+
+impl Inputs {
+    fn upload<Q: KeyElem, K: KeyElem>(
+        e: &CudaEngine,
+        q: &[Q],
+        k: &[K],
+        k_scale: Option<&[f32]>,
+        weights: &[f32],
+        starts: &[i32],
+        ends: &[i32],
+    ) -> Result<Self> {
+        Ok(Self {
+            q: upload(e, bytes_of(q))?,
+            k: upload(e, bytes_of(k))?,
+            k_scale: k_scale.map(|s| upload(e, bytes_of(s))).transpose()?,
+            weights: upload(e, bytes_of(weights))?,
+            starts: upload(e, bytes_of(starts))?,
+            ends: upload(e, bytes_of(ends))?,
+        })
+    }
+
+    fn args(&self, e: &CudaEngine, spec: DsaScoresSpec, q_dtype: DType, k_dtype: DType, out: u64) -> DeviceDsaScores {
+        DeviceDsaScores {
+            spec,
+            q_dtype,
+            k_dtype,
+            q: ptr(e, &self.q),
+            k: ptr(e, &self.k),
+            k_scale: self.k_scale.as_ref().map(|s| ptr(e, s)),
+            weights: ptr(e, &self.weights),
+            starts: ptr(e, &self.starts),
+            ends: ptr(e, &self.ends),
+            out,
+            stream: e.stream().cu_stream() as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_layout_matches_the_kernel() {
+        assert_eq!(std::mem::size_of::<DsaParams>(), 80);
+        assert_eq!(std::mem::offset_of!(DsaParams, keys), 56);
+        assert_eq!(std::mem::offset_of!(DsaParams, rows), 64);
+    }
+
+    #[test]
+    fn entries_follow_the_formats() {
+        assert_eq!(entry(DType::F8E4M3, DType::F8E4M3).unwrap(), "dsa_scores_qe4m3_ke4m3");
+        assert_eq!(entry(DType::F32, DType::BF16).unwrap(), "dsa_scores_qf32_kbf16");
+        assert_eq!(entry(DType::BF16, DType::F8E4M3).unwrap(), "dsa_scores_qbf16_ke4m3");
+        assert!(entry(DType::F16, DType::F32).is_err());
+        assert_eq!(Module::IndexerDsa.entry_points(), &DSA_ENTRIES);
+    }
+}
