@@ -27,6 +27,7 @@ use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError}
 use pyo3::prelude::*;
 
 mod mla_cuda;
+mod qsa_attention;
 
 /// `flashsel::Error` to a Python exception.
 fn to_py(e: Error) -> PyErr {
@@ -826,6 +827,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sparse_mla_prefill_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(sparse_mla_decode_cpu, m)?)?;
     mla_cuda::register(m)?;
+    qsa_attention::register(m)?;
     Ok(())
 }
 

@@ -33,6 +33,7 @@ def test_dir_shows_only_the_public_names():
     assert dir(flashsel) == [
         "__version__",
         "backends",
+        "qsa_attention",
         "qsa_indexer",
         "qsa_scores",
         "qsa_select",

@@ -6,7 +6,9 @@ block scores into the token ids (or KV slots) a query attends to;
 and block keys, :func:`qsa_indexer` both at once without the score matrix; :func:`sparse_mla_prefill` and
 :func:`sparse_mla_decode` are the sparse attention that reads the selected
 indices, with FlashMLA's semantics (the float64 reference on the CPU, the
-CUDA kernels on CUDA tensors); :func:`backends` says what can run here; ``__version__`` is the
+CUDA kernels on CUDA tensors); :func:`qsa_attention` is QSA's grouped-query
+sparse attention over the ids ``qsa_select`` writes (likewise);
+:func:`backends` says what can run here; ``__version__`` is the
 package version. Those are the public names (``__all__``, ``dir(flashsel)``); everything else is private. NumPy arrays and CPU torch tensors go to the CPU engine (the GIL is
 released while it runs); CUDA torch tensors go to the CUDA engine on the
 tensor's device and current stream, asynchronously.
@@ -30,16 +32,19 @@ from ._api import backends, qsa_select, topk
 from ._indexer import qsa_indexer, qsa_scores
 from ._mla import sparse_mla_decode, sparse_mla_prefill
 from ._native import __version__
+from ._qsa_attention import qsa_attention
 
 if _sys.modules.get("torch") is not None:
     # torch came first: register its operators (torch.ops.flashsel.topk,
     # .qsa_select, .qsa_scores, .qsa_indexer, .sparse_mla_prefill,
-    # .sparse_mla_decode) now; otherwise the first call on a tensor does.
+    # .sparse_mla_decode, .qsa_attention) now; otherwise the first call on a
+    # tensor does.
     from . import _torch_ops  # noqa: F401
 
 __all__ = [
     "__version__",
     "backends",
+    "qsa_attention",
     "qsa_indexer",
     "qsa_scores",
     "qsa_select",
@@ -51,6 +56,7 @@ __all__ = [
 # help() names the public module, not the private one.
 topk.__module__ = backends.__module__ = qsa_select.__module__ = qsa_scores.__module__ = __name__
 sparse_mla_prefill.__module__ = sparse_mla_decode.__module__ = qsa_indexer.__module__ = __name__
+qsa_attention.__module__ = __name__
 
 
 def __dir__() -> list[str]:

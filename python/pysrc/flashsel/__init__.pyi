@@ -6,6 +6,7 @@ __version__: str
 __all__ = [
     "__version__",
     "backends",
+    "qsa_attention",
     "qsa_indexer",
     "qsa_scores",
     "qsa_select",
@@ -156,4 +157,21 @@ def sparse_mla_decode(
     is_fp8_kvcache: bool | None = None,
     topk_length: Any = None,
     attn_sink: Any = None,
+) -> tuple[_A, _A]: ...
+
+# QSA sparse attention (grouped-query attention over the ids qsa_select
+# writes; the float64 reference on the CPU for NumPy arrays and CPU tensors,
+# the CUDA kernel for CUDA tensors, all on one device, on the current
+# stream): q [rows, h_q, d] (d 64 / 128 / 256), k and v [tokens, h_kv, d] or
+# a paged cache [num_pages, page_size, h_kv, d] (float32 / bfloat16),
+# indices int32 [rows, width] -> (out [rows, h_q, d] in q's dtype, lse
+# float32 [rows, h_q]; an empty row gives out 0, lse -inf).
+def qsa_attention(
+    q: _A,
+    k: Any,
+    v: Any,
+    indices: Any,
+    *,
+    scale: float | None = None,
+    lengths: Any = None,
 ) -> tuple[_A, _A]: ...

@@ -1,18 +1,20 @@
 """flashsel's torch operators: ``torch.ops.flashsel.topk``,
 ``torch.ops.flashsel.qsa_select``, ``torch.ops.flashsel.qsa_scores``,
-``torch.ops.flashsel.qsa_indexer``, ``torch.ops.flashsel.sparse_mla_prefill``
-and ``torch.ops.flashsel.sparse_mla_decode``, each with a fake (meta)
-implementation, so that :func:`flashsel.topk`, :func:`flashsel.qsa_select`,
-:func:`flashsel.qsa_scores`, :func:`flashsel.qsa_indexer`,
-:func:`flashsel.sparse_mla_prefill` and :func:`flashsel.sparse_mla_decode` on
+``torch.ops.flashsel.qsa_indexer``, ``torch.ops.flashsel.sparse_mla_prefill``,
+``torch.ops.flashsel.sparse_mla_decode`` and ``torch.ops.flashsel.qsa_attention``,
+each with a fake (meta) implementation, so that :func:`flashsel.topk`,
+:func:`flashsel.qsa_select`, :func:`flashsel.qsa_scores`,
+:func:`flashsel.qsa_indexer`, :func:`flashsel.sparse_mla_prefill`,
+:func:`flashsel.sparse_mla_decode` and :func:`flashsel.qsa_attention` on
 torch tensors trace into ``torch.compile`` graphs without a graph break
-(``fullgraph=True``); on CUDA tensors all six are also captured by CUDA
+(``fullgraph=True``); on CUDA tensors all seven are also captured by CUDA
 graphs.
 
 The sparse MLA operators run ``_mla._sparse_mla_prefill`` /
 ``_mla._sparse_mla_decode`` (the CPU float64 reference, or the CUDA kernels
-on CUDA tensors). Their fake implementations accept
-CUDA tensors (all on one device); see :func:`_mla_prefill_fake`.
+on CUDA tensors), the QSA attention operator
+``_qsa_attention._qsa_attention`` (likewise). Their fake implementations
+accept CUDA tensors (all on one device); see :func:`_mla_prefill_fake`.
 
 This module imports torch, so flashsel imports it only when torch is already
 imported: ``flashsel/__init__.py`` does when torch was imported first, and the
@@ -40,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _api, _indexer, _mla, _native
+from . import _api, _indexer, _mla, _native, _qsa_attention
 
 # ---------------------------------------------------------------------------
 # The operators
@@ -394,6 +396,65 @@ def _mla_decode_fake(
 # before the operators.
 _MLA_PREFILL = _register("sparse_mla_prefill", _mla_prefill_impl, _mla_prefill_fake)
 _MLA_DECODE = _register("sparse_mla_decode", _mla_decode_impl, _mla_decode_fake)
+
+
+# ---------------------------------------------------------------------------
+# QSA sparse attention: flashsel::qsa_attention
+# ---------------------------------------------------------------------------
+
+# The public function's arguments, in its order (scale and lengths keyword
+# arguments there).
+_LIB.define(
+    "qsa_attention(Tensor q, Tensor k, Tensor v, Tensor indices, float? scale=None, Tensor? lengths=None)"
+    " -> (Tensor out, Tensor lse)",
+    tags=_TAGS,
+)
+
+
+def _qsa_attention_impl(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    indices: torch.Tensor,
+    scale: float | None = None,
+    lengths: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``flashsel::qsa_attention`` on real tensors: ``_qsa_attention``'s CPU
+    reference or, on CUDA tensors, its kernel."""
+    return _qsa_attention._qsa_attention(q, k, v, indices, scale, lengths)
+
+
+def _qsa_attention_fake(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    indices: torch.Tensor,
+    scale: Any = None,
+    lengths: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``flashsel::qsa_attention`` on fake (meta) tensors: the metadata
+    checks of ``_qsa_attention._qsa_attention`` in their order and with their
+    messages (devices, dtypes, then ``_qsa_attention._geometry`` on the
+    shapes and strides, then, for concrete sizes, the engine's spec checks),
+    and empty ``out [rows, h_q, d]`` (q's dtype) and ``lse`` float32 ``[rows,
+    h_q]`` on q's device. CUDA tensors are accepted when all are on one
+    device. Value checks (lengths values, int64 lengths that do not fit
+    int32) happen when the operator runs."""
+    _qsa_attention._check_devices(torch, q=q, k=k, v=v, indices=indices, lengths=lengths)
+    qn = _mla_dtype("q", q)
+    kn, vn = _mla_dtype("k", k), _mla_dtype("v", v)
+    _qsa_attention._same_kv_dtype(kn, vn)
+    idx = _mla_int32("indices", indices, strict=True)
+    lens = None if lengths is None else _mla_int32("lengths", lengths, strict=False)
+    g = _qsa_attention._geometry(
+        _shape(q), _shape(k), tuple(k.stride()), _shape(v), tuple(v.stride()), idx, lens, scale
+    )
+    if all(type(x) is int for x in g.spec()):
+        _qsa_attention._check_spec(g, qn, kn)
+    return q.new_empty((g.rows, g.h_q, g.d)), q.new_empty((g.rows, g.h_q), dtype=torch.float32)
+
+
+_QSA_ATTENTION = _register("qsa_attention", _qsa_attention_impl, _qsa_attention_fake)
 
 
 # ---------------------------------------------------------------------------
@@ -790,6 +851,18 @@ def sparse_mla_decode(
     if not ok:
         return _mla._sparse_mla_decode(q, k_cache, indices, sm_scale, d_v, is_fp8_kvcache, topk_length, attn_sink)
     return _MLA_DECODE(q, k_cache, indices, scale, dv, fp8, topk_length, attn_sink)
+
+
+def qsa_attention(q: torch.Tensor, k: Any, v: Any, indices: Any, scale: Any, lengths: Any) -> tuple[Any, Any]:
+    """``flashsel.qsa_attention`` with a tensor ``q``: calls
+    ``torch.ops.flashsel.qsa_attention`` when every argument has the schema's
+    type (tensors, ``None`` lengths; a real or ``None`` scale), else runs the
+    eager path directly (host forms such as lists or NumPy arrays beside a
+    tensor q, which it converts; its errors for what it rejects)."""
+    sc = None if scale is None else _op_float(scale)
+    if isinstance(sc, _Not) or not _tensors(k, v, indices) or not _opt_tensors(lengths):
+        return _qsa_attention._qsa_attention(q, k, v, indices, scale, lengths)
+    return _QSA_ATTENTION(q, k, v, indices, sc, lengths)
 
 
 # ---------------------------------------------------------------------------
