@@ -24,6 +24,7 @@
 //! `select`, `qsa-decode`, `qsa-prefill`, `dsa`, `indexer` (`qsa` = both QSA
 //! selection groups).
 
+mod dsa_indexer;
 mod indexer;
 mod mla;
 mod qsa_attn;
@@ -60,6 +61,8 @@ pub enum Group {
     Mla,
     /// QSA sparse attention (CUDA, only with `--only qsa-attn`).
     QsaAttn,
+    /// The DSA indexer (CUDA, only with `--only dsa-indexer`).
+    DsaIndexer,
 }
 
 impl Group {
@@ -74,6 +77,7 @@ impl Group {
             Group::Indexer => "indexer",
             Group::Mla => "mla",
             Group::QsaAttn => "qsa-attn",
+            Group::DsaIndexer => "dsa-indexer",
         }
     }
 }
@@ -84,20 +88,30 @@ pub struct Groups(&'static [Group]);
 
 /// `--only`'s values: a group's name, or `qsa` for both QSA groups.
 pub fn group_parser() -> impl TypedValueParser<Value = Groups> {
-    PossibleValuesParser::new(["select", "qsa", "qsa-decode", "qsa-prefill", "dsa", "indexer", "mla", "qsa-attn"]).map(
-        |s| {
-            Groups(match s.as_str() {
-                "select" => &[Group::Select],
-                "qsa" => &[Group::QsaDecode, Group::QsaPrefill],
-                "qsa-decode" => &[Group::QsaDecode],
-                "qsa-prefill" => &[Group::QsaPrefill],
-                "indexer" => &[Group::Indexer],
-                "mla" => &[Group::Mla],
-                "qsa-attn" => &[Group::QsaAttn],
-                _ => &[Group::Dsa],
-            })
-        },
-    )
+    PossibleValuesParser::new([
+        "select",
+        "qsa",
+        "qsa-decode",
+        "qsa-prefill",
+        "dsa",
+        "indexer",
+        "mla",
+        "qsa-attn",
+        "dsa-indexer",
+    ])
+    .map(|s| {
+        Groups(match s.as_str() {
+            "select" => &[Group::Select],
+            "qsa" => &[Group::QsaDecode, Group::QsaPrefill],
+            "qsa-decode" => &[Group::QsaDecode],
+            "qsa-prefill" => &[Group::QsaPrefill],
+            "indexer" => &[Group::Indexer],
+            "mla" => &[Group::Mla],
+            "qsa-attn" => &[Group::QsaAttn],
+            "dsa-indexer" => &[Group::DsaIndexer],
+            _ => &[Group::Dsa],
+        })
+    })
 }
 
 /// The groups to run: those `--only` names, or all of them (sparse MLA
@@ -105,7 +119,7 @@ pub fn group_parser() -> impl TypedValueParser<Value = Groups> {
 fn selected_groups(only: &[Groups]) -> Vec<Group> {
     let mut g: Vec<Group> =
         Group::ALL.into_iter().filter(|g| only.is_empty() || only.iter().any(|o| o.0.contains(g))).collect();
-    for extra in [Group::Mla, Group::QsaAttn] {
+    for extra in [Group::Mla, Group::QsaAttn, Group::DsaIndexer] {
         if only.iter().any(|o| o.0.contains(&extra)) {
             g.push(extra);
         }
@@ -267,6 +281,8 @@ struct Report {
     mla: Vec<mla::MlaRow>,
     /// `--only qsa-attn`: the QSA sparse attention rows.
     qsa_attn: Vec<qsa_attn::QsaAttnRow>,
+    /// `--only dsa-indexer`: the DSA indexer rows.
+    dsa_indexer: Vec<dsa_indexer::DsaRow>,
 }
 
 struct Ctx<'a> {
@@ -443,7 +459,21 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
         }
         _ => Vec::new(),
     };
-    let mla_failed = mla_rows.iter().filter(|r| !r.ok).count() + qa_rows.iter().filter(|r| !r.ok).count();
+    let dsa_rows = match (&backend, groups.contains(&Group::DsaIndexer)) {
+        (Backend::Cuda(e), true) => {
+            let r = dsa_indexer::run(e, a.seed, ctx.iters, a.quick);
+            dsa_indexer::print(&r);
+            r
+        }
+        (_, true) => {
+            println!("dsa-indexer: DSA indexer rows run on the CUDA backend only");
+            Vec::new()
+        }
+        _ => Vec::new(),
+    };
+    let mla_failed = mla_rows.iter().filter(|r| !r.ok).count()
+        + qa_rows.iter().filter(|r| !r.ok).count()
+        + dsa_rows.iter().filter(|r| !r.ok).count();
 
     let failed: Vec<&Row> = rows.iter().filter(|r| !r.ok).collect();
     println!();
@@ -468,6 +498,7 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
         results: rows.clone(),
         mla: mla_rows.clone(),
         qsa_attn: qa_rows.clone(),
+        dsa_indexer: dsa_rows.clone(),
     };
     if let (Some(mut f), Some(p)) = (json_file, &a.json) {
         let text = serde_json::to_string_pretty(&report).map_err(|e| format!("cannot encode JSON: {e}"))?;
@@ -476,12 +507,12 @@ pub fn run(a: &BenchArgs, verbose: bool) -> Result<(), String> {
             .map_err(|e| format!("cannot write --json {}: {e}", p.display()))?;
     }
     if failed.is_empty() && mla_failed == 0 {
-        println!("{} cases, all verified", rows.len() + mla_rows.len() + qa_rows.len());
+        println!("{} cases, all verified", rows.len() + mla_rows.len() + qa_rows.len() + dsa_rows.len());
         Ok(())
     } else if failed.is_empty() {
         Err(format!(
-            "{mla_failed} of {} sparse attention rows failed verification or errored",
-            mla_rows.len() + qa_rows.len()
+            "{mla_failed} of {} sparse attention / DSA rows failed verification or errored",
+            mla_rows.len() + qa_rows.len() + dsa_rows.len()
         ))
     } else {
         for r in &failed {

@@ -244,8 +244,9 @@ pub struct BenchArgs {
     /// plain top-k suite), qsa (= qsa-decode,qsa-prefill), qsa-decode, qsa-prefill,
     /// dsa (ranges written as KV slots), indexer (the fused QSA indexer from
     /// queries and block keys), mla (sparse MLA attention, CUDA; run only when
-    /// named), qsa-attn (QSA sparse attention, CUDA; run only when named).
-    /// Default: all but mla and qsa-attn.
+    /// named), qsa-attn (QSA sparse attention, CUDA; run only when named),
+    /// dsa-indexer (the DSA indexer, CUDA; run only when named). Default: all
+    /// but mla, qsa-attn and dsa-indexer.
     #[arg(long, value_name = "GROUP", value_delimiter = ',', value_parser = bench::group_parser())]
     pub only: Vec<bench::Groups>,
 }

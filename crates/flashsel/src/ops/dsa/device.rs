@@ -274,38 +274,119 @@ impl CudaEngine {
         select: &SelectSpec,
         pages: Option<&PageMap<'_>>,
     ) -> Result<Selection<f32>> {
+        let d = IndexerData::upload(self, q, k, k_scale, weights, starts, ends, spec, select, pages)?;
+        d.run(self)?;
+        d.download(self)
+    }
+
+    /// Uploads once, then times `iters` runs of [`CudaEngine::dsa_indexer_device`]
+    /// (events around each); returns the last run's result and the seconds
+    /// of each run.
+    #[allow(clippy::too_many_arguments)]
+    pub fn time_dsa_indexer<Q: KeyElem, K: KeyElem>(
+        &self,
+        q: &[Q],
+        k: &[K],
+        k_scale: Option<&[f32]>,
+        weights: &[f32],
+        starts: &[i32],
+        ends: &[i32],
+        spec: &DsaScoresSpec,
+        select: &SelectSpec,
+        pages: Option<&PageMap<'_>>,
+        iters: usize,
+    ) -> Result<(Selection<f32>, Vec<f64>)> {
+        let d = IndexerData::upload(self, q, k, k_scale, weights, starts, ends, spec, select, pages)?;
+        d.run(self)?;
+        let args = d.args(self);
+        // SAFETY: buffers sized for the specs (IndexerData::upload).
+        let times =
+            crate::cuda::timing::time_on_stream(self.stream(), iters, || unsafe { self.dsa_indexer_device(&args) })?;
+        Ok((d.download(self)?, times))
+    }
+}
+
+/// Device copies of one host `dsa_indexer` problem.
+struct IndexerData {
+    inputs: Inputs,
+    pages: Option<PagesCopy>,
+    spec: DsaScoresSpec,
+    select: SelectSpec,
+    q_dtype: DType,
+    k_dtype: DType,
+    ws: CudaSlice<u8>,
+    ws_bytes: usize,
+    idx: CudaSlice<u8>,
+    val: CudaSlice<u8>,
+}
+
+impl IndexerData {
+    #[allow(clippy::too_many_arguments)]
+    fn upload<Q: KeyElem, K: KeyElem>(
+        e: &CudaEngine,
+        q: &[Q],
+        k: &[K],
+        k_scale: Option<&[f32]>,
+        weights: &[f32],
+        starts: &[i32],
+        ends: &[i32],
+        spec: &DsaScoresSpec,
+        select: &SelectSpec,
+        pages: Option<&PageMap<'_>>,
+    ) -> Result<Self> {
         check_request(spec, q.len(), k.len(), k_scale, weights, starts, ends)?;
         select.validate()?;
         if let Some(p) = pages {
             p.check_ranges(select, Some(starts), Some(ends))?;
         }
-        let d = Inputs::upload(self, q, k, k_scale, weights, starts, ends)?;
-        let dev_pages = pages.map(|p| PagesCopy::upload(self, p)).transpose()?;
-        let ws_bytes = self.dsa_indexer_workspace_bytes(spec, select)?;
-        let ws = alloc(self, ws_bytes)?;
+        let ws_bytes = e.dsa_indexer_workspace_bytes(spec, select)?;
         let n = select.rows * select.k;
-        let (idx, val) = (alloc(self, n * 4)?, alloc(self, n * 4)?);
-        let st = self.stream().cu_stream();
-        // SAFETY: buffers sized for the specs (checked above).
-        unsafe {
-            launch::poison(ptr(self, &idx), 0xa5, n * 4, st)?;
-            launch::poison(ptr(self, &val), 0xa5, n * 4, st)?;
-            self.dsa_indexer_device(&DeviceDsaIndexer {
-                scores: d.args(self, *spec, Q::DTYPE, K::DTYPE, 0),
-                select: *select,
-                pages: dev_pages.as_ref().map(|p| p.pages(self)),
-                out_indices: ptr(self, &idx),
-                out_values: Some(ptr(self, &val)),
-                workspace: ptr(self, &ws),
-                workspace_bytes: ws_bytes,
-            })?;
+        Ok(Self {
+            inputs: Inputs::upload(e, q, k, k_scale, weights, starts, ends)?,
+            pages: pages.map(|p| PagesCopy::upload(e, p)).transpose()?,
+            spec: *spec,
+            select: *select,
+            q_dtype: Q::DTYPE,
+            k_dtype: K::DTYPE,
+            ws: alloc(e, ws_bytes)?,
+            ws_bytes,
+            idx: alloc(e, n * 4)?,
+            val: alloc(e, n * 4)?,
+        })
+    }
+
+    fn args(&self, e: &CudaEngine) -> DeviceDsaIndexer {
+        DeviceDsaIndexer {
+            scores: self.inputs.args(e, self.spec, self.q_dtype, self.k_dtype, 0),
+            select: self.select,
+            pages: self.pages.as_ref().map(|p| p.pages(e)),
+            out_indices: ptr(e, &self.idx),
+            out_values: Some(ptr(e, &self.val)),
+            workspace: ptr(e, &self.ws),
+            workspace_bytes: self.ws_bytes,
         }
-        let ri = self.stream().clone_dtoh(&idx).map_err(cuda_err)?;
-        let rv = self.stream().clone_dtoh(&val).map_err(cuda_err)?;
-        self.stream().synchronize().map_err(cuda_err)?;
+    }
+
+    /// Poisons the outputs, then runs.
+    fn run(&self, e: &CudaEngine) -> Result<()> {
+        let n = self.select.rows * self.select.k;
+        let st = e.stream().cu_stream();
+        // SAFETY: buffers sized for the specs (upload).
+        unsafe {
+            launch::poison(ptr(e, &self.idx), 0xa5, n * 4, st)?;
+            launch::poison(ptr(e, &self.val), 0xa5, n * 4, st)?;
+            e.dsa_indexer_device(&self.args(e))
+        }
+    }
+
+    fn download(&self, e: &CudaEngine) -> Result<Selection<f32>> {
+        let n = self.select.rows * self.select.k;
+        let ri = e.stream().clone_dtoh(&self.idx).map_err(cuda_err)?;
+        let rv = e.stream().clone_dtoh(&self.val).map_err(cuda_err)?;
+        e.stream().synchronize().map_err(cuda_err)?;
         Ok(Selection {
-            rows: select.rows,
-            k: select.k,
+            rows: self.select.rows,
+            k: self.select.k,
             indices: elems_of::<i32>(&ri, n),
             values: elems_of::<f32>(&rv, n),
         })

@@ -1,0 +1,140 @@
+//! `flashsel bench --only dsa-indexer`: the DSA (DeepSeek-V3.2) indexer on
+//! the CUDA engine, 64 fp8 index heads of 128 with per-token key scales,
+//! top-2048 of each row's key range: the scores kernel, then the select
+//! engine's range path (ids, or KV slots through a page table). Each row is
+//! verified on sampled query rows against the CPU engine (the same bytes).
+//! Only with `--only dsa-indexer`; CUDA only.
+
+use flashsel::cuda::CudaEngine;
+use flashsel::data::Rng;
+use flashsel::ops::dsa::{dsa_indexer, DsaScoresSpec, F8E4M3};
+use flashsel::ops::pages::PageMap;
+use flashsel::ops::select::{OutputOrder, SelectSpec};
+use flashsel::DType;
+use serde::Serialize;
+
+/// One row of the table (and of the JSON's `dsa_indexer` list).
+#[derive(Debug, Clone, Serialize)]
+pub struct DsaRow {
+    pub case: String,
+    pub iters: usize,
+    pub median_us: f64,
+    pub min_us: f64,
+    /// Key bytes (and scales) read once per row: the floor's numerator.
+    pub key_bytes: f64,
+    pub verified: String,
+    pub ok: bool,
+    pub error: Option<String>,
+}
+
+fn e4m3(rng: &mut Rng, n: usize) -> Vec<F8E4M3> {
+    (0..n).map(|_| F8E4M3(flashsel::ops::mla::f32_to_e4m3(rng.normal() * 4.0))).collect()
+}
+
+/// `rows` queries over `keys` keys; `causal`: row `t` at position `keys -
+/// rows + t` sees keys `0..=pos`, else every row sees them all; `paged`:
+/// ids as slots of one sequence's pages of 64 (reversed).
+fn row(e: &CudaEngine, seed: u64, iters: usize, rows: usize, keys: usize, causal: bool, paged: bool) -> DsaRow {
+    let (heads, dim, topk) = (64, 128, 2048);
+    let spec = DsaScoresSpec::new(rows, heads, dim, keys);
+    let mut rng = Rng::new(seed ^ 0x6473_6169);
+    let q = e4m3(&mut rng, rows * heads * dim);
+    let k = e4m3(&mut rng, keys * dim);
+    let w: Vec<f32> = (0..rows * heads).map(|_| rng.normal() / 8.0).collect();
+    let sc: Vec<f32> = (0..keys).map(|_| 0.5 + rng.uniform() as f32).collect();
+    let starts = vec![0i32; rows];
+    let ends: Vec<i32> = (0..rows).map(|t| if causal { (keys - rows + t + 1) as i32 } else { keys as i32 }).collect();
+    let sel = SelectSpec::new(rows, keys, topk, DType::F32).with_order(OutputOrder::Index);
+    let pages_n = keys.div_ceil(64);
+    let table: Vec<i32> = (0..pages_n as i32).rev().collect();
+    let seq = vec![0i32; rows];
+    let pm = paged.then(|| PageMap::new(&table, pages_n, 64, &seq).expect("a valid page table"));
+    let what = if causal { "prefill (causal ranges)" } else { "decode" };
+    let case = format!(
+        "{what} {rows} rows x {keys} keys, 64 fp8 heads of 128, top-2048, {}",
+        if paged { "slots" } else { "ids" }
+    );
+    let mut out = DsaRow {
+        case,
+        iters,
+        median_us: f64::NAN,
+        min_us: f64::NAN,
+        key_bytes: keys as f64 * (dim + 4) as f64,
+        verified: String::new(),
+        ok: false,
+        error: None,
+    };
+    match e.time_dsa_indexer(&q, &k, Some(&sc), &w, &starts, &ends, &spec, &sel, pm.as_ref(), iters) {
+        Ok((got, mut t)) => {
+            t.sort_by(f64::total_cmp);
+            out.median_us = t[t.len() / 2] * 1e6;
+            out.min_us = t[0] * 1e6;
+            // The CPU engine on the first and last rows.
+            let picks: Vec<usize> = if rows > 1 { vec![0, rows - 1] } else { vec![0] };
+            let mut bad = None;
+            for &r in &picks {
+                let one = DsaScoresSpec { rows: 1, ..spec };
+                let s1 = SelectSpec { rows: 1, ..sel };
+                let seq1 = [0i32];
+                let pm1 = paged.then(|| PageMap::new(&table, pages_n, 64, &seq1).expect("a valid page table"));
+                let qs = &q[r * heads * dim..(r + 1) * heads * dim];
+                match dsa_indexer(
+                    qs,
+                    &k,
+                    Some(&sc),
+                    &w[r * heads..(r + 1) * heads],
+                    &starts[r..=r],
+                    &ends[r..=r],
+                    &one,
+                    &s1,
+                    pm1.as_ref(),
+                ) {
+                    Ok(want) if want.indices[..] != got.indices[r * topk..(r + 1) * topk] => {
+                        bad = Some(format!("row {r}: the ids differ from the CPU engine's"))
+                    }
+                    Ok(_) => {}
+                    Err(err) => bad = Some(err.to_string()),
+                }
+            }
+            match bad {
+                None => {
+                    out.verified = format!("{} rows = CPU", picks.len());
+                    out.ok = true;
+                }
+                Some(err) => out.error = Some(err),
+            }
+        }
+        Err(err) => out.error = Some(err.to_string()),
+    }
+    out
+}
+
+pub fn run(e: &CudaEngine, seed: u64, iters: Option<usize>, quick: bool) -> Vec<DsaRow> {
+    let iters = iters.unwrap_or(5).max(1);
+    let s = |n: usize| if quick { n / 8 } else { n };
+    vec![
+        row(e, seed, iters, 1, s(131_072), false, true),
+        row(e, seed, iters, 64, s(65_536), false, true),
+        row(e, seed, iters, s(1024), s(32_768), true, false),
+    ]
+}
+
+pub fn print(rows: &[DsaRow]) {
+    println!();
+    println!(
+        "DSA indexer (scores on CUDA cores in the CPU engine's order, then the select engine's ranges; verified: \
+         sampled rows equal the CPU engine's ids)"
+    );
+    println!("{:<84} {:>10} {:>10} {:>12}  verified", "dsa-indexer case", "us", "min us", "key MB/row");
+    for r in rows {
+        let status = if r.ok { r.verified.clone() } else { format!("FAILED: {}", r.error.as_deref().unwrap_or("")) };
+        println!(
+            "dsa-indexer {:<72} {:>10.1} {:>10.1} {:>12.2}  {}",
+            r.case,
+            r.median_us,
+            r.min_us,
+            r.key_bytes / 1e6,
+            status
+        );
+    }
+}
