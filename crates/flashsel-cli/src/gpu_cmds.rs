@@ -296,7 +296,8 @@ fn check_dsa(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Result<(usize,
 fn check_qsa_attention(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Result<(usize, usize), String> {
     use flashsel::ops::qsa_attention::check;
     let rep = check::run_suite(e, args.quick, args.seed, args.filter.as_deref(), |i, n, o| {
-        let path = if o.split { "split-KV + combine" } else { "one pass" };
+        let split = if o.split { "split-KV + combine" } else { "one pass" };
+        let path = format!("{} kernel, {split}", if o.tensor_cores { "tensor-core" } else { "f32" });
         if o.ok {
             eprintln!("[qsa-attn {i}/{n}] ok   {} ({path}) #{:016x}", o.case, o.digest);
         } else {
@@ -305,11 +306,13 @@ fn check_qsa_attention(e: &flashsel::cuda::CudaEngine, args: &CheckArgs) -> Resu
     })
     .map_err(|e| e.to_string())?;
     println!(
-        "qsa-attn cases run: {}, failed: {} (split-KV: {}, one pass: {})",
+        "qsa-attn cases run: {}, failed: {} (split-KV: {}, one pass: {}; tensor-core kernel: {}, f32 kernel: {})",
         rep.run,
         rep.failed,
         rep.split,
-        rep.run - rep.split
+        rep.run - rep.split,
+        rep.tensor_cores,
+        rep.run - rep.tensor_cores
     );
     for f in &rep.failures {
         println!("FAILED {}: {}", f.case, f.detail);

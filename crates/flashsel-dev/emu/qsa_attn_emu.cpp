@@ -60,10 +60,17 @@ static Out reference(const Prob& p) {
 }
 
 struct Got { std::vector<float> out, lse; };
-// The plan (ops/qsa_attention/device.rs, QsaAttnPlan: sparse MLA's split
-// rule over rows * h_kv * ceil(group / 8) CTAs); force_splits overrides it.
+// The path (ops/qsa_attention/device.rs, QsaAttnPlan): bf16 q and K / V with
+// d 128 or 256 on tensor cores (16 heads a CTA), the rest on the f32 kernel
+// (8); g_f32 forces the f32 kernel (to compare the two).
+static bool g_f32 = false;
+static bool tc_path(const Prob& p) { return !g_f32 && p.fmt_q == 1 && p.fmt_kv == 1 && (p.d == 128 || p.d == 256); }
+// The plan (QsaAttnPlan: sparse MLA's split rule over rows * h_kv *
+// ceil(group / heads a CTA) CTAs); force_splits overrides it.
 static Got run(const Prob& p, int force_splits = 0) {
-    const int group = p.h_q / p.h_kv, gpk = (group + 7) / 8, groups = p.h_kv * gpk;
+    const bool tc = tc_path(p);
+    const int hpc = tc ? 16 : 8;
+    const int group = p.h_q / p.h_kv, gpk = (group + hpc - 1) / hpc, groups = p.h_kv * gpk;
     const int tiles = std::max(1, (p.width + 31) / 32);
     long long base = (long long)p.rows * groups;
     long long want = base >= 264 ? 1 : (264 + base - 1) / base;
@@ -82,6 +89,7 @@ static Got run(const Prob& p, int force_splits = 0) {
     P.splits = splits; P.chunk = ct * 32; P.scale = p.scale;
     void (*k)(const QsaAttnParams) = p.fmt_q == 0 ? (p.fmt_kv == 0 ? qsa_attn_fwd_qf32_kvf32 : qsa_attn_fwd_qf32_kvbf16)
                                                   : (p.fmt_kv == 0 ? qsa_attn_fwd_qbf16_kvf32 : qsa_attn_fwd_qbf16_kvbf16);
+    if (tc) k = p.d == 128 ? qsa_attn_tc_fwd_d128 : qsa_attn_tc_fwd_d256;
     launch(k, (unsigned)(p.rows * groups * splits), P);
     if (splits > 1) launch(p.fmt_q == 0 ? qsa_attn_combine_f32 : qsa_attn_combine_bf16, (unsigned)(p.rows * p.h_q), P);
     Got g; g.lse = lse; g.out.resize((size_t)p.rows * p.h_q * p.d);
@@ -89,7 +97,7 @@ static Got run(const Prob& p, int force_splits = 0) {
     unsigned long long h = 1469598103934665603ull;
     auto mix = [&](const void* d, size_t n) { for (size_t i = 0; i < n; ++i) h = (h ^ ((const unsigned char*)d)[i]) * 1099511628211ull; };
     mix(out.data(), out.size()); mix(lse.data(), lse.size() * 4);
-    std::printf("  (splits %d #%08llx)", splits, h & 0xffffffffull);
+    std::printf("  (%s splits %d #%08llx)", tc ? "tc" : "f32", splits, h & 0xffffffffull);
     return g;
 }
 
@@ -144,6 +152,13 @@ static void test(const char* name, Prob p, int lens_mode, int force = 0, bool na
         for (int j = 0; j < L; ++j) { long long i = p.idx[j]; if (i >= 0 && i < p.slots) { put(p.k, p.fmt_kv, head_at(p, i, 0), NAN); std::printf(" (NaN key at slot %lld)", i); break; } }
     }
     Out w = reference(p);
+    if (tc_path(p)) {  // the f32 kernel on the same problem
+        g_f32 = true;
+        Got f = run(p, force);
+        g_f32 = false;
+        cmp("out f32", f.out, w.out, 8e-4, 3.01 / 128);
+        cmp("lse f32", f.lse, w.lse, 1e-6, 2.01 / 65536);
+    }
     Got g = run(p, force);
     double oa = p.fmt_q == 1 ? 8e-4 : 2e-5, orl = p.fmt_q == 1 ? 3.01 / 128 : 1e-4;
     cmp("out", g.out, w.out, oa, orl);
@@ -180,6 +195,19 @@ int main() {
         test("paged 17 aligned f32 kv lens", p, 1, 1);
     }
     test("NaN key bf16", contiguous(2, 12, 1, 256, 64, 100, 1, 1), 0, 1, true);
+    // Tensor cores: QSA's 24 / 2 (12 heads, 4 masked rows of the m16 tile),
+    // 32 / 1 (two CTAs a KV head), 16 / 4 d 128 paged and unaligned, one
+    // head, a width that is not a multiple of the tile, splits.
+    test("tc 24/2 d256 auto split", contiguous(2, 24, 2, 256, 150, 400, 1, 1), 0, 0);
+    test("tc 32/1 d256 lens split 2", contiguous(3, 32, 1, 256, 70, 120, 1, 1), 1, 2);
+    test("tc 1/1 d128 width 33", contiguous(4, 1, 1, 128, 33, 50, 1, 1), 0, 1);
+    {
+        Prob p = contiguous(3, 16, 4, 128, 100, 17 * 6, 1, 1);
+        p.page_size = 17; p.token_stride = 4 * 128 + 3; p.page_stride = 17 * p.token_stride + 5;
+        test("tc paged 17 unaligned d128", p, 0, 2);
+        p.token_stride = 4 * 128 + 8; p.page_stride = 17 * p.token_stride + 16;
+        test("tc paged 17 aligned d128 lens", p, 1, 1);
+    }
     test("NaN key f32 split 2", contiguous(2, 12, 1, 64, 64, 100, 0, 0), 0, 2, true);
     std::printf("fails %d\n", fails);
     return fails != 0;

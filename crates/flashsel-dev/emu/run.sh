@@ -31,7 +31,9 @@ if [ "$which" = all ] || [ "$which" = mla ]; then
     "$tmp/mla_emu"
 fi
 if [ "$which" = all ] || [ "$which" = qsa-attn ]; then
+    mkdir -p "$tmp/inc/attention"
     rewrite "$kernels/attention/sparse_qsa.cu" >"$tmp/kern_qsa_attn.cpp"
+    rewrite "$kernels/attention/sparse_qsa_tc.cuh" >"$tmp/inc/attention/sparse_qsa_tc.cuh"
     cp "$here/qsa_attn_emu.cpp" "$tmp/"
     g++ -std=c++20 -O2 -w -I "$tmp/inc" -I "$kernels" -o "$tmp/qsa_attn_emu" "$tmp/qsa_attn_emu.cpp" -lpthread
     "$tmp/qsa_attn_emu"

@@ -23,6 +23,8 @@ pub struct QsaAttnRow {
     pub flops: f64,
     pub tflops: f64,
     pub splits: usize,
+    /// The kernel family that ran ("tensor-core" or "f32").
+    pub kernel: String,
     pub verified: String,
     pub ok: bool,
     pub error: Option<String>,
@@ -53,6 +55,7 @@ fn row(
         flops: 0.0,
         tflops: f64::NAN,
         splits: e.qsa_attention_plan(&spec).map_or(0, |p| p.splits),
+        kernel: e.qsa_attention_plan(&spec).map_or("-".into(), |p| p.path.name().to_string()),
         verified: String::new(),
         ok: false,
         error: None,
@@ -125,15 +128,18 @@ pub fn run(e: &CudaEngine, seed: u64, iters: Option<usize>, quick: bool) -> Vec<
 pub fn print(rows: &[QsaAttnRow]) {
     println!();
     println!(
-        "QSA sparse attention (f32 kernel on CUDA cores; TFLOPS = 4 x d x h_q x attended / time; verified on \
-         sampled rows against the f64 reference with FlashMLA's tolerances)"
+        "QSA sparse attention (bf16; TFLOPS = 4 x d x h_q x attended / time; verified on sampled rows against \
+         the f64 reference with FlashMLA's tolerances)"
     );
-    println!("{:<80} {:>9} {:>9} {:>8} {:>6}  verified", "qsa-attn case", "ms", "min ms", "TFLOPS", "splits");
+    println!(
+        "{:<80} {:>9} {:>9} {:>8} {:>6} {:>12}  verified",
+        "qsa-attn case", "ms", "min ms", "TFLOPS", "splits", "kernel"
+    );
     for r in rows {
         let status = if r.ok { r.verified.clone() } else { format!("FAILED: {}", r.error.as_deref().unwrap_or("")) };
         println!(
-            "qsa-attn {:<71} {:>9.3} {:>9.3} {:>8.2} {:>6}  {}",
-            r.case, r.median_ms, r.min_ms, r.tflops, r.splits, status
+            "qsa-attn {:<71} {:>9.3} {:>9.3} {:>8.2} {:>6} {:>12}  {}",
+            r.case, r.median_ms, r.min_ms, r.tflops, r.splits, r.kernel, status
         );
     }
 }

@@ -250,3 +250,6 @@ extern "C" __global__ void __launch_bounds__(BLOCK) qsa_attn_combine_f32(const Q
 extern "C" __global__ void __launch_bounds__(BLOCK) qsa_attn_combine_bf16(const QsaAttnParams P) {
     qsa_attn_combine<FMT_BF16>(P);
 }
+
+// The tensor-core kernels (bf16 q and K / V, d 128 and 256).
+#include "attention/sparse_qsa_tc.cuh"

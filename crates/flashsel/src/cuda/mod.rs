@@ -30,7 +30,7 @@ use crate::contract::{Error, Result};
 pub use crate::ops::indexer::{DeviceBlockKeys, DeviceQsaIndexer, DeviceQsaScores};
 pub use crate::ops::mla::device::{DeviceSparseMlaDecode, DeviceSparseMlaPrefill, MlaPath, MlaPlan};
 pub use crate::ops::qsa::device::DeviceQsaSelect;
-pub use crate::ops::qsa_attention::device::{DeviceQsaAttention, QsaAttnPlan};
+pub use crate::ops::qsa_attention::device::{DeviceQsaAttention, QsaAttnPath, QsaAttnPlan};
 use crate::ops::select::plan::DeviceProps;
 pub use crate::ops::select::{DevicePages, DeviceSelect};
 pub use compile::{Compiled, KernelResources};

@@ -14,7 +14,7 @@
 
 use half::bf16;
 
-use super::device::QsaAttnPlan;
+use super::device::{QsaAttnPath, QsaAttnPlan};
 use super::{derive_lengths, reference_qsa_attention, AttnElem, QsaAttention, QsaAttentionOutput};
 use crate::contract::{DType, Result};
 use crate::cuda::CudaEngine;
@@ -89,11 +89,18 @@ impl QsaAttnCase {
             }
         }
     }
+    /// Whether the engine must take the tensor-core kernel: bf16 on both
+    /// sides at d 128 or 256 (stated here on its own, not through the
+    /// planner).
+    pub fn expect_tensor_cores(&self) -> bool {
+        self.q == DType::BF16 && self.kv == DType::BF16 && (self.d == 128 || self.d == 256)
+    }
     /// Whether the engine must split the positions: the rows' CTAs (`rows *
-    /// h_kv * ceil(group / 8)`) below 264 and more than one tile of
-    /// positions (stated here on its own, not through the planner).
+    /// h_kv * ceil(group / heads a CTA)`, 16 heads a CTA on tensor cores, 8
+    /// on the f32 kernel) below 264 and more than one tile of positions.
     pub fn expect_split(&self) -> bool {
-        let ctas = self.rows * self.h_kv * (self.h_q / self.h_kv).div_ceil(8);
+        let hpc = if self.expect_tensor_cores() { 16 } else { 8 };
+        let ctas = self.rows * self.h_kv * (self.h_q / self.h_kv).div_ceil(hpc);
         ctas > 0 && ctas < 264 && self.width > 32
     }
     pub fn describe(&self) -> String {
@@ -125,6 +132,8 @@ pub struct QsaAttnOutcome {
     pub case: String,
     /// Whether the plan split the positions (one-pass kernel + combine).
     pub split: bool,
+    /// Whether the tensor-core kernel ran.
+    pub tensor_cores: bool,
     pub ok: bool,
     pub detail: String,
     /// FNV-1a of the result's bits (out, lse).
@@ -247,8 +256,13 @@ fn run<Q: AttnElem, KV: AttnElem>(e: &CudaEngine, c: &QsaAttnCase, rng: &mut Rng
     let (k, v): (Vec<KV>, Vec<KV>) = (cast(&kf), cast(&vf));
     drop((kf, vf, kvals, vvals));
     let plan = e.qsa_attention_plan(&spec)?;
-    if plan.split() != c.expect_split() || plan != QsaAttnPlan::new(&spec) {
-        fails.push(format!("the engine's plan {plan:?} (split expected: {})", c.expect_split()));
+    let tc = plan.path == QsaAttnPath::TensorCore;
+    if plan.split() != c.expect_split() || tc != c.expect_tensor_cores() || plan != QsaAttnPlan::new(&spec) {
+        fails.push(format!(
+            "the engine's plan {plan:?} (expected: split {}, tensor cores {})",
+            c.expect_split(),
+            c.expect_tensor_cores()
+        ));
     }
     let got = e.qsa_attention_host(&spec, &q, &k, &v, &idx, lens.as_deref())?;
     let rows = checked_rows(c);
@@ -285,7 +299,14 @@ pub fn run_case(e: &CudaEngine, c: &QsaAttnCase, rng: &mut Rng) -> Result<QsaAtt
         (_, DType::BF16) => run::<f32, bf16>(e, c, rng)?,
         _ => run::<f32, f32>(e, c, rng)?,
     };
-    Ok(QsaAttnOutcome { case: c.describe(), split: c.expect_split(), ok, detail, digest })
+    Ok(QsaAttnOutcome {
+        case: c.describe(),
+        split: c.expect_split(),
+        tensor_cores: c.expect_tensor_cores(),
+        ok,
+        detail,
+        digest,
+    })
 }
 
 /// The cases (`quick`: a subset, every path, width and dtype still covered).
@@ -345,6 +366,7 @@ pub struct QsaAttnReport {
     pub run: usize,
     pub failed: usize,
     pub split: usize,
+    pub tensor_cores: usize,
     pub failures: Vec<QsaAttnOutcome>,
 }
 
@@ -365,12 +387,14 @@ pub fn run_suite(
         let o = run_case(e, c, &mut rng).unwrap_or_else(|err| QsaAttnOutcome {
             case: c.describe(),
             split: c.expect_split(),
+            tensor_cores: c.expect_tensor_cores(),
             ok: false,
             detail: format!("error: {err}"),
             digest: 0,
         });
         rep.run += 1;
         rep.split += o.split as usize;
+        rep.tensor_cores += o.tensor_cores as usize;
         if !o.ok {
             rep.failed += 1;
             rep.failures.push(o.clone());
@@ -389,6 +413,10 @@ mod tests {
         for quick in [false, true] {
             let cs = cases(quick);
             assert!(cs.iter().any(|c| c.expect_split()) && cs.iter().any(|c| !c.expect_split()));
+            for tc in [false, true] {
+                assert!(cs.iter().any(|c| c.expect_tensor_cores() == tc && c.expect_split()), "tc {tc} split");
+                assert!(cs.iter().any(|c| c.expect_tensor_cores() == tc && !c.expect_split()), "tc {tc} one pass");
+            }
             for d in [64, 128, 256] {
                 assert!(cs.iter().any(|c| c.d == d), "d {d}");
             }
@@ -396,8 +424,10 @@ mod tests {
             assert!(cs.iter().any(|c| c.nan_key) && cs.iter().any(|c| c.width % 32 != 0));
             for c in &cs {
                 c.spec().validate().unwrap();
-                // The stated split rule is the planner's.
-                assert_eq!(QsaAttnPlan::new(&c.spec()).split(), c.expect_split(), "{}", c.describe());
+                // The stated rules are the planner's.
+                let p = QsaAttnPlan::new(&c.spec());
+                assert_eq!(p.split(), c.expect_split(), "{}", c.describe());
+                assert_eq!(p.path == QsaAttnPath::TensorCore, c.expect_tensor_cores(), "{}", c.describe());
             }
         }
     }

@@ -2,9 +2,16 @@
 //! (kernels/attention/sparse_qsa.cu): the contract of [`super`] over device
 //! pointers, on the caller's stream.
 //!
-//! # The plan (a function of the shapes only)
-//! One CTA per (query row, KV head, group of [`HEADS_PER_CTA`] of its query
-//! heads, KV split). When the rows' CTAs fall short of
+//! # The path (a function of the dtypes and `d` only)
+//! bf16 q with bf16 K / V at `d` 128 or 256 runs on the tensor-core kernels
+//! (`qsa_attn_tc_fwd_d*`, kernels/attention/sparse_qsa_tc.cuh: mma.sync bf16
+//! with f32 accumulation, 16 heads a CTA); everything else (an f32 side, or
+//! `d` 64) on the f32 kernels (`qsa_attn_fwd_*`, 8 heads a CTA).
+//! [`QsaAttnPath::of`].
+//!
+//! # The plan (a function of the shapes and the path only)
+//! One CTA per (query row, KV head, group of [`QsaAttnPlan::heads_per_cta`]
+//! of its query heads, KV split). When the rows' CTAs fall short of
 //! [`crate::ops::mla::device::TARGET_CTAS`], each row's `width` positions
 //! are cut into up to [`crate::ops::mla::device::MAX_SPLITS`] chunks of
 //! whole tiles, every chunk a CTA of its own that writes its unnormalised
@@ -28,24 +35,58 @@ use crate::ops::mla::device::{MlaPlan, TILE};
 
 /// Every kernel of the module: the one-pass kernels by (q format, k / v
 /// format), then the combines by output format.
-pub(crate) const QSA_ATTN_ENTRIES: [&str; 6] = [
+pub(crate) const QSA_ATTN_ENTRIES: [&str; 8] = [
     "qsa_attn_fwd_qf32_kvf32",
     "qsa_attn_fwd_qf32_kvbf16",
     "qsa_attn_fwd_qbf16_kvf32",
     "qsa_attn_fwd_qbf16_kvbf16",
     "qsa_attn_combine_f32",
     "qsa_attn_combine_bf16",
+    "qsa_attn_tc_fwd_d128",
+    "qsa_attn_tc_fwd_d256",
 ];
 
-/// Query heads one CTA computes (the kernel's `HG`).
+/// Query heads one CTA of the f32 kernel computes (its `HG`).
 pub const HEADS_PER_CTA: usize = 8;
+/// Query heads one CTA of the tensor-core kernel computes (one m16 tile).
+pub const TC_HEADS_PER_CTA: usize = 16;
+
+/// Which forward kernel family a request runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QsaAttnPath {
+    /// `qsa_attn_fwd_*`: f32 arithmetic on CUDA cores, 8 heads a CTA.
+    F32,
+    /// `qsa_attn_tc_fwd_d*`: mma.sync bf16 (f32 accumulation), 16 heads a CTA.
+    TensorCore,
+}
+
+impl QsaAttnPath {
+    /// bf16 q and K / V at `d` 128 or 256 on tensor cores; the rest in f32.
+    pub fn of(spec: &QsaAttention) -> Self {
+        if spec.q_dtype == DType::BF16 && spec.kv_dtype == DType::BF16 && matches!(spec.d, 128 | 256) {
+            QsaAttnPath::TensorCore
+        } else {
+            QsaAttnPath::F32
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            QsaAttnPath::F32 => "f32",
+            QsaAttnPath::TensorCore => "tensor-core",
+        }
+    }
+}
 /// Threads per CTA.
 const BLOCK: u32 = 256;
 
-/// How a request runs: CTAs per row across the heads and the KV split.
+/// How a request runs: the kernel family, CTAs per row across the heads and
+/// the KV split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QsaAttnPlan {
-    /// CTAs per KV head: `ceil((h_q / h_kv) / 8)`.
+    pub path: QsaAttnPath,
+    /// Heads a CTA: 8 (f32) or 16 (tensor cores).
+    pub heads_per_cta: usize,
+    /// CTAs per KV head: `ceil((h_q / h_kv) / heads_per_cta)`.
     pub per_kv_head: usize,
     /// CTAs per row across the heads: `h_kv * per_kv_head`.
     pub groups: usize,
@@ -56,14 +97,34 @@ pub struct QsaAttnPlan {
 }
 
 impl QsaAttnPlan {
-    /// The plan of `spec` (its rows, heads and width).
+    /// The plan of `spec` (its path, rows, heads and width).
     pub fn new(spec: &QsaAttention) -> Self {
-        let per_kv_head = spec.group().div_ceil(HEADS_PER_CTA).max(1);
+        let path = QsaAttnPath::of(spec);
+        let heads_per_cta = if path == QsaAttnPath::TensorCore { TC_HEADS_PER_CTA } else { HEADS_PER_CTA };
+        let per_kv_head = spec.group().div_ceil(heads_per_cta).max(1);
         let groups = spec.h_kv * per_kv_head;
-        // Sparse MLA's split rule over `groups` CTAs a row: an 8-head plan of
-        // `groups * 8` heads has exactly `groups` CTAs a row.
+        // Sparse MLA's split rule over `groups` CTAs a row: its 8-head plan
+        // of `groups * 8` heads has exactly `groups` CTAs a row.
         let m = MlaPlan::new(spec.rows, groups * HEADS_PER_CTA, spec.width);
-        Self { per_kv_head, groups, splits: m.splits, chunk: m.chunk }
+        Self { path, heads_per_cta, per_kv_head, groups, splits: m.splits, chunk: m.chunk }
+    }
+    /// The one-pass kernel of this plan for `spec`'s dtypes and `d`.
+    pub fn entry(&self, spec: &QsaAttention) -> Result<&'static str> {
+        match (self.path, spec.d) {
+            (QsaAttnPath::F32, _) => forward_entry(spec.q_dtype, spec.kv_dtype),
+            (QsaAttnPath::TensorCore, 128) => Ok("qsa_attn_tc_fwd_d128"),
+            (QsaAttnPath::TensorCore, 256) => Ok("qsa_attn_tc_fwd_d256"),
+            (QsaAttnPath::TensorCore, d) => {
+                Err(Error::Shape(format!("the tensor-core QSA attention takes d 128 or 256, not {d}")))
+            }
+        }
+    }
+    /// Dynamic shared memory of the one-pass kernel at `d`, bytes.
+    pub fn smem_bytes(&self, d: usize) -> usize {
+        match self.path {
+            QsaAttnPath::F32 => smem_bytes(d),
+            QsaAttnPath::TensorCore => tc_smem_bytes(d),
+        }
     }
     /// Whether the positions are split (and combined).
     pub fn split(&self) -> bool {
@@ -88,6 +149,21 @@ impl QsaAttnPlan {
 /// head states, the tile's offsets.
 pub fn smem_bytes(d: usize) -> usize {
     ((HEADS_PER_CTA + 2 * TILE) * d + 2 * HEADS_PER_CTA * TILE + 32) * 4 + TILE * 8
+}
+
+/// Dynamic shared memory of the tensor-core kernel at head width `d`
+/// (bytes): q (16 rows), one tile of keys and one of values as bf16 rows of
+/// `d + 8`, the eight warps' partial logits (f32, 16 x 40 each), P as two
+/// bf16 planes of 16 x 40, the head states, the tile's offsets (the
+/// kernel's `QtShape::SMEM`).
+pub fn tc_smem_bytes(d: usize) -> usize {
+    let ld = d + 8;
+    TC_HEADS_PER_CTA * ld * 2
+        + 2 * TILE * ld * 2
+        + 8 * TC_HEADS_PER_CTA * 40 * 4
+        + 2 * TC_HEADS_PER_CTA * 40 * 2
+        + 3 * TC_HEADS_PER_CTA * 4
+        + TILE * 8
 }
 
 /// `QsaAttnParams` in kernels/attention/sparse_qsa.cu.
@@ -227,7 +303,7 @@ impl CudaEngine {
                 s.rows, plan.groups
             ))
         })?;
-        let smem = smem_bytes(s.d) as u32;
+        let smem = plan.smem_bytes(s.d) as u32;
         if smem > self.props().max_smem_per_block {
             return Err(Error::Shape(format!(
                 "qsa_attention needs {smem} bytes of shared memory per CTA; the device allows {}",
@@ -271,7 +347,7 @@ impl CudaEngine {
             cluster: 0,
         };
         let id = |entry| KernelId { module: Module::SparseQsa, global_buffer: false, entry };
-        let f = self.function(id(forward_entry(s.q_dtype, s.kv_dtype)?))?;
+        let f = self.function(id(plan.entry(s)?))?;
         on(ctas, smem).run(&f, &p)?;
         if plan.split() {
             let heads = u32::try_from(s.rows * s.h_q)
@@ -427,27 +503,45 @@ mod tests {
         assert_eq!(forward_entry(DType::BF16, DType::F32).unwrap(), "qsa_attn_fwd_qbf16_kvf32");
         assert_eq!(forward_entry(DType::BF16, DType::BF16).unwrap(), "qsa_attn_fwd_qbf16_kvbf16");
         assert_eq!(combine_entry(DType::BF16).unwrap(), "qsa_attn_combine_bf16");
+        assert_eq!(QSA_ATTN_ENTRIES[6..], ["qsa_attn_tc_fwd_d128", "qsa_attn_tc_fwd_d256"]);
         assert!(forward_entry(DType::F16, DType::F32).is_err());
         assert_eq!(Module::SparseQsa.entry_points(), &QSA_ATTN_ENTRIES);
     }
 
     #[test]
     fn the_plan() {
-        // QSA's 24 / 2 heads: 12 a KV head, two CTAs each (8 + 4), four a row.
+        // QSA's 24 / 2 heads of 256 in bf16: tensor cores, one CTA of 16 a KV
+        // head (12 heads, 4 masked rows); in f32: two CTAs (8 + 4).
         let s = QsaAttention::new(8192, 262_144, 24, 2, 256, 2051);
         let p = QsaAttnPlan::new(&s);
-        assert_eq!((p.per_kv_head, p.groups, p.splits), (2, 4, 1));
+        assert_eq!(
+            (p.path, p.heads_per_cta, p.per_kv_head, p.groups, p.splits),
+            (QsaAttnPath::TensorCore, 16, 1, 2, 1)
+        );
+        assert_eq!(p.entry(&s).unwrap(), "qsa_attn_tc_fwd_d256");
+        assert_eq!(p.smem_bytes(256), 65_728);
         assert_eq!(p.workspace_bytes(&s), 0);
+        let f = s.with_dtypes(DType::F32, DType::BF16);
+        let p = QsaAttnPlan::new(&f);
+        assert_eq!((p.path, p.per_kv_head, p.groups, p.splits), (QsaAttnPath::F32, 2, 4, 1));
+        assert_eq!(p.entry(&f).unwrap(), "qsa_attn_fwd_qf32_kvbf16");
+        // d 64 stays on the f32 kernel; d 128 takes tensor cores.
+        assert_eq!(QsaAttnPath::of(&QsaAttention::new(1, 10, 8, 1, 64, 4)), QsaAttnPath::F32);
+        assert_eq!(QsaAttnPath::of(&QsaAttention::new(1, 10, 8, 1, 128, 4)), QsaAttnPath::TensorCore);
+        assert_eq!(tc_smem_bytes(128), 45_248);
         // A tensor-parallel shard (12 / 1) decoding one token: split.
-        let s = QsaAttention::new(1, 1 << 20, 12, 1, 256, 2051);
+        let s = QsaAttention::new(1, 1 << 20, 12, 1, 256, 2051).with_dtypes(DType::F32, DType::F32);
         let p = QsaAttnPlan::new(&s);
         assert_eq!((p.per_kv_head, p.groups), (2, 2));
         assert!(p.split() && p.chunk.is_multiple_of(TILE));
         assert!(p.chunk * p.splits >= 2051 && p.chunk * (p.splits - 1) < 2051, "{p:?}");
         assert_eq!(p.workspace_bytes(&s), 12 * p.splits * 258 * 4);
-        // One head a KV head (MHA): a CTA per head.
+        // One head a KV head (MHA): a CTA per head on either path; 32 / 1 on
+        // tensor cores: two CTAs of 16.
         let p = QsaAttnPlan::new(&QsaAttention::new(4096, 100, 16, 16, 64, 64));
         assert_eq!((p.per_kv_head, p.groups), (1, 16));
+        let p = QsaAttnPlan::new(&QsaAttention::new(4096, 100, 32, 1, 256, 64));
+        assert_eq!((p.per_kv_head, p.groups), (2, 2));
         assert_eq!(smem_bytes(256), 76_160);
         assert!(smem_bytes(256) <= 99 * 1024, "fits sm_86 / sm_89");
     }
