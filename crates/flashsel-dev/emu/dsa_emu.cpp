@@ -95,6 +95,58 @@ static void test(const char* name, int rows, int H, int d, long long keys, int q
     std::printf("%s  (#%08llx)\n", name, h & 0xffffffffull);
 }
 
+// The paged entries: the keys of test()'s contiguous problem (e4m3, scaled)
+// laid out in DeepGEMM's paged cache (pages of ps tokens in a shuffled
+// order, two sequences sharing the pages, an unused NaN page); the scores
+// must be the contiguous ones' bits. Rows of sequence 1 get a page entry past
+// the cache for their last page: those keys score -inf.
+static void test_paged(const char* name, int rows, int H, int d, long long keys, int qf, int ps) {
+    const int es[3] = {4, 2, 1};
+    std::vector<unsigned char> q((size_t)rows * H * d * es[qf]), k((size_t)keys * d);
+    for (size_t i = 0; i < (size_t)rows * H * d; ++i) put(q, qf, i, nrm());
+    for (size_t i = 0; i < (size_t)keys * d; ++i) put(k, 2, i, nrm());
+    std::vector<float> w((size_t)rows * H), sc(keys);
+    for (auto& x : w) x = nrm();
+    for (auto& x : sc) x = 0.25f + (float)(rng() % 1000) / 500.f;
+    const int pages = (int)((keys + ps - 1) / ps), pb = ps * (d + 4);
+    std::vector<int> perm(pages);
+    for (int i = 0; i < pages; ++i) perm[i] = i;
+    for (int i = pages - 1; i > 0; --i) std::swap(perm[i], perm[below(i + 1)]);
+    std::vector<unsigned char> cache((size_t)(pages + 1) * pb, 0x7f);
+    for (long long s = 0; s < keys; ++s) {
+        const int p = perm[s / ps], j = (int)(s % ps);
+        memcpy(&cache[(size_t)p * pb + (size_t)j * d], &k[(size_t)s * d], d);
+        memcpy(&cache[(size_t)p * pb + (size_t)ps * d + 4 * j], &sc[s], 4);
+    }
+    std::vector<int> table(2 * pages);
+    for (int i = 0; i < pages; ++i) { table[i] = perm[i]; table[pages + i] = i + 1 < pages ? perm[i] : pages + 7; }
+    std::vector<int> seq(rows), st(rows), en(rows);
+    for (int t = 0; t < rows; ++t) {
+        seq[t] = t % 2;
+        st[t] = (int)below(keys / 2);
+        en[t] = t % 3 == 0 ? (int)keys : st[t] + (int)below(keys - st[t] + 1);
+    }
+    std::vector<float> out((size_t)rows * keys, 12345.f);
+    DsaParams P{};
+    P.q = q.data(); P.k = cache.data(); P.weights = w.data(); P.starts = st.data(); P.ends = en.data(); P.out = out.data();
+    P.table = table.data(); P.seq_ids = seq.data(); P.keys = keys; P.max_pages = pages; P.rows = rows; P.heads = H; P.dim = d;
+    P.page_size = ps; P.num_pages = pages + 1; P.sequences = 2;
+    void (*kern[3])(const DsaParams) = {dsa_scores_paged_qf32, dsa_scores_paged_qbf16, dsa_scores_paged_qe4m3};
+    launch2(kern[qf], (unsigned)rows, (unsigned)((keys + 1023) / 1024), P);
+    int bad = 0;
+    for (int t = 0; t < rows; ++t) for (long long s = 0; s < keys; ++s) {
+        const bool lost = seq[t] == 1 && s / ps == pages - 1;  // a page entry past the cache
+        float want = s >= st[t] && s < en[t] && !lost ? cpu_score(q, qf, k, 2, sc.data(), w, t, s, H, d) : -INFINITY;
+        float got = out[(size_t)t * keys + s];
+        if (__float_as_uint(got) != __float_as_uint(want)) {
+            if (!bad) std::printf("\n  FAIL row %d key %lld: got %g want %g", t, s, got, want);
+            ++bad;
+        }
+    }
+    if (bad) { ++fails; std::printf("\n  %d scores differ", bad); }
+    std::printf("%s\n", name);
+}
+
 int main() {
     const char* fm[3] = {"f32", "bf16", "e4m3"};
     for (int qf = 0; qf < 3; ++qf) for (int kf = 0; kf < 3; ++kf) {
@@ -106,6 +158,9 @@ int main() {
     test("q bf16 k bf16 h3 d256 keys 40 no scale", 7, 3, 256, 40, 1, 1, false, 0);
     test("q f32 k f32 h1 d128 keys 1024 NaN and inf keys", 6, 5, 128, 1024, 0, 0, true, 1);
     test("q e4m3 k e4m3 h9 d64 NaN key code", 5, 9, 64, 300, 2, 2, false, 1);
+    test_paged("paged q e4m3 h64 d128 pages of 64", 6, 64, 128, 1100, 2, 64);
+    test_paged("paged q bf16 h5 d64 pages of 17", 7, 5, 64, 300, 1, 17);
+    test_paged("paged q f32 h3 d256 pages of 1", 4, 3, 256, 40, 0, 1);
     std::printf("fails %d\n", fails);
     return fails != 0;
 }

@@ -46,7 +46,7 @@ pub use ops::select::{reference_select, OutputOrder, SelectSpec, Selection};
 
 /// The CPU engine's entry points, one per operation.
 pub mod cpu {
-    pub use crate::ops::dsa::{dsa_indexer, dsa_scores};
+    pub use crate::ops::dsa::{dsa_indexer, dsa_indexer_paged, dsa_scores, dsa_scores_paged};
     pub use crate::ops::indexer::{qsa_indexer, qsa_scores};
     pub use crate::ops::mla::{sparse_mla_decode, sparse_mla_prefill};
     pub use crate::ops::qsa::qsa_select;

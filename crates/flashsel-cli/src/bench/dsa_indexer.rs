@@ -1,13 +1,15 @@
 //! `flashsel bench --only dsa-indexer`: the DSA (DeepSeek-V3.2) indexer on
 //! the CUDA engine, 64 fp8 index heads of 128 with per-token key scales,
 //! top-2048 of each row's key range: the scores kernel, then the select
-//! engine's range path (ids, or KV slots through a page table). Each row is
+//! engine's range path. Decode rows read DeepSeek's paged fp8 key cache
+//! (pages of 64, DeepGEMM's layout) and write KV slots through its table;
+//! the prefill row reads contiguous keys and writes token ids. Each row is
 //! verified on sampled query rows against the CPU engine (the same bytes).
 //! Only with `--only dsa-indexer`; CUDA only.
 
 use flashsel::cuda::CudaEngine;
 use flashsel::data::Rng;
-use flashsel::ops::dsa::{dsa_indexer, DsaScoresSpec, F8E4M3};
+use flashsel::ops::dsa::{dsa_indexer, dsa_indexer_paged, DsaPagedKeys, DsaScoresSpec, F8E4M3};
 use flashsel::ops::pages::PageMap;
 use flashsel::ops::select::{OutputOrder, SelectSpec};
 use flashsel::DType;
@@ -48,11 +50,23 @@ fn row(e: &CudaEngine, seed: u64, iters: usize, rows: usize, keys: usize, causal
     let pages_n = keys.div_ceil(64);
     let table: Vec<i32> = (0..pages_n as i32).rev().collect();
     let seq = vec![0i32; rows];
-    let pm = paged.then(|| PageMap::new(&table, pages_n, 64, &seq).expect("a valid page table"));
+    // The paged cache (DeepGEMM's layout): page p = table[i] holds tokens 64
+    // i .. 64 i + 63: their e4m3 codes, then their scales.
+    let mut cache = vec![0u8; pages_n * 64 * (dim + 4)];
+    if paged {
+        let pb = 64 * (dim + 4);
+        for s in 0..keys {
+            let (p, j) = (table[s / 64] as usize, s % 64);
+            for x in 0..dim {
+                cache[p * pb + j * dim + x] = k[s * dim + x].0;
+            }
+            cache[p * pb + 64 * dim + 4 * j..p * pb + 64 * dim + 4 * j + 4].copy_from_slice(&sc[s].to_le_bytes());
+        }
+    }
     let what = if causal { "prefill (causal ranges)" } else { "decode" };
     let case = format!(
         "{what} {rows} rows x {keys} keys, 64 fp8 heads of 128, top-2048, {}",
-        if paged { "slots" } else { "ids" }
+        if paged { "paged cache, slots" } else { "contiguous keys, ids" }
     );
     let mut out = DsaRow {
         case,
@@ -64,7 +78,14 @@ fn row(e: &CudaEngine, seed: u64, iters: usize, rows: usize, keys: usize, causal
         ok: false,
         error: None,
     };
-    match e.time_dsa_indexer(&q, &k, Some(&sc), &w, &starts, &ends, &spec, &sel, pm.as_ref(), iters) {
+    let pm = PageMap::new(&table, pages_n, 64, &seq).expect("a valid page table");
+    let pk = DsaPagedKeys { cache: &cache, pages: pm };
+    let timed = if paged {
+        e.time_dsa_indexer_paged(&q, &pk, &w, &starts, &ends, &spec, &sel, true, iters)
+    } else {
+        e.time_dsa_indexer(&q, &k, Some(&sc), &w, &starts, &ends, &spec, &sel, None, iters)
+    };
+    match timed {
         Ok((got, mut t)) => {
             t.sort_by(f64::total_cmp);
             out.median_us = t[t.len() / 2] * 1e6;
@@ -76,19 +97,16 @@ fn row(e: &CudaEngine, seed: u64, iters: usize, rows: usize, keys: usize, causal
                 let one = DsaScoresSpec { rows: 1, ..spec };
                 let s1 = SelectSpec { rows: 1, ..sel };
                 let seq1 = [0i32];
-                let pm1 = paged.then(|| PageMap::new(&table, pages_n, 64, &seq1).expect("a valid page table"));
                 let qs = &q[r * heads * dim..(r + 1) * heads * dim];
-                match dsa_indexer(
-                    qs,
-                    &k,
-                    Some(&sc),
-                    &w[r * heads..(r + 1) * heads],
-                    &starts[r..=r],
-                    &ends[r..=r],
-                    &one,
-                    &s1,
-                    pm1.as_ref(),
-                ) {
+                let (w1, a1, b1) = (&w[r * heads..(r + 1) * heads], &starts[r..=r], &ends[r..=r]);
+                let want = if paged {
+                    let pk1 =
+                        DsaPagedKeys { cache: &cache, pages: PageMap::new(&table, pages_n, 64, &seq1).expect("valid") };
+                    dsa_indexer_paged(qs, &pk1, w1, a1, b1, &one, &s1, true)
+                } else {
+                    dsa_indexer(qs, &k, Some(&sc), w1, a1, b1, &one, &s1, None)
+                };
+                match want {
                     Ok(want) if want.indices[..] != got.indices[r * topk..(r + 1) * topk] => {
                         bad = Some(format!("row {r}: the ids differ from the CPU engine's"))
                     }

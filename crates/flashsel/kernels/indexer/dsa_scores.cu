@@ -3,7 +3,11 @@
 //     score[t, s] = k_scale[s] * sum over h of w[t, h] * relu(q[t, h, :] . k[s, :]),
 // -inf elsewhere, in exactly the CPU engine's f32 arithmetic
 // (crates/flashsel/src/ops/dsa/mod.rs, "Arithmetic"): the same bits.
-// Portable: sm_80 and later, CUDA cores.
+// Portable: sm_80 and later, CUDA cores. The paged entries
+// (dsa_scores_paged_q*) read the keys from DeepSeek-V3.2's paged fp8 cache
+// (DeepGEMM's layout: a page of page_size tokens is page_size * d e4m3
+// bytes, then page_size f32 scales), key s of row t being token s of
+// sequence seq_ids[t] through the page table.
 //
 // ALGORITHM (dsa_scores_q*_k*)
 //   Grid (rows, chunks of CHUNK = 1024 columns). The CTA (256 threads, 8
@@ -32,7 +36,9 @@
 //     same order, every operation rounded to nearest on its own.
 //   - Ranges come from the host's checks (0 <= starts <= ends <= keys);
 //     device values outside are clamped into 0..keys (never read out of
-//     bounds).
+//     bounds). Paged: a row whose sequence is outside the table, or a key
+//     whose page is past the row's pages or outside 0..num_pages, scores
+//     -inf and is never read.
 //
 // COST
 //   Per score H d products and sums on CUDA cores (no FMA: two instructions
@@ -52,22 +58,27 @@ enum : int { KF_F32 = 0, KF_BF16 = 1, KF_E4M3 = 2 };
 
 }  // namespace
 
-// The parameter block (host: ops/dsa/device.rs, DsaParams; 80 bytes).
+// The parameter block (host: ops/dsa/device.rs, DsaParams; 112 bytes).
 struct DsaParams {
     const void* q;         // [rows][heads][dim], the q format
-    const void* k;         // [keys][dim], the k format
-    const float* k_scale;  // [keys], or null
+    const void* k;         // [keys][dim], the k format; paged: the cache's bytes
+    const float* k_scale;  // [keys], or null (paged: unused)
     const float* weights;  // [rows][heads]
     const int* starts;     // [rows]
     const int* ends;       // [rows]
     float* out;            // [rows][keys]
+    const int* table;      // paged: [sequences][max_pages]
+    const int* seq_ids;    // paged: [rows]
     long long keys;
+    long long max_pages;
     int rows;
     int heads;
     int dim;
-    int pad_;
+    int page_size;         // paged
+    int num_pages;         // paged: pages of the cache
+    int sequences;         // paged: rows of the table
 };
-static_assert(sizeof(DsaParams) == 80, "DsaParams mirrors the host's layout");
+static_assert(sizeof(DsaParams) == 112, "DsaParams mirrors the host's layout");
 
 namespace {
 
@@ -78,7 +89,31 @@ __device__ __forceinline__ float elem(const void* base, long long i) {
     return e4m3_to_f32((u32)__ldg((const u8*)base + i));
 }
 
-template <int QF, int KF>
+// Where key s of a row lives: the element offset of its first value in
+// P.k and its scale; false (the key scores -inf) when a paged row's page
+// entry is not a page of the cache.
+template <bool PAGED>
+__device__ __forceinline__ bool key_at(const DsaParams& P, int seq, long long s, long long* off, float* scale,
+                                       bool* scaled) {
+    if (!PAGED) {
+        *off = s * P.dim;
+        *scaled = P.k_scale != nullptr;
+        *scale = *scaled ? __ldg(P.k_scale + s) : 1.f;
+        return true;
+    }
+    const long long pi = s / P.page_size;
+    if (seq < 0 || pi >= P.max_pages) return false;
+    const int page = __ldg(P.table + (long long)seq * P.max_pages + pi);
+    if (page < 0 || page >= P.num_pages) return false;
+    const long long j = s - pi * P.page_size;
+    const long long base = (long long)page * P.page_size * (P.dim + 4);
+    *off = base + j * P.dim;
+    *scaled = true;
+    *scale = __ldg((const float*)((const u8*)P.k + base + (long long)P.page_size * P.dim) + j);
+    return true;
+}
+
+template <int QF, int KF, bool PAGED>
 __device__ __forceinline__ void dsa_scores_impl(const DsaParams& P) {
     const int t = blockIdx.x;
     const long long c0 = (long long)blockIdx.y * CHUNK;
@@ -97,8 +132,19 @@ __device__ __forceinline__ void dsa_scores_impl(const DsaParams& P) {
     const int H = P.heads, d = P.dim;
     const long long qrow = (long long)t * H * d;
     const float* w = P.weights + (long long)t * H;
+    int seq = 0;
+    if (PAGED) {
+        seq = __ldg(P.seq_ids + t);
+        if (seq >= P.sequences) seq = -1;
+    }
     for (long long s = lo + warp; s < hi; s += WARPS) {
-        const long long krow = s * d;
+        long long krow;
+        float kscale;
+        bool scaled;
+        if (!key_at<PAGED>(P, seq, s, &krow, &kscale, &scaled)) {  // uniform over the warp
+            if (lane == 0) row[s] = -fsa_inf();
+            continue;
+        }
         float acc = 0.f;
         for (int h0 = 0; h0 < H; h0 += 4) {
             const int h = h0 + g;
@@ -129,7 +175,7 @@ __device__ __forceinline__ void dsa_scores_impl(const DsaParams& P) {
             }
         }
         if (lane == 0) {
-            float v = P.k_scale ? __fmul_rn(acc, __ldg(P.k_scale + s)) : acc;
+            float v = scaled ? __fmul_rn(acc, kscale) : acc;
             if (v != v) v = __int_as_float(0x7fc00000);
             row[s] = v;
         }
@@ -139,7 +185,9 @@ __device__ __forceinline__ void dsa_scores_impl(const DsaParams& P) {
 }  // namespace
 
 #define FSD_SCORES(NAME, QF, KF) \
-    extern "C" __global__ void __launch_bounds__(BLOCK) NAME(const DsaParams P) { dsa_scores_impl<QF, KF>(P); }
+    extern "C" __global__ void __launch_bounds__(BLOCK) NAME(const DsaParams P) { dsa_scores_impl<QF, KF, false>(P); }
+#define FSD_PAGED(NAME, QF) \
+    extern "C" __global__ void __launch_bounds__(BLOCK) NAME(const DsaParams P) { dsa_scores_impl<QF, KF_E4M3, true>(P); }
 
 FSD_SCORES(dsa_scores_qf32_kf32, KF_F32, KF_F32)
 FSD_SCORES(dsa_scores_qf32_kbf16, KF_F32, KF_BF16)
@@ -150,3 +198,6 @@ FSD_SCORES(dsa_scores_qbf16_ke4m3, KF_BF16, KF_E4M3)
 FSD_SCORES(dsa_scores_qe4m3_kf32, KF_E4M3, KF_F32)
 FSD_SCORES(dsa_scores_qe4m3_kbf16, KF_E4M3, KF_BF16)
 FSD_SCORES(dsa_scores_qe4m3_ke4m3, KF_E4M3, KF_E4M3)
+FSD_PAGED(dsa_scores_paged_qf32, KF_F32)
+FSD_PAGED(dsa_scores_paged_qbf16, KF_BF16)
+FSD_PAGED(dsa_scores_paged_qe4m3, KF_E4M3)

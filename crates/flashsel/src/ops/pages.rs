@@ -72,7 +72,7 @@ impl<'a> PageMap<'a> {
     }
 
     /// Row `row`'s sequence, checked against the table.
-    fn seq(&self, row: usize) -> Result<usize> {
+    pub(crate) fn seq(&self, row: usize) -> Result<usize> {
         let seq = self.seq_ids[row];
         if seq < 0 || seq as usize >= self.sequences() {
             return Err(Error::Shape(format!(
@@ -85,7 +85,7 @@ impl<'a> PageMap<'a> {
 
     /// The slot of token `tok` of sequence `seq` (checked: the page exists,
     /// is `>= 0`, and the slot fits `i32`).
-    fn slot(&self, row: usize, seq: usize, tok: usize) -> Result<i32> {
+    pub(crate) fn slot(&self, row: usize, seq: usize, tok: usize) -> Result<i32> {
         let page_idx = tok / self.page_size;
         if page_idx >= self.max_pages {
             return Err(Error::Shape(format!(

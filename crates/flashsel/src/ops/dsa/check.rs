@@ -11,7 +11,7 @@
 
 use half::bf16;
 
-use super::{dsa_indexer, dsa_scores, DsaScoresSpec, F8E4M3};
+use super::{dsa_indexer, dsa_indexer_paged, dsa_scores, dsa_scores_paged, DsaPagedKeys, DsaScoresSpec, F8E4M3};
 use crate::contract::{DType, Result};
 use crate::cuda::CudaEngine;
 use crate::data::Rng;
@@ -36,6 +36,11 @@ pub struct DsaCase {
     pub order: OutputOrder,
     /// Slots through a page table of this page size.
     pub page_size: Option<usize>,
+    /// The keys in DeepSeek-V3.2's paged fp8 cache (e4m3 keys with scales,
+    /// re-encoded exactly; pages of `page_size`, 64 when `None`):
+    /// [`super::dsa_scores_paged`]; with `page_size` the ids are the cache's
+    /// slots.
+    pub paged_keys: bool,
 }
 
 impl DsaCase {
@@ -54,7 +59,7 @@ impl DsaCase {
             if self.nan_key { " nan-key" } else { "" },
             self.order,
             self.page_size.map_or(String::new(), |p| format!(" slots page={p}")),
-        )
+        ) + if self.paged_keys { " paged-keys" } else { "" }
     }
 }
 
@@ -94,6 +99,10 @@ fn run_typed<Q: KeyElem, K: KeyElem>(
         })
         .unzip();
     let mut fails = Vec::new();
+    if c.paged_keys {
+        run_paged(e, c, q, k, sc.as_deref().unwrap_or(&[]), &w, &starts, &ends, &mut fails)?;
+        return Ok((fails.is_empty(), fails.join("; ")));
+    }
     let want = dsa_scores(q, k, sc.as_deref(), &w, &starts, &ends, &spec)?;
     let got = e.dsa_scores_host(q, k, sc.as_deref(), &w, &starts, &ends, &spec)?;
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -129,6 +138,58 @@ fn run_typed<Q: KeyElem, K: KeyElem>(
         fails.push("the selected values differ from the CPU engine's".into());
     }
     Ok((fails.is_empty(), fails.join("; ")))
+}
+
+/// The paged-cache form: the keys laid out in DeepGEMM's paged layout (two
+/// sequences over one set of pages in a shuffled order), scores and ids
+/// against the CPU engine's.
+#[allow(clippy::too_many_arguments)]
+fn run_paged<Q: KeyElem, K: KeyElem>(
+    e: &CudaEngine,
+    c: &DsaCase,
+    q: &[Q],
+    k: &[K],
+    sc: &[f32],
+    w: &[f32],
+    starts: &[i32],
+    ends: &[i32],
+    fails: &mut Vec<String>,
+) -> Result<()> {
+    let spec = DsaScoresSpec::new(c.rows, c.heads, c.dim, c.keys);
+    let ps = c.page_size.unwrap_or(64);
+    let pages = c.keys.div_ceil(ps);
+    let pb = ps * (c.dim + 4);
+    // Page i of the sequence at physical page (7 i + 3) mod (pages + 1)
+    // (a permutation when pages + 1 is prime to 7); one page stays NaN.
+    let mut phys: Vec<i32> = (0..pages).map(|i| ((7 * i + 3) % (pages + 1)) as i32).collect();
+    if (pages + 1).is_multiple_of(7) {
+        phys = (0..pages as i32).rev().collect();
+    }
+    let mut cache = vec![0x7fu8; (pages + 1) * pb];
+    for s in 0..c.keys {
+        let (p, j) = (phys[s / ps] as usize, s % ps);
+        for x in 0..c.dim {
+            cache[p * pb + j * c.dim + x] = crate::ops::mla::f32_to_e4m3(k[s * c.dim + x].to_f32());
+        }
+        cache[p * pb + ps * c.dim + 4 * j..p * pb + ps * c.dim + 4 * j + 4].copy_from_slice(&sc[s].to_le_bytes());
+    }
+    let table: Vec<i32> = phys.iter().chain(&phys).copied().collect();
+    let seq: Vec<i32> = (0..c.rows as i32).map(|t| t % 2).collect();
+    let keys = DsaPagedKeys { cache: &cache, pages: PageMap::new(&table, pages, ps, &seq)? };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let want = dsa_scores_paged(q, &keys, w, starts, ends, &spec)?;
+    let got = e.dsa_scores_paged_host(q, &keys, w, starts, ends, &spec)?;
+    if bits(&got) != bits(&want) {
+        fails.push("paged scores differ from the CPU engine's bits".into());
+    }
+    let sel = SelectSpec::new(c.rows, c.keys, c.k, DType::F32).with_order(c.order);
+    let slots = c.page_size.is_some();
+    let cpu = dsa_indexer_paged(q, &keys, w, starts, ends, &spec, &sel, slots)?;
+    let gpu = e.dsa_indexer_paged_host(q, &keys, w, starts, ends, &spec, &sel, slots)?;
+    if gpu.indices != cpu.indices || bits(&gpu.values) != bits(&cpu.values) {
+        fails.push("the paged indexer's ids or values differ from the CPU engine's".into());
+    }
+    Ok(())
 }
 
 /// Runs one case with fresh data from `rng`.
@@ -175,6 +236,7 @@ pub fn cases(quick: bool) -> Vec<DsaCase> {
         nan_key: false,
         order: OutputOrder::Index,
         page_size: None,
+        paged_keys: false,
     };
     let (f32_, b16, f8) = (DType::F32, DType::BF16, DType::F8E4M3);
     let mut out = vec![
@@ -189,6 +251,10 @@ pub fn cases(quick: bool) -> Vec<DsaCase> {
         DsaCase { order: OutputOrder::Score, ..base(r(6), 9, 64, 1025, 1024, f8, b16) },
         DsaCase { few_values: true, ..base(r(5), 1, 64, 64, 64, b16, f32_) },
         DsaCase { nan_key: true, ..base(r(6), 4, 64, 300, 32, f32_, f32_) },
+        // DeepSeek-V3.2's paged fp8 index-key cache: slots through its table,
+        // and token ids with bf16 queries.
+        DsaCase { paged_keys: true, page_size: Some(64), ..base(r(8), 64, 128, 3000, 2048, f8, f8) },
+        DsaCase { paged_keys: true, ..base(r(6), 5, 64, 700, 100, b16, f8) },
     ];
     if !quick {
         // One decode row over 131,072 keys.
@@ -247,6 +313,9 @@ mod tests {
             }
             assert!(cs.iter().any(|c| c.page_size.is_some()) && cs.iter().any(|c| c.nan_key));
             assert!(cs.iter().any(|c| c.heads % 4 != 0) && cs.iter().any(|c| c.keys > 1024));
+            for c in cs.iter().filter(|c| c.paged_keys) {
+                assert!(c.kdt == DType::F8E4M3 && c.scaled, "the paged cache holds scaled e4m3 keys");
+            }
             for dt in [DType::F32, DType::BF16, DType::F8E4M3] {
                 assert!(cs.iter().any(|c| c.q == dt) && cs.iter().any(|c| c.kdt == dt), "{dt}");
             }

@@ -11,7 +11,7 @@
 
 use cudarc::driver::CudaSlice;
 
-use super::{check_request, DsaScoresSpec};
+use super::{check_request, DsaPagedKeys, DsaScoresSpec};
 use crate::contract::error::cuda_err;
 use crate::contract::{DType, Error, Result};
 use crate::cuda::compile::Module;
@@ -23,8 +23,9 @@ use crate::ops::pages::PageMap;
 use crate::ops::select::device::PagesCopy;
 use crate::ops::select::{DevicePages, DeviceSelect, SelectSpec, Selection};
 
-/// Every kernel of the module, by (q format, k format): f32, bf16, e4m3.
-pub(crate) const DSA_ENTRIES: [&str; 9] = [
+/// Every kernel of the module: by (q format, k format) of f32, bf16, e4m3;
+/// then the paged fp8 cache's by q format.
+pub(crate) const DSA_ENTRIES: [&str; 12] = [
     "dsa_scores_qf32_kf32",
     "dsa_scores_qf32_kbf16",
     "dsa_scores_qf32_ke4m3",
@@ -34,6 +35,9 @@ pub(crate) const DSA_ENTRIES: [&str; 9] = [
     "dsa_scores_qe4m3_kf32",
     "dsa_scores_qe4m3_kbf16",
     "dsa_scores_qe4m3_ke4m3",
+    "dsa_scores_paged_qf32",
+    "dsa_scores_paged_qbf16",
+    "dsa_scores_paged_qe4m3",
 ];
 
 /// Columns one CTA writes (the kernel's `CHUNK`).
@@ -52,11 +56,16 @@ struct DsaParams {
     starts: u64,
     ends: u64,
     out: u64,
+    table: u64,
+    seq_ids: u64,
     keys: i64,
+    max_pages: i64,
     rows: i32,
     heads: i32,
     dim: i32,
-    pad: i32,
+    page_size: i32,
+    num_pages: i32,
+    sequences: i32,
 }
 // SAFETY: #[repr(C)], the kernel's layout (test below; the kernel asserts
 // its size).
@@ -74,6 +83,27 @@ fn fmt_code(what: &str, dtype: DType) -> Result<usize> {
 /// The kernel of q of `q` and keys of `k`.
 pub fn entry(q: DType, k: DType) -> Result<&'static str> {
     Ok(DSA_ENTRIES[fmt_code("q", q)? * 3 + fmt_code("k", k)?])
+}
+
+/// The paged cache's kernel for q of `q`.
+pub fn paged_entry(q: DType) -> Result<&'static str> {
+    Ok(DSA_ENTRIES[9 + fmt_code("q", q)?])
+}
+
+/// DeepSeek-V3.2's paged fp8 key cache on the device
+/// ([`super::DsaPagedKeys`]' layout): `k` of [`DeviceDsaScores`] is the
+/// cache's first byte.
+#[derive(Debug, Clone, Copy)]
+pub struct DevicePagedKeys {
+    /// `i32 [sequences, max_pages]` page numbers.
+    pub table: u64,
+    pub sequences: usize,
+    pub max_pages: usize,
+    pub page_size: usize,
+    /// Pages of the cache.
+    pub num_pages: usize,
+    /// `i32 [T]`: the sequence of each row.
+    pub seq_ids: u64,
 }
 
 /// One asynchronous `dsa_scores` over caller-owned device buffers.
@@ -97,6 +127,11 @@ pub struct DeviceDsaScores {
     /// `f32 [T, N]`.
     pub out: u64,
     pub stream: u64,
+    /// The keys are a paged fp8 cache (`k_dtype` e4m3, `k_scale` unused: the
+    /// cache's scales): key `s` of row `t` is token `s` of sequence
+    /// `seq_ids[t]`. Device values outside the table or the cache score
+    /// `-inf` and are never read.
+    pub paged: Option<DevicePagedKeys>,
 }
 
 /// One asynchronous `dsa_indexer`: the scores into the workspace, then the
@@ -159,7 +194,7 @@ impl CudaEngine {
         let chunks = u32::try_from(s.keys.div_ceil(CHUNK)).ok().filter(|&c| c <= 65_535).ok_or_else(|| {
             Error::Shape(format!("dsa_scores: {} keys is more than 65,535 chunks of {CHUNK}", s.keys))
         })?;
-        let p = DsaParams {
+        let mut p = DsaParams {
             q: a.q,
             k: a.k,
             k_scale: a.k_scale.unwrap_or(0),
@@ -171,8 +206,25 @@ impl CudaEngine {
             rows: s.rows as i32,
             heads: s.heads as i32,
             dim: s.dim as i32,
-            pad: 0,
+            ..DsaParams::default()
         };
+        if let Some(pg) = &a.paged {
+            let i32_of = |what: &'static str, v: usize| i32::try_from(v).map_err(|_| Error::too_large(what, v as u128));
+            if pg.table == 0 || pg.seq_ids == 0 || pg.page_size == 0 || pg.max_pages == 0 {
+                return Err(Error::InvalidOption {
+                    what: "paged key cache",
+                    value: format!("{} pages of {} tokens a sequence", pg.max_pages, pg.page_size),
+                    expected: "a page table and seq_ids, at least one page of one token",
+                });
+            }
+            p.k_scale = 0;
+            p.table = pg.table;
+            p.seq_ids = pg.seq_ids;
+            p.max_pages = pg.max_pages as i64;
+            p.page_size = i32_of("page_size", pg.page_size)?;
+            p.num_pages = i32_of("num_pages", pg.num_pages)?;
+            p.sequences = i32_of("sequences", pg.sequences)?;
+        }
         Launch {
             grid: (rows, chunks),
             block: BLOCK,
@@ -244,14 +296,38 @@ impl CudaEngine {
         spec: &DsaScoresSpec,
     ) -> Result<Vec<f32>> {
         check_request(spec, q.len(), k.len(), k_scale, weights, starts, ends)?;
-        let d = Inputs::upload(self, q, k, k_scale, weights, starts, ends)?;
+        let d =
+            Inputs::upload(self, bytes_of(q), Q::DTYPE, bytes_of(k), K::DTYPE, k_scale, weights, starts, ends, None)?;
+        self.scores_of(&d, spec)
+    }
+
+    /// [`crate::cpu::dsa_scores_paged`] on this device from host data (as
+    /// [`CudaEngine::dsa_scores_host`]).
+    pub fn dsa_scores_paged_host<Q: KeyElem>(
+        &self,
+        q: &[Q],
+        keys: &DsaPagedKeys<'_>,
+        weights: &[f32],
+        starts: &[i32],
+        ends: &[i32],
+        spec: &DsaScoresSpec,
+    ) -> Result<Vec<f32>> {
+        check_request(spec, q.len(), spec.keys * spec.dim, None, weights, starts, ends)?;
+        keys.check(spec, starts, ends)?;
+        let paged = Some((&keys.pages, keys.num_pages(spec.dim)));
+        let d =
+            Inputs::upload(self, bytes_of(q), Q::DTYPE, keys.cache, DType::F8E4M3, None, weights, starts, ends, paged)?;
+        self.scores_of(&d, spec)
+    }
+
+    fn scores_of(&self, d: &Inputs, spec: &DsaScoresSpec) -> Result<Vec<f32>> {
         let n = spec.out_len()?;
         let out = alloc(self, n * 4)?;
         let st = self.stream().cu_stream();
-        // SAFETY: buffers sized for the spec (checked above).
+        // SAFETY: buffers sized for the spec (checked by the callers).
         unsafe {
             launch::poison(ptr(self, &out), 0xff, n * 4, st)?;
-            self.dsa_scores_device(&d.args(self, *spec, Q::DTYPE, K::DTYPE, ptr(self, &out)))?;
+            self.dsa_scores_device(&d.args(self, *spec, ptr(self, &out)))?;
         }
         let raw = self.stream().clone_dtoh(&out).map_err(cuda_err)?;
         self.stream().synchronize().map_err(cuda_err)?;
@@ -274,7 +350,26 @@ impl CudaEngine {
         select: &SelectSpec,
         pages: Option<&PageMap<'_>>,
     ) -> Result<Selection<f32>> {
-        let d = IndexerData::upload(self, q, k, k_scale, weights, starts, ends, spec, select, pages)?;
+        let d = IndexerData::flat(self, q, k, k_scale, weights, starts, ends, spec, select, pages)?;
+        d.run(self)?;
+        d.download(self)
+    }
+
+    /// [`crate::cpu::dsa_indexer_paged`] on this device from host data (as
+    /// [`CudaEngine::dsa_indexer_host`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn dsa_indexer_paged_host<Q: KeyElem>(
+        &self,
+        q: &[Q],
+        keys: &DsaPagedKeys<'_>,
+        weights: &[f32],
+        starts: &[i32],
+        ends: &[i32],
+        spec: &DsaScoresSpec,
+        select: &SelectSpec,
+        slots: bool,
+    ) -> Result<Selection<f32>> {
+        let d = IndexerData::paged(self, q, keys, weights, starts, ends, spec, select, slots)?;
         d.run(self)?;
         d.download(self)
     }
@@ -296,24 +391,36 @@ impl CudaEngine {
         pages: Option<&PageMap<'_>>,
         iters: usize,
     ) -> Result<(Selection<f32>, Vec<f64>)> {
-        let d = IndexerData::upload(self, q, k, k_scale, weights, starts, ends, spec, select, pages)?;
-        d.run(self)?;
-        let args = d.args(self);
-        // SAFETY: buffers sized for the specs (IndexerData::upload).
-        let times =
-            crate::cuda::timing::time_on_stream(self.stream(), iters, || unsafe { self.dsa_indexer_device(&args) })?;
-        Ok((d.download(self)?, times))
+        let d = IndexerData::flat(self, q, k, k_scale, weights, starts, ends, spec, select, pages)?;
+        d.time(self, iters)
+    }
+
+    /// [`CudaEngine::time_dsa_indexer`] over a paged fp8 key cache.
+    #[allow(clippy::too_many_arguments)]
+    pub fn time_dsa_indexer_paged<Q: KeyElem>(
+        &self,
+        q: &[Q],
+        keys: &DsaPagedKeys<'_>,
+        weights: &[f32],
+        starts: &[i32],
+        ends: &[i32],
+        spec: &DsaScoresSpec,
+        select: &SelectSpec,
+        slots: bool,
+        iters: usize,
+    ) -> Result<(Selection<f32>, Vec<f64>)> {
+        let d = IndexerData::paged(self, q, keys, weights, starts, ends, spec, select, slots)?;
+        d.time(self, iters)
     }
 }
 
 /// Device copies of one host `dsa_indexer` problem.
 struct IndexerData {
     inputs: Inputs,
+    /// The page table the ids are mapped through (slots), if any.
     pages: Option<PagesCopy>,
     spec: DsaScoresSpec,
     select: SelectSpec,
-    q_dtype: DType,
-    k_dtype: DType,
     ws: CudaSlice<u8>,
     ws_bytes: usize,
     idx: CudaSlice<u8>,
@@ -322,7 +429,7 @@ struct IndexerData {
 
 impl IndexerData {
     #[allow(clippy::too_many_arguments)]
-    fn upload<Q: KeyElem, K: KeyElem>(
+    fn flat<Q: KeyElem, K: KeyElem>(
         e: &CudaEngine,
         q: &[Q],
         k: &[K],
@@ -335,6 +442,41 @@ impl IndexerData {
         pages: Option<&PageMap<'_>>,
     ) -> Result<Self> {
         check_request(spec, q.len(), k.len(), k_scale, weights, starts, ends)?;
+        let inputs =
+            Inputs::upload(e, bytes_of(q), Q::DTYPE, bytes_of(k), K::DTYPE, k_scale, weights, starts, ends, None)?;
+        Self::new(e, inputs, spec, select, starts, ends, pages)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn paged<Q: KeyElem>(
+        e: &CudaEngine,
+        q: &[Q],
+        keys: &DsaPagedKeys<'_>,
+        weights: &[f32],
+        starts: &[i32],
+        ends: &[i32],
+        spec: &DsaScoresSpec,
+        select: &SelectSpec,
+        slots: bool,
+    ) -> Result<Self> {
+        check_request(spec, q.len(), spec.keys * spec.dim, None, weights, starts, ends)?;
+        keys.check(spec, starts, ends)?;
+        let paged = Some((&keys.pages, keys.num_pages(spec.dim)));
+        let inputs =
+            Inputs::upload(e, bytes_of(q), Q::DTYPE, keys.cache, DType::F8E4M3, None, weights, starts, ends, paged)?;
+        Self::new(e, inputs, spec, select, starts, ends, slots.then_some(&keys.pages))
+    }
+
+    fn new(
+        e: &CudaEngine,
+        inputs: Inputs,
+        spec: &DsaScoresSpec,
+        select: &SelectSpec,
+        starts: &[i32],
+        ends: &[i32],
+        pages: Option<&PageMap<'_>>,
+    ) -> Result<Self> {
+        super::check_select(spec, select)?;
         select.validate()?;
         if let Some(p) = pages {
             p.check_ranges(select, Some(starts), Some(ends))?;
@@ -342,12 +484,10 @@ impl IndexerData {
         let ws_bytes = e.dsa_indexer_workspace_bytes(spec, select)?;
         let n = select.rows * select.k;
         Ok(Self {
-            inputs: Inputs::upload(e, q, k, k_scale, weights, starts, ends)?,
+            inputs,
             pages: pages.map(|p| PagesCopy::upload(e, p)).transpose()?,
             spec: *spec,
             select: *select,
-            q_dtype: Q::DTYPE,
-            k_dtype: K::DTYPE,
             ws: alloc(e, ws_bytes)?,
             ws_bytes,
             idx: alloc(e, n * 4)?,
@@ -357,7 +497,7 @@ impl IndexerData {
 
     fn args(&self, e: &CudaEngine) -> DeviceDsaIndexer {
         DeviceDsaIndexer {
-            scores: self.inputs.args(e, self.spec, self.q_dtype, self.k_dtype, 0),
+            scores: self.inputs.args(e, self.spec, 0),
             select: self.select,
             pages: self.pages.as_ref().map(|p| p.pages(e)),
             out_indices: ptr(e, &self.idx),
@@ -371,12 +511,21 @@ impl IndexerData {
     fn run(&self, e: &CudaEngine) -> Result<()> {
         let n = self.select.rows * self.select.k;
         let st = e.stream().cu_stream();
-        // SAFETY: buffers sized for the specs (upload).
+        // SAFETY: buffers sized for the specs (new).
         unsafe {
             launch::poison(ptr(e, &self.idx), 0xa5, n * 4, st)?;
             launch::poison(ptr(e, &self.val), 0xa5, n * 4, st)?;
             e.dsa_indexer_device(&self.args(e))
         }
+    }
+
+    /// One run, then `iters` timed runs; the last run's result.
+    fn time(&self, e: &CudaEngine, iters: usize) -> Result<(Selection<f32>, Vec<f64>)> {
+        self.run(e)?;
+        let args = self.args(e);
+        // SAFETY: buffers sized for the specs (new).
+        let times = crate::cuda::timing::time_on_stream(e.stream(), iters, || unsafe { e.dsa_indexer_device(&args) })?;
+        Ok((self.download(e)?, times))
     }
 
     fn download(&self, e: &CudaEngine) -> Result<Selection<f32>> {
@@ -396,38 +545,49 @@ impl IndexerData {
 /// Device copies of one host request's inputs.
 struct Inputs {
     q: CudaSlice<u8>,
+    q_dtype: DType,
     k: CudaSlice<u8>,
+    k_dtype: DType,
     k_scale: Option<CudaSlice<u8>>,
     weights: CudaSlice<u8>,
     starts: CudaSlice<u8>,
     ends: CudaSlice<u8>,
+    /// A paged cache's table and its page count.
+    paged: Option<(PagesCopy, usize)>,
 }
 
 impl Inputs {
-    fn upload<Q: KeyElem, K: KeyElem>(
+    #[allow(clippy::too_many_arguments)]
+    fn upload(
         e: &CudaEngine,
-        q: &[Q],
-        k: &[K],
+        q: &[u8],
+        q_dtype: DType,
+        k: &[u8],
+        k_dtype: DType,
         k_scale: Option<&[f32]>,
         weights: &[f32],
         starts: &[i32],
         ends: &[i32],
+        paged: Option<(&PageMap<'_>, usize)>,
     ) -> Result<Self> {
         Ok(Self {
-            q: upload(e, bytes_of(q))?,
-            k: upload(e, bytes_of(k))?,
+            q: upload(e, q)?,
+            q_dtype,
+            k: upload(e, k)?,
+            k_dtype,
             k_scale: k_scale.map(|s| upload(e, bytes_of(s))).transpose()?,
             weights: upload(e, bytes_of(weights))?,
             starts: upload(e, bytes_of(starts))?,
             ends: upload(e, bytes_of(ends))?,
+            paged: paged.map(|(p, n)| PagesCopy::upload(e, p).map(|c| (c, n))).transpose()?,
         })
     }
 
-    fn args(&self, e: &CudaEngine, spec: DsaScoresSpec, q_dtype: DType, k_dtype: DType, out: u64) -> DeviceDsaScores {
+    fn args(&self, e: &CudaEngine, spec: DsaScoresSpec, out: u64) -> DeviceDsaScores {
         DeviceDsaScores {
             spec,
-            q_dtype,
-            k_dtype,
+            q_dtype: self.q_dtype,
+            k_dtype: self.k_dtype,
             q: ptr(e, &self.q),
             k: ptr(e, &self.k),
             k_scale: self.k_scale.as_ref().map(|s| ptr(e, s)),
@@ -436,6 +596,17 @@ impl Inputs {
             ends: ptr(e, &self.ends),
             out,
             stream: e.stream().cu_stream() as u64,
+            paged: self.paged.as_ref().map(|(c, n)| {
+                let d = c.pages(e);
+                DevicePagedKeys {
+                    table: d.table,
+                    sequences: d.sequences,
+                    max_pages: d.max_pages,
+                    page_size: d.page_size,
+                    num_pages: *n,
+                    seq_ids: d.seq_ids,
+                }
+            }),
         }
     }
 }
@@ -446,9 +617,10 @@ mod tests {
 
     #[test]
     fn params_layout_matches_the_kernel() {
-        assert_eq!(std::mem::size_of::<DsaParams>(), 80);
-        assert_eq!(std::mem::offset_of!(DsaParams, keys), 56);
-        assert_eq!(std::mem::offset_of!(DsaParams, rows), 64);
+        assert_eq!(std::mem::size_of::<DsaParams>(), 112);
+        assert_eq!(std::mem::offset_of!(DsaParams, keys), 72);
+        assert_eq!(std::mem::offset_of!(DsaParams, rows), 88);
+        assert_eq!(std::mem::offset_of!(DsaParams, sequences), 108);
     }
 
     #[test]
@@ -457,6 +629,7 @@ mod tests {
         assert_eq!(entry(DType::F32, DType::BF16).unwrap(), "dsa_scores_qf32_kbf16");
         assert_eq!(entry(DType::BF16, DType::F8E4M3).unwrap(), "dsa_scores_qbf16_ke4m3");
         assert!(entry(DType::F16, DType::F32).is_err());
+        assert_eq!(paged_entry(DType::BF16).unwrap(), "dsa_scores_paged_qbf16");
         assert_eq!(Module::IndexerDsa.entry_points(), &DSA_ENTRIES);
     }
 }

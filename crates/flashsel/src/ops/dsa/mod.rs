@@ -183,31 +183,42 @@ fn decode<E: KeyElem>(v: &[E]) -> Vec<f32> {
 }
 
 /// [`score_row`] at one head width.
-type RowFn = fn(&[f32], &[f32], Option<&[f32]>, &[f32], (usize, usize), &mut [f32]);
+type RowFn = fn(&[f32], &[f32], Option<&[f32]>, &[f32], (usize, usize), &dyn Fn(usize) -> usize, &mut [f32]);
 
 /// One row's scores over its range (the contract's arithmetic), `-inf`
-/// elsewhere. `q` the row's decoded heads `[H, D]`.
+/// elsewhere. `q` the row's decoded heads `[H, D]`; key (column) `s` is
+/// `k[slot(s)]` with scale `k_scale[slot(s)]`.
 fn score_row<const D: usize>(
     q: &[f32],
     k: &[f32],
     k_scale: Option<&[f32]>,
     w: &[f32],
     range: (usize, usize),
+    slot: &dyn Fn(usize) -> usize,
     out: &mut [f32],
 ) {
     out.fill(f32::NEG_INFINITY);
     let heads: Vec<&[f32; D]> = q.chunks_exact(D).map(|h| h.try_into().expect("D values")).collect();
-    for s in range.0..range.1 {
-        let key: &[f32; D] = k[s * D..(s + 1) * D].try_into().expect("D values");
+    for (s, o) in out.iter_mut().enumerate().take(range.1).skip(range.0) {
+        let at = slot(s);
+        let key: &[f32; D] = k[at * D..(at + 1) * D].try_into().expect("D values");
         let mut acc = 0f32;
         for (h, qh) in heads.iter().enumerate() {
             let [dot] = dots::<D, 1>([qh], key);
             acc += w[h] * relu(dot);
         }
         if let Some(sc) = k_scale {
-            acc *= sc[s];
+            acc *= sc[at];
         }
-        out[s] = if acc.is_nan() { f32::from_bits(0x7fc0_0000) } else { acc };
+        *o = if acc.is_nan() { f32::from_bits(0x7fc0_0000) } else { acc };
+    }
+}
+
+fn row_fn(d: usize) -> RowFn {
+    match d {
+        64 => score_row::<64>,
+        128 => score_row::<128>,
+        _ => score_row::<256>,
     }
 }
 
@@ -232,14 +243,117 @@ pub fn dsa_scores<Q: KeyElem, K: KeyElem>(
     }
     let kf = decode(k);
     let (h, d) = (spec.heads, spec.dim);
-    let f: RowFn = match d {
-        64 => score_row::<64>,
-        128 => score_row::<128>,
-        _ => score_row::<256>,
-    };
+    let f = row_fn(d);
     out.par_chunks_mut(spec.keys).enumerate().for_each(|(t, row)| {
         let qt = decode(&q[t * h * d..(t + 1) * h * d]);
-        f(&qt, &kf, k_scale, &weights[t * h..(t + 1) * h], (starts[t] as usize, ends[t] as usize), row);
+        f(&qt, &kf, k_scale, &weights[t * h..(t + 1) * h], (starts[t] as usize, ends[t] as usize), &|s| s, row);
+    });
+    Ok(out)
+}
+
+/// DeepSeek-V3.2's paged fp8 index-key cache, in DeepGEMM
+/// `fp8_paged_mqa_logits`' layout: pages of `page_size` tokens (DeepSeek:
+/// 64), each `page_size * d` e4m3 bytes (token `j`'s key at byte `j d`) then
+/// `page_size` little-endian f32 scales (token `j`'s at byte `page_size d +
+/// 4 j`); `num_pages = cache.len() / (page_size (d + 4))`. Key (column) `s`
+/// of row `t` is token `s` of sequence `seq_ids[t]` through the page table
+/// ([`PageMap`], whose page size is the cache's), its scale the token's.
+#[derive(Debug, Clone, Copy)]
+pub struct DsaPagedKeys<'a> {
+    pub cache: &'a [u8],
+    pub pages: PageMap<'a>,
+}
+
+impl DsaPagedKeys<'_> {
+    /// Bytes of one page at head width `d`.
+    pub fn page_bytes(&self, d: usize) -> usize {
+        self.pages.page_size() * (d + 4)
+    }
+    /// Pages of the cache.
+    pub fn num_pages(&self, d: usize) -> usize {
+        self.cache.len() / self.page_bytes(d).max(1)
+    }
+    /// Every check of a paged request beyond [`check_request`]'s: a whole
+    /// number of pages, one sequence a row, every page of each row's range
+    /// in the table and in the cache.
+    pub(crate) fn check(&self, spec: &DsaScoresSpec, starts: &[i32], ends: &[i32]) -> Result<()> {
+        let pb = self.page_bytes(spec.dim);
+        if !self.cache.len().is_multiple_of(pb) {
+            return Err(Error::Shape(format!(
+                "the paged key cache holds {} bytes, not a whole number of pages of {pb} ({} tokens of {} e4m3 \
+                 bytes and an f32 scale)",
+                self.cache.len(),
+                self.pages.page_size(),
+                spec.dim
+            )));
+        }
+        self.pages.check_rows(spec.rows)?;
+        let slots = self.num_pages(spec.dim) * self.pages.page_size();
+        for t in 0..spec.rows {
+            let (a, b) = (starts[t] as usize, ends[t] as usize);
+            self.pages.check_span(t, a, b)?;
+            let seq = self.pages.seq(t)?;
+            let ps = self.pages.page_size();
+            let mut tok = a;
+            while tok < b {
+                let slot = self.pages.slot(t, seq, tok)? as usize;
+                if slot >= slots {
+                    return Err(Error::Shape(format!(
+                        "row {t}: token {tok} is on page {} but the key cache has {} pages",
+                        slot / ps,
+                        slots / ps
+                    )));
+                }
+                tok = (tok / ps + 1) * ps;
+            }
+        }
+        Ok(())
+    }
+    /// The cache decoded: every slot's key (f32 `[slots, d]`) and scale.
+    fn decode(&self, d: usize) -> (Vec<f32>, Vec<f32>) {
+        let ps = self.pages.page_size();
+        let n = self.num_pages(d) * ps;
+        let mut k = vec![0f32; n * d];
+        let mut sc = vec![0f32; n];
+        for slot in 0..n {
+            let base = (slot / ps) * self.page_bytes(d);
+            let j = slot % ps;
+            for (x, &b) in k[slot * d..(slot + 1) * d].iter_mut().zip(&self.cache[base + j * d..base + (j + 1) * d]) {
+                *x = F8E4M3(b).to_f32();
+            }
+            let at = base + ps * d + 4 * j;
+            sc[slot] = f32::from_le_bytes(self.cache[at..at + 4].try_into().expect("4 bytes"));
+        }
+        (k, sc)
+    }
+}
+
+/// [`dsa_scores`] over a paged fp8 key cache ([`DsaPagedKeys`]; the keys'
+/// scales are the cache's): the same arithmetic, key `s` of row `t` read
+/// through the row's page table.
+pub fn dsa_scores_paged<Q: KeyElem>(
+    q: &[Q],
+    keys: &DsaPagedKeys<'_>,
+    weights: &[f32],
+    starts: &[i32],
+    ends: &[i32],
+    spec: &DsaScoresSpec,
+) -> Result<Vec<f32>> {
+    check_request(spec, q.len(), spec.keys * spec.dim, None, weights, starts, ends)?;
+    keys.check(spec, starts, ends)?;
+    let mut out = try_vec("scores", spec.out_len()?, 0f32)?;
+    if spec.keys == 0 {
+        return Ok(out);
+    }
+    let (kf, sc) = keys.decode(spec.dim);
+    let (h, d, ps) = (spec.heads, spec.dim, keys.pages.page_size());
+    let f = row_fn(d);
+    let (table, mp) = (keys.pages.table(), keys.pages.max_pages());
+    out.par_chunks_mut(spec.keys).enumerate().for_each(|(t, row)| {
+        let qt = decode(&q[t * h * d..(t + 1) * h * d]);
+        let seq = keys.pages.seq_ids()[t] as usize;
+        let slot = |s: usize| table[seq * mp + s / ps] as usize * ps + s % ps;
+        f(&qt, &kf, Some(&sc), &weights[t * h..(t + 1) * h], (starts[t] as usize, ends[t] as usize), &slot, row);
     });
     Ok(out)
 }
@@ -300,12 +414,7 @@ pub fn dsa_indexer<Q: KeyElem, K: KeyElem>(
     select: &SelectSpec,
     pages: Option<&PageMap<'_>>,
 ) -> Result<Selection<f32>> {
-    if select.rows != spec.rows || select.cols != spec.keys || select.dtype != DType::F32 {
-        return Err(Error::Shape(format!(
-            "the selection spec ({} x {} {}) must be the scores' ({} x {} f32)",
-            select.rows, select.cols, select.dtype, spec.rows, spec.keys
-        )));
-    }
+    check_select(spec, select)?;
     let scores = dsa_scores(q, k, k_scale, weights, starts, ends, spec)?;
     let view = ScoresView::new(&scores, spec.rows, spec.keys)?;
     match pages {
@@ -314,9 +423,46 @@ pub fn dsa_indexer<Q: KeyElem, K: KeyElem>(
     }
 }
 
+/// [`dsa_indexer`] over a paged fp8 key cache: the top `select.k` of each
+/// row's range of [`dsa_scores_paged`], ids as token positions, or with
+/// `slots` as KV slots through the cache's own page table (DeepSeek-V3.2's
+/// index-key cache and its MLA cache share the block table: the slots are
+/// the indices FlashMLA's sparse decode reads).
+#[allow(clippy::too_many_arguments)]
+pub fn dsa_indexer_paged<Q: KeyElem>(
+    q: &[Q],
+    keys: &DsaPagedKeys<'_>,
+    weights: &[f32],
+    starts: &[i32],
+    ends: &[i32],
+    spec: &DsaScoresSpec,
+    select: &SelectSpec,
+    slots: bool,
+) -> Result<Selection<f32>> {
+    check_select(spec, select)?;
+    let scores = dsa_scores_paged(q, keys, weights, starts, ends, spec)?;
+    let view = ScoresView::new(&scores, spec.rows, spec.keys)?;
+    if slots {
+        crate::cpu::select_ranges_paged(&view, select, Some(starts), Some(ends), &keys.pages)
+    } else {
+        crate::cpu::select_ranges(&view, select, starts, Some(ends))
+    }
+}
+
+/// The selection spec must be the scores': `T` rows, `N` columns, f32.
+fn check_select(spec: &DsaScoresSpec, select: &SelectSpec) -> Result<()> {
+    if select.rows != spec.rows || select.cols != spec.keys || select.dtype != DType::F32 {
+        return Err(Error::Shape(format!(
+            "the selection spec ({} x {} {}) must be the scores' ({} x {} f32)",
+            select.rows, select.cols, select.dtype, spec.rows, spec.keys
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests;
 
 pub mod check;
 pub mod device;
-pub use device::{DeviceDsaIndexer, DeviceDsaScores};
+pub use device::{DeviceDsaIndexer, DeviceDsaScores, DevicePagedKeys};

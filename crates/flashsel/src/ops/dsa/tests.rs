@@ -201,3 +201,71 @@ fn the_indexer_is_select_ranges_on_the_scores() {
     let bad = SelectSpec::new(rows, keys + 1, topk, DType::F32);
     assert!(dsa_indexer(&q, &k, None, &w, &starts, &ends, &spec, &bad, None).is_err());
 }
+
+/// A paged cache in DeepGEMM's layout holding the keys `k` (e4m3 codes)
+/// and scales `sc` of one sequence, its pages stored in reverse order, plus
+/// one unused page of NaN codes.
+fn paged_cache(k: &[F8E4M3], sc: &[f32], d: usize, ps: usize) -> (Vec<u8>, Vec<i32>) {
+    let n = sc.len();
+    let pages = n.div_ceil(ps);
+    let pb = ps * (d + 4);
+    let mut cache = vec![0x7fu8; (pages + 1) * pb];
+    let table: Vec<i32> = (0..pages as i32).rev().collect();
+    for s in 0..n {
+        let p = table[s / ps] as usize;
+        let j = s % ps;
+        for x in 0..d {
+            cache[p * pb + j * d + x] = k[s * d + x].0;
+        }
+        cache[p * pb + ps * d + 4 * j..p * pb + ps * d + 4 * j + 4].copy_from_slice(&sc[s].to_le_bytes());
+    }
+    (cache, table)
+}
+
+#[test]
+fn paged_keys_give_the_contiguous_bits() {
+    let mut rng = Rng::new(21);
+    let (rows, heads, dim, keys, ps) = (7, 12, 128, 300, 64);
+    let spec = DsaScoresSpec::new(rows, heads, dim, keys);
+    let q = e4m3(&normals(&mut rng, rows * heads * dim));
+    let k = e4m3(&normals(&mut rng, keys * dim));
+    let sc: Vec<f32> = (0..keys).map(|_| 0.5 + rng.uniform() as f32).collect();
+    let w = normals(&mut rng, rows * heads);
+    let (starts, ends) = ranges(&mut rng, rows, keys);
+    let want = dsa_scores(&q, &k, Some(&sc), &w, &starts, &ends, &spec).unwrap();
+    let (cache, table) = paged_cache(&k, &sc, dim, ps);
+    let seq = vec![0i32; rows];
+    let pages = PageMap::new(&table, table.len(), ps, &seq).unwrap();
+    let pk = DsaPagedKeys { cache: &cache, pages };
+    let got = dsa_scores_paged(&q, &pk, &w, &starts, &ends, &spec).unwrap();
+    assert_eq!(
+        got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        want.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+    // The indexer: ids as tokens, or as the cache's slots.
+    let sel = SelectSpec::new(rows, keys, 50, DType::F32).with_order(OutputOrder::Index);
+    let ids = dsa_indexer_paged(&q, &pk, &w, &starts, &ends, &spec, &sel, false).unwrap();
+    let flat = dsa_indexer(&q, &k, Some(&sc), &w, &starts, &ends, &spec, &sel, None).unwrap();
+    assert_eq!(ids.indices, flat.indices);
+    let slots = dsa_indexer_paged(&q, &pk, &w, &starts, &ends, &spec, &sel, true).unwrap();
+    for (i, s) in flat.indices.iter().zip(&slots.indices) {
+        let expect = if *i < 0 { -1 } else { table[(*i / 64) as usize] * 64 + i % 64 };
+        assert_eq!(*s, expect);
+    }
+    // A range past the table's pages, a page past the cache, a partial page.
+    let short = PageMap::new(&table[..2], 2, ps, &seq).unwrap();
+    let e = dsa_scores_paged(&q, &DsaPagedKeys { cache: &cache, pages: short }, &w, &[0; 7], &[200; 7], &spec);
+    assert!(e.unwrap_err().to_string().contains("pages a sequence"));
+    let far = vec![9i32; table.len()];
+    let e = dsa_scores_paged(
+        &q,
+        &DsaPagedKeys { cache: &cache, pages: PageMap::new(&far, far.len(), ps, &seq).unwrap() },
+        &w,
+        &starts,
+        &ends,
+        &spec,
+    );
+    assert!(e.unwrap_err().to_string().contains("the key cache has"));
+    let e = dsa_scores_paged(&q, &DsaPagedKeys { cache: &cache[..cache.len() - 1], pages }, &w, &starts, &ends, &spec);
+    assert!(e.unwrap_err().to_string().contains("whole number of pages"));
+}
