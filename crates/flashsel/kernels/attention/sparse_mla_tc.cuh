@@ -92,6 +92,7 @@
 //   bf16 prefill 3-7% slower (16 warps meet at every barrier, where two MT
 //   2 CTAs overlap each other's phases), so bf16 keeps MT 2.
 #include "attention/common/mma.cuh"
+#include "attention/common/tc_softmax.cuh"
 
 namespace {
 
@@ -408,46 +409,10 @@ __device__ __forceinline__ void mla_tc_forward(const MlaParams& P) {
             }
         }
         __syncthreads();  // B1
-        {
-            const bool att = off[lane] >= 0;
-            float l[ROWS], m[ROWS], sum[ROWS], alpha[ROWS], p[ROWS];
-#pragma unroll
-            for (int i = 0; i < ROWS; ++i) {
-                const int row = warp + NW * i;
-                float dot = 0.f;
-#pragma unroll
-                for (int sl = 0; sl < NDQ; ++sl) dot += sp_s[(sl * MR + row) * TC_SLD + lane];
-                l[i] = att ? dot * scale : -fsa_inf();
-                m[i] = st_s[MR + row];
-                sum[i] = st_s[2 * MR + row];
-            }
-            softmax_steps<ROWS>(l, m, sum, alpha, p);
-            // Every lane's reads of the rows' (m, sum) above happen before lane
-            // 0 overwrites them below (the shuffles order no memory).
-            __syncwarp();
-#pragma unroll
-            for (int i = 0; i < ROWS; ++i) {
-                const int row = warp + NW * i;
-                const u16 hi = f32_to_bf16_rn(p[i]);
-                p_s[row * TC_PLD + lane] = hi;
-                p_s[(MR + row) * TC_PLD + lane] = f32_to_bf16_rn(p[i] - bf16_bits_to_f32(hi));
-                if (lane == 0) {
-                    st_s[row] = alpha[i];
-                    st_s[MR + row] = m[i];
-                    st_s[2 * MR + row] = sum[i];
-                }
-            }
-        }
+        tc_softmax_tile<ROWS, NDQ, MR, TC_SLD, TC_PLD, NW>(sp_s, p_s, st_s, warp, lane, off[lane] >= 0, scale);
         __syncthreads();  // B2
         {
-            const float a0 = st_s[16 * mt + gid], a1 = st_s[16 * mt + gid + 8];
-#pragma unroll
-            for (int n = 0; n < NB; ++n) {
-                o[n][0] *= a0;
-                o[n][1] *= a0;
-                o[n][2] *= a1;
-                o[n][3] *= a1;
-            }
+            tc_rescale<NB>(o, st_s[16 * mt + gid], st_s[16 * mt + gid + 8]);
             // Each O tile takes P hi then P lo per k16 step, as the contract's
             // order: the two tiles of a column pair take their hi products,
             // then their lo products (no product waits on the one just

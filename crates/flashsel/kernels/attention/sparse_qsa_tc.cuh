@@ -57,6 +57,7 @@
 //   ldmatrix.x4 and d / 16 mma (hi and lo). Each K / V row is gathered
 //   once per 16 heads. Shared memory 65,728 B at d 256, 45,248 B at d 128.
 #include "attention/common/mma.cuh"
+#include "attention/common/tc_softmax.cuh"
 
 namespace {
 
@@ -216,46 +217,11 @@ __device__ __forceinline__ void qsa_attn_tc_forward(const QsaAttnParams& P) {
             }
         }
         __syncthreads();  // B1
-        {
-            const bool att = off_s[lane] >= 0;
-            float l[QT_ROWS], m[QT_ROWS], sum[QT_ROWS], alpha[QT_ROWS], p[QT_ROWS];
-#pragma unroll
-            for (int i = 0; i < QT_ROWS; ++i) {
-                const int row = warp + QT_WARPS * i;
-                float dot = 0.f;
-#pragma unroll
-                for (int sl = 0; sl < QT_WARPS; ++sl) dot += sp_s[(sl * MR + row) * QT_SLD + lane];
-                l[i] = att ? dot * scale : -fsa_inf();
-                m[i] = st_s[MR + row];
-                sum[i] = st_s[2 * MR + row];
-            }
-            softmax_steps<QT_ROWS>(l, m, sum, alpha, p);
-            // Every lane's reads of the rows' (m, sum) above happen before
-            // lane 0 overwrites them below.
-            __syncwarp();
-#pragma unroll
-            for (int i = 0; i < QT_ROWS; ++i) {
-                const int row = warp + QT_WARPS * i;
-                const u16 hi = f32_to_bf16_rn(p[i]);
-                p_s[row * QT_PLD + lane] = hi;
-                p_s[(MR + row) * QT_PLD + lane] = f32_to_bf16_rn(p[i] - bf16_bits_to_f32(hi));
-                if (lane == 0) {
-                    st_s[row] = alpha[i];
-                    st_s[MR + row] = m[i];
-                    st_s[2 * MR + row] = sum[i];
-                }
-            }
-        }
+        tc_softmax_tile<QT_ROWS, QT_WARPS, MR, QT_SLD, QT_PLD, QT_WARPS>(sp_s, p_s, st_s, warp, lane, off_s[lane] >= 0,
+                                                                        scale);
         __syncthreads();  // B2
         {
-            const float a0 = st_s[gid], a1 = st_s[gid + 8];
-#pragma unroll
-            for (int n = 0; n < NB; ++n) {
-                o[n][0] *= a0;
-                o[n][1] *= a0;
-                o[n][2] *= a1;
-                o[n][3] *= a1;
-            }
+            tc_rescale<NB>(o, st_s[gid], st_s[gid + 8]);
 #pragma unroll
             for (int kk = 0; kk < QT_KT / 16; ++kk) {
                 u32 a[4], al[4];
