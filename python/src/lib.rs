@@ -26,6 +26,7 @@ use numpy::{Element, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyReadw
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 
+mod dsa;
 mod mla_cuda;
 mod qsa_attention;
 
@@ -828,6 +829,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sparse_mla_decode_cpu, m)?)?;
     mla_cuda::register(m)?;
     qsa_attention::register(m)?;
+    dsa::register(m)?;
     Ok(())
 }
 

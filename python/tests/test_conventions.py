@@ -33,6 +33,8 @@ def test_dir_shows_only_the_public_names():
     assert dir(flashsel) == [
         "__version__",
         "backends",
+        "dsa_indexer",
+        "dsa_scores",
         "qsa_attention",
         "qsa_indexer",
         "qsa_scores",

@@ -8,6 +8,9 @@ and block keys, :func:`qsa_indexer` both at once without the score matrix; :func
 indices, with FlashMLA's semantics (the float64 reference on the CPU, the
 CUDA kernels on CUDA tensors); :func:`qsa_attention` is QSA's grouped-query
 sparse attention over the ids ``qsa_select`` writes (likewise);
+:func:`dsa_scores` and :func:`dsa_indexer` are the DSA (DeepSeek-V3.2)
+lightning indexer's logits over per-query key ranges and their exact top-k
+(the same bits on the CPU and CUDA engines);
 :func:`backends` says what can run here; ``__version__`` is the
 package version. Those are the public names (``__all__``, ``dir(flashsel)``); everything else is private. NumPy arrays and CPU torch tensors go to the CPU engine (the GIL is
 released while it runs); CUDA torch tensors go to the CUDA engine on the
@@ -29,6 +32,7 @@ The selection contract (topk, qsa_select: the same bytes on every backend)
 import sys as _sys
 
 from ._api import backends, qsa_select, topk
+from ._dsa import dsa_indexer, dsa_scores
 from ._indexer import qsa_indexer, qsa_scores
 from ._mla import sparse_mla_decode, sparse_mla_prefill
 from ._native import __version__
@@ -37,13 +41,15 @@ from ._qsa_attention import qsa_attention
 if _sys.modules.get("torch") is not None:
     # torch came first: register its operators (torch.ops.flashsel.topk,
     # .qsa_select, .qsa_scores, .qsa_indexer, .sparse_mla_prefill,
-    # .sparse_mla_decode, .qsa_attention) now; otherwise the first call on a
-    # tensor does.
+    # .sparse_mla_decode, .qsa_attention, .dsa_scores, .dsa_indexer) now;
+    # otherwise the first call on a tensor does.
     from . import _torch_ops  # noqa: F401
 
 __all__ = [
     "__version__",
     "backends",
+    "dsa_indexer",
+    "dsa_scores",
     "qsa_attention",
     "qsa_indexer",
     "qsa_scores",
@@ -56,7 +62,7 @@ __all__ = [
 # help() names the public module, not the private one.
 topk.__module__ = backends.__module__ = qsa_select.__module__ = qsa_scores.__module__ = __name__
 sparse_mla_prefill.__module__ = sparse_mla_decode.__module__ = qsa_indexer.__module__ = __name__
-qsa_attention.__module__ = __name__
+qsa_attention.__module__ = dsa_scores.__module__ = dsa_indexer.__module__ = __name__
 
 
 def __dir__() -> list[str]:

@@ -6,6 +6,8 @@ __version__: str
 __all__ = [
     "__version__",
     "backends",
+    "dsa_indexer",
+    "dsa_scores",
     "qsa_attention",
     "qsa_indexer",
     "qsa_scores",
@@ -175,3 +177,68 @@ def qsa_attention(
     scale: float | None = None,
     lengths: Any = None,
 ) -> tuple[_A, _A]: ...
+
+# The DSA (DeepSeek-V3.2) lightning indexer (CPU engine: NumPy arrays, CPU
+# tensors; CUDA engine: CUDA tensors, on the current stream, graph-capturable;
+# the same bits on both): float32 [T, N], k_scale[s] * sum over h of
+# weights[t, h] * relu(q[t, h] . k[s]) for starts[t] <= s < ends[t], -inf
+# elsewhere. q [T, H, d] and k [N, d] (or [N, 1, d]) float32 / bf16 / fp8
+# e4m3 (H 1..128, d 64 / 128 / 256); weights float32 [T, H]; starts, ends
+# int32 / int64 [T]; k_scale float32 [N]. A tensor q gives a tensor.
+def dsa_scores(q: _A, k: Any, weights: Any, starts: Any, ends: Any, *, k_scale: Any = None) -> _A: ...
+
+# The top topk of each row's range of dsa_scores (the bytes of topk(scores,
+# topk, starts=starts, lengths=ends, ...)): ids int32 [T, topk] (-1 padded;
+# KV slots with page_table and seq_ids), with return_values also the float32
+# scores.
+@overload
+def dsa_indexer(
+    q: _A,
+    k: Any,
+    weights: Any,
+    starts: Any,
+    ends: Any,
+    *,
+    topk: int = 2048,
+    k_scale: Any = None,
+    order: Order = "index",
+    nan: Nan = "lowest",
+    return_values: Literal[False] = False,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> _A: ...
+@overload
+def dsa_indexer(
+    q: _A,
+    k: Any,
+    weights: Any,
+    starts: Any,
+    ends: Any,
+    *,
+    topk: int = 2048,
+    k_scale: Any = None,
+    order: Order = "index",
+    nan: Nan = "lowest",
+    return_values: Literal[True],
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> tuple[_A, _A]: ...
+@overload
+def dsa_indexer(
+    q: _A,
+    k: Any,
+    weights: Any,
+    starts: Any,
+    ends: Any,
+    *,
+    topk: int = 2048,
+    k_scale: Any = None,
+    order: Order = "index",
+    nan: Nan = "lowest",
+    return_values: bool,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> _A | tuple[_A, _A]: ...

@@ -1,20 +1,24 @@
 """flashsel's torch operators: ``torch.ops.flashsel.topk``,
 ``torch.ops.flashsel.qsa_select``, ``torch.ops.flashsel.qsa_scores``,
 ``torch.ops.flashsel.qsa_indexer``, ``torch.ops.flashsel.sparse_mla_prefill``,
-``torch.ops.flashsel.sparse_mla_decode`` and ``torch.ops.flashsel.qsa_attention``,
+``torch.ops.flashsel.sparse_mla_decode``, ``torch.ops.flashsel.qsa_attention``,
+``torch.ops.flashsel.dsa_scores`` and ``torch.ops.flashsel.dsa_indexer``,
 each with a fake (meta) implementation, so that :func:`flashsel.topk`,
 :func:`flashsel.qsa_select`, :func:`flashsel.qsa_scores`,
 :func:`flashsel.qsa_indexer`, :func:`flashsel.sparse_mla_prefill`,
-:func:`flashsel.sparse_mla_decode` and :func:`flashsel.qsa_attention` on
-torch tensors trace into ``torch.compile`` graphs without a graph break
-(``fullgraph=True``); on CUDA tensors all seven are also captured by CUDA
+:func:`flashsel.sparse_mla_decode`, :func:`flashsel.qsa_attention`,
+:func:`flashsel.dsa_scores` and :func:`flashsel.dsa_indexer` on torch
+tensors trace into ``torch.compile`` graphs without a graph break
+(``fullgraph=True``); on CUDA tensors all nine are also captured by CUDA
 graphs.
 
 The sparse MLA operators run ``_mla._sparse_mla_prefill`` /
 ``_mla._sparse_mla_decode`` (the CPU float64 reference, or the CUDA kernels
 on CUDA tensors), the QSA attention operator
-``_qsa_attention._qsa_attention`` (likewise). Their fake implementations
-accept CUDA tensors (all on one device); see :func:`_mla_prefill_fake`.
+``_qsa_attention._qsa_attention`` (likewise), the DSA indexer operators
+``_dsa._dsa_scores`` / ``_dsa._dsa_indexer`` (the CPU engine, or the CUDA
+engine on CUDA tensors). Their fake implementations accept CUDA tensors
+(all on one device); see :func:`_mla_prefill_fake`.
 
 This module imports torch, so flashsel imports it only when torch is already
 imported: ``flashsel/__init__.py`` does when torch was imported first, and the
@@ -42,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _api, _indexer, _mla, _native, _qsa_attention
+from . import _api, _dsa, _indexer, _mla, _native, _qsa_attention
 
 # ---------------------------------------------------------------------------
 # The operators
@@ -669,6 +673,108 @@ _QSA_INDEXER = _register("qsa_indexer", _qsa_indexer_impl, _qsa_indexer_fake)
 
 
 # ---------------------------------------------------------------------------
+# The DSA indexer: flashsel::dsa_scores, flashsel::dsa_indexer
+# ---------------------------------------------------------------------------
+
+# The public functions' arguments, in their order (the keyword-only options
+# with their defaults). `values` is always returned, as topk's: [T, topk]
+# float32 when return_values, else an empty [0] float32 tensor on q's device.
+_LIB.define(
+    "dsa_scores(Tensor q, Tensor k, Tensor weights, Tensor starts, Tensor ends, Tensor? k_scale=None) -> Tensor",
+    tags=_TAGS,
+)
+_LIB.define(
+    "dsa_indexer(Tensor q, Tensor k, Tensor weights, Tensor starts, Tensor ends, SymInt topk=2048,"
+    " Tensor? k_scale=None, str order=\"index\", str nan=\"lowest\", bool return_values=False,"
+    " Tensor? page_table=None, SymInt page_size=64, Tensor? seq_ids=None) -> (Tensor ids, Tensor values)",
+    tags=_TAGS,
+)
+
+
+def _dsa_scores_impl(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weights: torch.Tensor,
+    starts: torch.Tensor,
+    ends: torch.Tensor,
+    k_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``flashsel::dsa_scores`` on real tensors: the CPU engine, or the CUDA
+    engine on CUDA tensors (``_dsa._dsa_scores``)."""
+    return _dsa._dsa_scores(q, k, weights, starts, ends, k_scale)
+
+
+def _dsa_scores_fake(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weights: torch.Tensor,
+    starts: torch.Tensor,
+    ends: torch.Tensor,
+    k_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``flashsel::dsa_scores`` on fake (meta) tensors: the metadata checks
+    of ``_dsa._check`` (devices, dtypes, shapes, k's layout, then for
+    concrete sizes the engine's spec rules), with the eager messages, and an
+    empty float32 ``[T, N]`` on q's device. The ranges' values are checked
+    when the operator runs."""
+    g = _dsa._check(torch, q, k, weights, starts, ends, k_scale)
+    return q.new_empty((g.rows, g.keys), dtype=torch.float32)
+
+
+def _dsa_indexer_impl(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weights: torch.Tensor,
+    starts: torch.Tensor,
+    ends: torch.Tensor,
+    topk: int = 2048,
+    k_scale: torch.Tensor | None = None,
+    order: str = "index",
+    nan: str = "lowest",
+    return_values: bool = False,
+    page_table: torch.Tensor | None = None,
+    page_size: int = 64,
+    seq_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``flashsel::dsa_indexer`` on real tensors (``_dsa._dsa_indexer``)."""
+    ids, values = _dsa._dsa_indexer(
+        q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids
+    )
+    return ids, (q.new_empty((0,), dtype=torch.float32) if values is None else values)
+
+
+def _dsa_indexer_fake(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    weights: torch.Tensor,
+    starts: torch.Tensor,
+    ends: torch.Tensor,
+    topk: Any = 2048,
+    k_scale: torch.Tensor | None = None,
+    order: str = "index",
+    nan: str = "lowest",
+    return_values: bool = False,
+    page_table: torch.Tensor | None = None,
+    page_size: Any = 64,
+    seq_ids: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``flashsel::dsa_indexer`` on fake (meta) tensors: the option checks,
+    the metadata checks of :func:`_dsa_scores_fake` and of the page
+    arguments, the selection's size rules (concrete sizes), and empty
+    ``ids`` int32 ``[T, topk]``, ``values`` float32 ``[T, topk]`` (or ``[0]``
+    without ``return_values``)."""
+    topk, order, nan, page_size = _dsa._options(topk, order, nan, page_size, page_table, seq_ids)
+    g = _dsa._check(torch, q, k, weights, starts, ends, k_scale, page_table, seq_ids, topk, order, nan)
+    ids = q.new_empty((g.rows, topk), dtype=torch.int32)
+    return ids, q.new_empty((g.rows, topk) if return_values else (0,), dtype=torch.float32)
+
+
+# Not differentiable (a selection stage's scores, read detached).
+_DSA_SCORES = _register("dsa_scores", _dsa_scores_impl, _dsa_scores_fake)
+_DSA_INDEXER = _register("dsa_indexer", _dsa_indexer_impl, _dsa_indexer_fake)
+
+
+# ---------------------------------------------------------------------------
 # The wrappers the public functions call (traced by torch.compile)
 # ---------------------------------------------------------------------------
 
@@ -863,6 +969,45 @@ def qsa_attention(q: torch.Tensor, k: Any, v: Any, indices: Any, scale: Any, len
     if isinstance(sc, _Not) or not _tensors(k, v, indices) or not _opt_tensors(lengths):
         return _qsa_attention._qsa_attention(q, k, v, indices, scale, lengths)
     return _QSA_ATTENTION(q, k, v, indices, sc, lengths)
+
+
+def dsa_scores(q: torch.Tensor, k: Any, weights: Any, starts: Any, ends: Any, k_scale: Any) -> Any:
+    """``flashsel.dsa_scores`` with a tensor ``q``: calls
+    ``torch.ops.flashsel.dsa_scores`` when every array argument is a tensor,
+    else runs the eager path directly (host forms such as lists or NumPy
+    arrays beside a tensor q, which it converts; its errors for what it
+    rejects)."""
+    if not _tensors(k, weights, starts, ends) or not _opt_tensors(k_scale):
+        return _dsa._dsa_scores(q, k, weights, starts, ends, k_scale)
+    return _DSA_SCORES(q, k, weights, starts, ends, k_scale)
+
+
+def dsa_indexer(
+    q: torch.Tensor,
+    k: Any,
+    weights: Any,
+    starts: Any,
+    ends: Any,
+    topk: int,
+    k_scale: Any,
+    order: str,
+    nan: str,
+    return_values: bool,
+    page_table: Any,
+    page_size: int,
+    seq_ids: Any,
+) -> tuple[Any, Any]:
+    """``flashsel.dsa_indexer`` with a tensor ``q``, options already checked:
+    calls ``torch.ops.flashsel.dsa_indexer`` as :func:`dsa_scores` does;
+    returns ``(ids, values)`` (values empty or None unless
+    ``return_values``)."""
+    if not _tensors(k, weights, starts, ends) or not _opt_tensors(k_scale, page_table, seq_ids):
+        return _dsa._dsa_indexer(
+            q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids
+        )
+    return _DSA_INDEXER(
+        q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids
+    )
 
 
 # ---------------------------------------------------------------------------
