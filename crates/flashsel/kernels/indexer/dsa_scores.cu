@@ -12,8 +12,12 @@
 // ALGORITHM (dsa_scores_q*_k*)
 //   Grid (rows, chunks of CHUNK = 1024 columns). The CTA (256 threads, 8
 //   warps) writes its chunk of row t: -inf outside the row's range; inside
-//   it, warp w scores the keys s = c0 + w, c0 + w + 8, ... For one key the
-//   warp's four groups of 8 lanes take heads h = 4i + g (g the group):
+//   it, warp w scores the keys s = c0 + w, c0 + w + 8, ... The heads go in
+//   chunks of HC (as many as 18 KB of shared memory holds, decoded to f32 in
+//   rows of d + 8 floats); for each chunk every warp stages each of its keys
+//   (decoded) in shared memory once and continues the key's head sum, kept
+//   in acc_s between chunks. For one key the warp's four groups of 8 lanes
+//   take heads h = 4i + g (g the group):
 //     1. lane l of the group sums the products q[t, h, j] * k[s, j] of j =
 //        l, l + 8, l + 16, ... in increasing j, each product and sum rounded
 //        on its own (__fmul_rn, __fadd_rn: no contraction);
@@ -43,7 +47,9 @@
 // COST
 //   Per score H d products and sums on CUDA cores (no FMA: two instructions
 //   each), plus 3 H / 4 shuffles and H / 4 * 4 shuffles of the head sum a
-//   lane; q (every warp of the row re-reads it) and k from L1 / L2 (__ldg).
+//   lane; q read and decoded once a CTA, each key once a head chunk (H / HC
+//   times: twice for 64 heads of 128); the products read shared memory
+//   (conflict-free: rows of d + 8 floats put the four groups 8 banks apart).
 //   A correctness-first kernel: the tensor-core form is future work.
 #include "attention/common/types.cuh"
 
@@ -54,6 +60,8 @@ namespace {
 constexpr int BLOCK = 256;
 constexpr int WARPS = BLOCK / 32;
 constexpr int CHUNK = 1024;  // columns a CTA
+constexpr int DMAX = 256;    // the widest head
+constexpr int Q_SMEM = 4608; // floats of q's heads a chunk (18 KB)
 enum : int { KF_F32 = 0, KF_BF16 = 1, KF_E4M3 = 2 };
 
 }  // namespace
@@ -127,9 +135,13 @@ __device__ __forceinline__ void dsa_scores_impl(const DsaParams& P) {
     }
     const long long lo = max(a, c0), hi = min(b, c1);
     if (lo >= hi) return;
+    __shared__ float q_s[Q_SMEM];                // a chunk of q's heads, rows of d + 8
+    __shared__ float k_w[WARPS][DMAX];           // each warp's current key
+    __shared__ float acc_s[CHUNK];               // each key's running head sum
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 3, l = lane & 7;
-    const int H = P.heads, d = P.dim;
+    const int H = P.heads, d = P.dim, ld = d + 8;
+    const int HC = (Q_SMEM / ld) & ~3;           // heads a chunk: 64 (d 64), 32 (128), 16 (256)
     const long long qrow = (long long)t * H * d;
     const float* w = P.weights + (long long)t * H;
     int seq = 0;
@@ -137,48 +149,69 @@ __device__ __forceinline__ void dsa_scores_impl(const DsaParams& P) {
         seq = __ldg(P.seq_ids + t);
         if (seq >= P.sequences) seq = -1;
     }
+    for (int c = 0; c < H; c += HC) {
+        const int hn = min(HC, H - c);
+        // The previous chunk's reads of q_s are done; this chunk's heads go in
+        // decoded (rows of d + 8: the four groups' reads hit distinct banks).
+        __syncthreads();
+        for (int i = threadIdx.x; i < hn * d; i += BLOCK) {
+            const int h = i / d, j = i - h * d;
+            q_s[h * ld + j] = elem<QF>(P.q, qrow + (long long)(c + h) * d + j);
+        }
+        __syncthreads();
+        for (long long s = lo + warp; s < hi; s += WARPS) {
+            long long krow;
+            float kscale;
+            bool scaled;
+            if (!key_at<PAGED>(P, seq, s, &krow, &kscale, &scaled)) continue;  // uniform over the warp
+            float* kw = k_w[warp];
+            for (int j = lane; j < d; j += 32) kw[j] = elem<KF>(P.k, krow + j);
+            __syncwarp();
+            float acc = c == 0 ? 0.f : acc_s[s - c0];
+            for (int h0 = 0; h0 < hn; h0 += 4) {
+                const int h = h0 + g;
+                // 1. lane l's products j = l, l + 8, ... in increasing j (a
+                //    group past the chunk's heads sums nothing).
+                float part = 0.f;
+                if (h < hn) {
+                    const float* qh = q_s + h * ld;
+                    for (int j = l; j < d; j += 8) part = __fadd_rn(part, __fmul_rn(qh[j], kw[j]));
+                }
+                // 2. the lane tree (the lanes of a group differ in bits 0..2);
+                //    every lane of the warp takes part.
+                part = __fadd_rn(part, __shfl_xor_sync(FSA_FULL, part, 1));
+                part = __fadd_rn(part, __shfl_xor_sync(FSA_FULL, part, 2));
+                part = __fadd_rn(part, __shfl_xor_sync(FSA_FULL, part, 4));
+                // 3. relu, then the weight; the four heads into the sum in order.
+                float p = 0.f;
+                if (h < hn) {
+                    const float r = part > 0.f || part != part ? part : 0.f;
+                    p = __fmul_rn(__ldg(w + c + h), r);
+                }
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float pq = __shfl_sync(FSA_FULL, p, 8 * q);
+                    if (h0 + q < hn) acc = __fadd_rn(acc, pq);
+                }
+            }
+            if (lane == 0) acc_s[s - c0] = acc;
+            __syncwarp();  // every lane's reads of kw before the next key's writes
+        }
+    }
+    // The scores (a warp's keys are its own in every chunk: no barrier).
     for (long long s = lo + warp; s < hi; s += WARPS) {
         long long krow;
         float kscale;
         bool scaled;
-        if (!key_at<PAGED>(P, seq, s, &krow, &kscale, &scaled)) {  // uniform over the warp
-            if (lane == 0) row[s] = -fsa_inf();
+        if (lane != 0) continue;
+        if (!key_at<PAGED>(P, seq, s, &krow, &kscale, &scaled)) {
+            row[s] = -fsa_inf();
             continue;
         }
-        float acc = 0.f;
-        for (int h0 = 0; h0 < H; h0 += 4) {
-            const int h = h0 + g;
-            // 1. lane l's products j = l, l + 8, ... in increasing j (a
-            //    group past H sums nothing).
-            float part = 0.f;
-            if (h < H) {
-                const long long qh = qrow + (long long)h * d;
-                for (int j = l; j < d; j += 8) {
-                    part = __fadd_rn(part, __fmul_rn(elem<QF>(P.q, qh + j), elem<KF>(P.k, krow + j)));
-                }
-            }
-            // 2. the lane tree (the lanes of a group differ in bits 0..2);
-            //    every lane of the warp takes part.
-            part = __fadd_rn(part, __shfl_xor_sync(FSA_FULL, part, 1));
-            part = __fadd_rn(part, __shfl_xor_sync(FSA_FULL, part, 2));
-            part = __fadd_rn(part, __shfl_xor_sync(FSA_FULL, part, 4));
-            // 3. relu, then the weight.
-            float p = 0.f;
-            if (h < H) {
-                const float r = part > 0.f || part != part ? part : 0.f;
-                p = __fmul_rn(__ldg(w + h), r);
-            }
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const float pq = __shfl_sync(FSA_FULL, p, 8 * q);
-                if (h0 + q < H) acc = __fadd_rn(acc, pq);
-            }
-        }
-        if (lane == 0) {
-            float v = scaled ? __fmul_rn(acc, kscale) : acc;
-            if (v != v) v = __int_as_float(0x7fc00000);
-            row[s] = v;
-        }
+        const float acc = acc_s[s - c0];
+        float v = scaled ? __fmul_rn(acc, kscale) : acc;
+        if (v != v) v = __int_as_float(0x7fc00000);
+        row[s] = v;
     }
 }
 
