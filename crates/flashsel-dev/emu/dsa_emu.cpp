@@ -156,6 +156,7 @@ int main() {
     }
     test("q e4m3 k e4m3 h64 d128 keys 2100 (DeepSeek-V3.2)", 4, 64, 128, 2100, 2, 2, true, 0);
     test("q bf16 k bf16 h3 d256 keys 40 no scale", 7, 3, 256, 40, 1, 1, false, 0);
+    test("q f32 k e4m3 h40 d256 keys 200 (three head chunks, the last of 8)", 3, 40, 256, 200, 0, 2, true, 0);
     test("q f32 k f32 h1 d128 keys 1024 NaN and inf keys", 6, 5, 128, 1024, 0, 0, true, 1);
     test("q e4m3 k e4m3 h9 d64 NaN key code", 5, 9, 64, 300, 2, 2, false, 1);
     test_paged("paged q e4m3 h64 d128 pages of 64", 6, 64, 128, 1100, 2, 64);

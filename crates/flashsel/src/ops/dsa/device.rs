@@ -90,6 +90,18 @@ pub fn paged_entry(q: DType) -> Result<&'static str> {
     Ok(DSA_ENTRIES[9 + fmt_code("q", q)?])
 }
 
+/// The kernel a request runs: the paged cache's (e4m3 keys only) when
+/// `a.paged` is set, else the one of its q and k formats.
+pub fn scores_entry(a: &DeviceDsaScores) -> Result<&'static str> {
+    match a.paged {
+        None => entry(a.q_dtype, a.k_dtype),
+        Some(_) if a.k_dtype != DType::F8E4M3 => {
+            Err(Error::UnknownDType(format!("the paged key cache holds fp8 e4m3 keys, not {}", a.k_dtype)))
+        }
+        Some(_) => paged_entry(a.q_dtype),
+    }
+}
+
 /// DeepSeek-V3.2's paged fp8 key cache on the device
 /// ([`super::DsaPagedKeys`]' layout): `k` of [`DeviceDsaScores`] is the
 /// cache's first byte.
@@ -172,11 +184,8 @@ impl CudaEngine {
     pub unsafe fn dsa_scores_device(&self, a: &DeviceDsaScores) -> Result<()> {
         let s = &a.spec;
         s.validate()?;
-        let f = self.function(KernelId {
-            module: Module::IndexerDsa,
-            global_buffer: false,
-            entry: entry(a.q_dtype, a.k_dtype)?,
-        })?;
+        let f =
+            self.function(KernelId { module: Module::IndexerDsa, global_buffer: false, entry: scores_entry(a)? })?;
         if s.rows == 0 || s.keys == 0 {
             return Ok(());
         }
@@ -630,6 +639,29 @@ mod tests {
         assert_eq!(entry(DType::BF16, DType::F8E4M3).unwrap(), "dsa_scores_qbf16_ke4m3");
         assert!(entry(DType::F16, DType::F32).is_err());
         assert_eq!(paged_entry(DType::BF16).unwrap(), "dsa_scores_paged_qbf16");
+        // A request takes the paged kernel exactly when it names a paged cache.
+        let pg = DevicePagedKeys { table: 1, sequences: 1, max_pages: 1, page_size: 64, num_pages: 1, seq_ids: 1 };
+        let mut a = DeviceDsaScores {
+            spec: DsaScoresSpec::new(1, 64, 128, 64),
+            q_dtype: DType::F8E4M3,
+            k_dtype: DType::F8E4M3,
+            q: 1,
+            k: 1,
+            k_scale: None,
+            weights: 1,
+            starts: 1,
+            ends: 1,
+            out: 1,
+            stream: 0,
+            paged: None,
+        };
+        assert_eq!(scores_entry(&a).unwrap(), "dsa_scores_qe4m3_ke4m3");
+        a.paged = Some(pg);
+        assert_eq!(scores_entry(&a).unwrap(), "dsa_scores_paged_qe4m3");
+        a.q_dtype = DType::F32;
+        assert_eq!(scores_entry(&a).unwrap(), "dsa_scores_paged_qf32");
+        a.k_dtype = DType::BF16;
+        assert!(scores_entry(&a).unwrap_err().to_string().contains("e4m3"));
         assert_eq!(Module::IndexerDsa.entry_points(), &DSA_ENTRIES);
     }
 }
