@@ -9,14 +9,17 @@ ranges, no keys and no rows, ranges as host data or int64, device ranges
 out of bounds (clamped in the scores, all -1 rows in the selection), CUDA
 graph capture and replay on new data, torch.compile(fullgraph=True) (also
 captured, mode="reduce-overhead"), the current stream, and the host-side
-errors.
+errors. The paged fp8 key cache (DeepGEMM's layout): the CUDA engine's
+scores, ids and slots are the CPU engine's paged ones (which test_dsa.py
+holds to the contiguous keys' bits), also under torch.compile and in a CUDA
+graph replayed on new data, and its device rules for table entries the host
+does not check.
 
 Skipped (reported as skipped) where torch is not importable or sees no CUDA
 device."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import flashsel
@@ -286,6 +289,173 @@ def test_runs_on_the_current_stream():
 
 
 # ---------------------------------------------------------------------------
+# The paged key cache
+# ---------------------------------------------------------------------------
+
+
+def make_paged(rows, heads, d, ps, max_pages, qd=torch.bfloat16, seed=0, share=2):
+    """CPU tensors (q, weights, starts, ends, seq_ids, cache, table): two
+    sequences of max_pages pages of ps tokens (N = max_pages * ps) in one
+    fp8 cache [P, ps, 1, d + 4] in DeepGEMM's layout (per page ps * d e4m3
+    bytes, then ps f32 scales), sequence 1 sharing sequence 0's first
+    `share` pages, the pages in a shuffled order, one unused page of NaN
+    codes and NaN scales."""
+    g = torch.Generator().manual_seed(seed)
+    n = max_pages * ps
+    ks = [(torch.randn((n, d), generator=g) * 8).to(FP8) for _ in range(2)]
+    scs = [torch.rand((n,), generator=g) * 3 + 0.25 for _ in range(2)]
+    ks[1][: share * ps] = ks[0][: share * ps]
+    scs[1][: share * ps] = scs[0][: share * ps]
+    pages = 2 * max_pages - share + 1
+    perm = torch.randperm(pages, generator=g).to(torch.int32)
+    table = torch.empty((2, max_pages), dtype=torch.int32)
+    table[0] = perm[:max_pages]
+    table[1, :share] = perm[:share]
+    table[1, share:] = perm[max_pages : 2 * max_pages - share]
+    cache = torch.full((pages, ps * (d + 4)), 0x7F, dtype=torch.uint8)
+    cache[int(perm[-1]), ps * d :] = torch.full((ps,), float("nan")).view(torch.uint8)
+    for seq in range(2):
+        for i in range(max_pages):
+            p = int(table[seq, i])
+            cache[p, : ps * d] = ks[seq][i * ps : (i + 1) * ps].reshape(-1).view(torch.uint8)
+            cache[p, ps * d :] = scs[seq][i * ps : (i + 1) * ps].contiguous().view(torch.uint8)  # little-endian
+    q = values_of(torch.randn((rows, heads, d), generator=g), qd)
+    w = torch.randn((rows, heads), generator=g)
+    st, en = ranges(g, rows, n)
+    seqs = torch.randint(0, 2, (rows,), generator=g).to(torch.int32)
+    return q, w, st, en, seqs, cache.reshape(pages, ps, 1, d + 4), table
+
+
+def paged_both(args, ps, **kw):
+    """(CUDA, CPU) results of dsa_scores and of dsa_indexer (kw its options)
+    over the paged cache."""
+    q, w, st, en, seqs, cache, table = args
+    qd, wd, sd, ed, seqd, cd, td = cuda(q, w, st, en, seqs, cache, table)
+    s = (flashsel.dsa_scores(qd, cd, wd, sd, ed, page_table=td, page_size=ps, seq_ids=seqd),
+         flashsel.dsa_scores(q, cache, w, st, en, page_table=table, page_size=ps, seq_ids=seqs))  # fmt: skip
+    i = (flashsel.dsa_indexer(qd, cd, wd, sd, ed, page_table=td, page_size=ps, seq_ids=seqd, **kw),
+         flashsel.dsa_indexer(q, cache, w, st, en, page_table=table, page_size=ps, seq_ids=seqs, **kw))  # fmt: skip
+    return s, i
+
+
+@pytest.mark.parametrize("qd", DTYPES, ids=str)
+@pytest.mark.parametrize(("heads", "d", "ps"), [(4, 128, 64), (3, 64, 16), (5, 256, 7)])
+def test_paged_matches_the_cpu(qd, heads, d, ps):
+    args = make_paged(9, heads, d, ps, 12, qd, seed=heads + ps)
+    for kw in ({"topk": 100, "return_values": True}, {"topk": 2048, "order": "score", "slots": False},
+               {"topk": 50, "order": "score", "nan": "largest", "slots": True, "return_values": True}):  # fmt: skip
+        (gs, cs), (gi, ci) = paged_both(args, ps, **kw)
+        assert_bytes(gs, cs, f"scores {qd}")
+        assert_bytes(gi, ci, f"indexer {qd} {kw}")
+
+
+def test_paged_deepseek_decode_shape():
+    # 64 fp8 heads of 128, pages of 64 tokens, top-2048 slots over 40 pages a sequence.
+    args = make_paged(6, 64, 128, 64, 40, FP8, seed=30)
+    q, w, st, en, seqs, cache, table = args
+    st[:] = 0
+    en[:] = torch.tensor([2560, 100, 2049, 2560, 1, 0], dtype=torch.int32)
+    (gs, cs), (gi, ci) = paged_both(args, 64, topk=2048, return_values=True)
+    assert_bytes(gs, cs)
+    assert_bytes(gi, ci)
+    # A flat cache and a float8 view are the same cache.
+    (gs2, _), (gi2, _) = paged_both((q, w, st, en, seqs, cache.reshape(-1), table), 64, topk=2048, return_values=True)
+    assert_bytes(gs2, cs)
+    assert_bytes(gi2, ci)
+    (gs3, _), _ = paged_both((q, w, st, en, seqs, cache.view(FP8), table), 64, topk=8)
+    assert_bytes(gs3, cs)
+
+
+def test_paged_device_table_values_are_not_checked():
+    # On the device a key whose page entry is negative or past the cache, or
+    # whose sequence is outside the table, scores -inf (never read); the
+    # same keys with a good table give the CPU engine's bits elsewhere.
+    ps = 16
+    q, w, st, en, seqs, cache, table = make_paged(6, 4, 64, ps, 6, seed=31)
+    st[:] = 0
+    en[:] = 96
+    seqs[:] = torch.tensor([0, 1, 0, 1, 0, 1], dtype=torch.int32)
+    want = flashsel.dsa_scores(q, cache, w, st, en, page_table=table, page_size=ps, seq_ids=seqs)
+    bad = table.clone()
+    bad[0, 2] = -1
+    bad[1, 4] = cache.shape[0]  # one past the cache's pages
+    seqs_bad = seqs.clone()
+    seqs_bad[5] = 7  # outside the table's 2 sequences
+    want[seqs == 0, 2 * ps : 3 * ps] = float("-inf")
+    want[seqs == 1, 4 * ps : 5 * ps] = float("-inf")
+    want[5] = float("-inf")
+    qd, wd, sd, ed, cd, td, seqd = cuda(q, w, st, en, cache, bad, seqs_bad)
+    got = flashsel.dsa_scores(qd, cd, wd, sd, ed, page_table=td, page_size=ps, seq_ids=seqd)
+    assert_bytes(got, want)
+    ids = flashsel.dsa_indexer(qd, cd, wd, sd, ed, topk=8, page_table=td, page_size=ps, seq_ids=seqd)
+    assert (ids[5] == -1).all().item()  # a sequence outside the table: all -1
+    # The host checks what the device cannot.
+    with pytest.raises(ValueError, match=r"page_table\[0, 2\] = -1"):
+        flashsel.dsa_scores(q, cache, w, st, en, page_table=bad, page_size=ps, seq_ids=seqs)
+
+
+def test_paged_graph_capture_and_replay_on_new_data():
+    rows, heads, d, ps, mp = 5, 16, 128, 64, 20
+    args = make_paged(rows, heads, d, ps, mp, FP8, seed=32)
+    dargs = cuda(*args)
+    qd, wd, sd, ed, seqd, cd, td = dargs
+    pkw = dict(page_table=td, page_size=ps, seq_ids=seqd)
+
+    def step():
+        return (
+            flashsel.dsa_scores(qd, cd, wd, sd, ed, **pkw),
+            flashsel.dsa_indexer(qd, cd, wd, sd, ed, topk=256, order="score", return_values=True, **pkw),
+            flashsel.dsa_indexer(qd, cd, wd, sd, ed, topk=100, slots=False, **pkw),
+        )
+
+    step()  # the engine exists before the capture
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for seed in (33, 34):
+        new = make_paged(rows, heads, d, ps, mp, FP8, seed=seed)  # the same shapes, a new table
+        for dst, src in zip(dargs, new):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        q, w, st, en, seqs, cache, table = new
+        hkw = dict(page_table=table, page_size=ps, seq_ids=seqs)
+        assert_bytes(out[0], flashsel.dsa_scores(q, cache, w, st, en, **hkw))
+        assert_bytes(out[1], flashsel.dsa_indexer(q, cache, w, st, en, topk=256, order="score", return_values=True,
+                                                  **hkw))  # fmt: skip
+        assert_bytes(out[2], flashsel.dsa_indexer(q, cache, w, st, en, topk=100, slots=False, **hkw))
+
+
+def test_paged_compile_fullgraph_matches_eager():
+    ps = 64
+    args = make_paged(7, 8, 128, ps, 16, torch.bfloat16, seed=35)
+    dargs = cuda(*args)
+
+    def step(q, w, s, e, seqs, c, t):
+        scores = flashsel.dsa_scores(q, c, w, s, e, page_table=t, page_size=ps, seq_ids=seqs)
+        ids, vals = flashsel.dsa_indexer(q, c, w, s, e, topk=128, return_values=True, page_table=t, page_size=ps,
+                                         seq_ids=seqs)  # fmt: skip
+        tok = flashsel.dsa_indexer(q, c, w, s, e, topk=64, page_table=t, page_size=ps, seq_ids=seqs, slots=False)
+        return scores, ids, vals, tok
+
+    torch._dynamo.reset()
+    got = torch.compile(step, fullgraph=True)(*dargs)
+    assert_bytes(got, step(*dargs))
+    assert_bytes(got, step(*args))  # the CPU engine's bytes
+    f = torch.compile(lambda *a: step(*a)[1], fullgraph=True, mode="reduce-overhead")
+    for _ in range(3):
+        out = f(*dargs)
+    assert_bytes(out, step(*args)[1])
+    torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------------------
 # Host-checkable errors
 # ---------------------------------------------------------------------------
 
@@ -320,6 +490,18 @@ def test_errors_on_the_host():
         flashsel.dsa_indexer(qd, kd, wd, sd, ed, page_table=torch.zeros(1, 4, dtype=torch.int32, device=DEV))
     with pytest.raises(ValueError, match="topk must be in 1"):
         flashsel.dsa_indexer(qd, kd, wd, sd, ed, topk=0)
+    # The paged cache: on q's device, without k_scale.
+    pq, pw, pst, pen, pseqs, pc, pt = make_paged(3, 4, 128, 64, 2, seed=13)
+    pqd, pwd, psd, ped, pseqd, pcd, ptd = cuda(pq, pw, pst, pen, pseqs, pc, pt)
+    pkw = dict(page_table=ptd, page_size=64, seq_ids=pseqd)
+    with pytest.raises(ValueError, match=f"k is on cpu but q is on cuda:\\d: {msg}"):
+        flashsel.dsa_scores(pqd, pc, pwd, psd, ped, **pkw)
+    with pytest.raises(ValueError, match="k_scale must be None with a paged key cache"):
+        flashsel.dsa_indexer(pqd, pcd, pwd, psd, ped, k_scale=torch.ones(128, device=DEV), **pkw)
+    with pytest.raises(ValueError, match="k is a paged key cache of pages of 64 tokens"):
+        flashsel.dsa_indexer(pqd, pcd, pwd, psd, ped, page_table=ptd, page_size=32, seq_ids=pseqd)
+    with pytest.raises(ValueError, match="slots=False with contiguous keys"):
+        flashsel.dsa_indexer(qd, kd, wd, sd, ed, page_table=ptd, seq_ids=pseqd, slots=False)
     # A strided q is copied (it is small); the result is the contiguous one's.
     wide = torch.randn(3, 8, 128, device=DEV)
     assert_bytes(flashsel.dsa_scores(wide[:, ::2], kd, wd, sd, ed),

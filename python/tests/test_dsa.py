@@ -343,6 +343,235 @@ def test_indexer_with_a_page_table_writes_slots():
 
 
 # ---------------------------------------------------------------------------
+# The paged key cache (DeepGEMM fp8_paged_mqa_logits' layout)
+# ---------------------------------------------------------------------------
+
+
+def cache_forms(cache, ps, d):
+    """Every shape the API takes for a [P, ps * (d + 4)] byte cache."""
+    forms = {"4d": cache.reshape(-1, ps, 1, d + 4), "3d": cache.reshape(-1, ps, d + 4), "2d": cache,
+             "flat": cache.reshape(-1)}  # fmt: skip
+    if FP8 is not None:
+        forms["4d_fp8"] = cache.view(FP8).reshape(-1, ps, 1, d + 4)
+    return forms
+
+
+def paged_case(rows=9, heads=4, d=64, ps=16, max_pages=6, share=2, qd="bf16", seed=0, nan_keys=()):
+    """Two sequences of max_pages pages of ps tokens (N = max_pages * ps),
+    each held contiguously (e4m3 keys k[seq] [N, d] and scales sc[seq] [N])
+    and in one paged cache [P, ps * (d + 4)] in DeepGEMM's layout: sequence
+    1 shares sequence 0's first `share` pages, the physical pages are in a
+    shuffled order, and one page (never in the table) holds NaN codes and
+    NaN scales; `nan_keys`: tokens of sequence 0 with a NaN code. Returns
+    (q, w, starts, ends, seq_ids, ks, scs, cache, table)."""
+    rng = np.random.default_rng(seed)
+    n = max_pages * ps
+    ks = [elems(rng, (n, d), "fp8") for _ in range(2)]
+    scs = [rng.uniform(0.1, 4.0, n).astype(np.float32) for _ in range(2)]
+    ks[0][list(nan_keys), 1] = 0x7F
+    ks[1][: share * ps] = ks[0][: share * ps]
+    scs[1][: share * ps] = scs[0][: share * ps]
+    pages = 2 * max_pages - share + 1
+    perm = rng.permutation(pages).astype(np.int32)
+    table = np.empty((2, max_pages), np.int32)
+    table[0] = perm[:max_pages]
+    table[1, :share] = perm[:share]
+    table[1, share:] = perm[max_pages : 2 * max_pages - share]
+    cache = np.full((pages, ps * (d + 4)), 0x7F, np.uint8)  # e4m3 NaN codes
+    cache[perm[-1], ps * d :] = np.full(ps, np.nan, "<f4").view(np.uint8)  # the unused page's scales
+    for seq in range(2):
+        for i in range(max_pages):
+            p = table[seq, i]
+            cache[p, : ps * d] = ks[seq][i * ps : (i + 1) * ps].reshape(-1)
+            cache[p, ps * d :] = scs[seq][i * ps : (i + 1) * ps].astype("<f4").view(np.uint8)
+    q = elems(rng, (rows, heads, d), qd)
+    w = rng.standard_normal((rows, heads)).astype(np.float32)
+    st, en = ranges(rng, rows, n)
+    seqs = (np.arange(rows) % 2).astype(np.int32)
+    rng.shuffle(seqs)
+    return q, w, st, en, seqs, ks, scs, cache, table
+
+
+def by_sequence(fn, q, w, st, en, seqs, ks, scs, **kw):
+    """`fn` (dsa_scores / dsa_indexer) on the keys held contiguously: each
+    sequence's rows against its own keys and scales, put back in row order."""
+    outs = []
+    for seq in range(2):
+        r = np.flatnonzero(seqs == seq)
+        extra = {a: (v[r] if a == "seq_ids" else v) for a, v in kw.items()}
+        outs.append((r, fn(q[r], ks[seq], w[r], st[r], en[r], k_scale=scs[seq], **extra)))
+    first = outs[0][1]
+    tup = isinstance(first, tuple)
+    res = [np.empty((len(q), *x.shape[1:]), x.dtype) for x in (first if tup else (first,))]
+    for r, out in outs:
+        for dst, x in zip(res, out if tup else (out,)):
+            dst[r] = x
+    return tuple(res) if tup else res[0]
+
+
+def slots_of(ids, table, seqs, ps):
+    """Token ids to the cache's slots (-1 stays -1)."""
+    t = np.maximum(ids, 0)
+    return np.where(ids < 0, -1, table[seqs[:, None], t // ps] * ps + t % ps).astype(np.int32)
+
+
+@pytest.mark.parametrize("qd", DTYPES)
+@pytest.mark.parametrize(("heads", "d", "ps"), [(4, 64, 16), (8, 128, 64), (3, 256, 5)])
+def test_paged_scores_are_the_contiguous_bits(qd, heads, d, ps):
+    q, w, st, en, seqs, ks, scs, cache, table = paged_case(heads=heads, d=d, ps=ps, qd=qd, seed=heads + ps)
+    want = by_sequence(flashsel.dsa_scores, q, w, st, en, seqs, ks, scs)
+    assert want.shape == (9, table.shape[1] * ps)
+    kw = dict(page_table=table, page_size=ps, seq_ids=seqs)
+    for name, k in cache_forms(cache, ps, d).items():
+        got = flashsel.dsa_scores(q, k, w, st, en, **kw)
+        assert_same_bits(got, want)
+    # And within the stated bound of the float64 reference (per sequence).
+    for seq in range(2):
+        r = seqs == seq
+        check_bound(want[r], q[r], ks[seq], w[r], st[r], en[r], scs[seq])
+
+
+@pytest.mark.parametrize("order", ["index", "score"])
+@pytest.mark.parametrize("nan", ["lowest", "largest"])
+def test_paged_indexer_ids_and_slots(order, nan):
+    ps = 16
+    # NaN keys 3 and 40 (in both sequences: their first two pages are shared) and 100.
+    q, w, st, en, seqs, ks, scs, cache, table = paged_case(rows=12, heads=5, d=128, ps=ps, max_pages=8, seed=3,
+                                                           nan_keys=(3, 40, 100))  # fmt: skip
+    opts = dict(topk=30, order=order, nan=nan, return_values=True)
+    pkw = dict(page_table=table, page_size=ps, seq_ids=seqs)
+    tokens = by_sequence(flashsel.dsa_indexer, q, w, st, en, seqs, ks, scs, **opts)
+    # The contiguous keys with the same table write the same slots.
+    want_slots = by_sequence(flashsel.dsa_indexer, q, w, st, en, seqs, ks, scs, **opts, **pkw)
+    np.testing.assert_array_equal(want_slots[0], slots_of(tokens[0], table, seqs, ps))
+    for k in cache_forms(cache, ps, 128).values():
+        assert_same_bits(flashsel.dsa_indexer(q, k, w, st, en, **opts, **pkw, slots=False), tokens)
+        assert_same_bits(flashsel.dsa_indexer(q, k, w, st, en, **opts, **pkw), want_slots)
+        assert_same_bits(flashsel.dsa_indexer(q, k, w, st, en, **opts, **pkw, slots=True), want_slots)
+    # The indexer is topk of the paged scores.
+    scores = flashsel.dsa_scores(q, cache, w, st, en, **pkw)
+    assert_same_bits(tokens, flashsel.topk(scores, 30, starts=st, lengths=en, order=order, nan=nan,
+                                           return_values=True))  # fmt: skip
+    assert (scores.view(np.uint32)[np.isnan(scores)] == NAN_BITS).all() and np.isnan(scores).any()
+    ids = flashsel.dsa_indexer(q, cache, w, st, en, topk=30, order=order, nan=nan, **pkw)
+    assert ids.dtype == np.int32 and ids.shape == (12, 30)
+    np.testing.assert_array_equal(ids, want_slots[0])
+
+
+def test_paged_rows_read_only_their_pages():
+    # Table entries no row's range reaches may be -1 (unmapped) or past the
+    # cache; one sequence's rows never read the other's pages.
+    ps, d = 8, 64
+    q, w, _, _, _, ks, scs, cache, table = paged_case(rows=4, d=d, ps=ps, max_pages=6, seed=5)
+    table = table.copy()
+    table[0, 4:] = -1
+    table[1, 5] = 10_000
+    st = np.array([0, 3, 0, 17], np.int32)
+    en = np.array([32, 30, 40, 39], np.int32)
+    seqs = np.array([0, 0, 1, 1], np.int32)
+    kw = dict(page_table=table, page_size=ps, seq_ids=seqs)
+    got = flashsel.dsa_scores(q, cache, w, st, en, **kw)
+    want = by_sequence(flashsel.dsa_scores, q, w, st, en, seqs, ks, scs)
+    assert_same_bits(got, want)
+    ids = flashsel.dsa_indexer(q, cache, w, st, en, topk=50, **kw)
+    tok = by_sequence(flashsel.dsa_indexer, q, w, st, en, seqs, ks, scs, topk=50)
+    np.testing.assert_array_equal(ids, slots_of(tok, np.where(table < 0, 0, table), seqs, ps))
+
+
+def test_paged_empty_ranges_and_no_rows():
+    q, w, _, _, _, _, _, cache, table = paged_case(rows=3, ps=16, seed=6)
+    z = np.array([0, 40, 96], np.int32)
+    seqs = np.array([0, 1, 0], np.int32)
+    kw = dict(page_table=table, page_size=16, seq_ids=seqs)
+    s = flashsel.dsa_scores(q, cache, w, z, z, **kw)
+    assert s.shape == (3, 96) and (s == -np.inf).all()
+    ids, vals = flashsel.dsa_indexer(q, cache, w, z, z, topk=5, return_values=True, **kw)
+    assert (ids == -1).all() and (vals == -np.inf).all()
+    e = np.zeros(0, np.int32)
+    ekw = dict(page_table=table, page_size=16, seq_ids=e)
+    assert flashsel.dsa_scores(q[:0], cache, w[:0], e, e, **ekw).shape == (0, 96)
+    assert flashsel.dsa_indexer(q[:0], cache, w[:0], e, e, topk=7, **ekw).shape == (0, 7)
+
+
+def _paged_bad_cases():
+    ps, d = 16, 64
+    q, w, st, en, seqs, ks, scs, cache, table = paged_case(rows=3, d=d, ps=ps, max_pages=4, seed=7)
+    st, en = np.array([0, 5, 0], np.int32), np.array([64, 20, 10], np.int32)
+    seqs = np.array([0, 1, 1], np.int32)
+    kw = {"page_table": table, "page_size": ps, "seq_ids": seqs}
+    c4 = cache.reshape(-1, ps, 1, d + 4)
+    k0 = ks[0]
+
+    def edit(t, at, v):
+        t = t.copy()
+        t[at] = v
+        return t
+
+    return [
+        # (k, kwargs, starts, ends, which: "both" / "scores" / "indexer", exception, message)
+        (c4, {**kw, "k_scale": scs[0]}, st, en, "both",
+         ValueError, "k_scale must be None with a paged key cache: the cache holds the keys' scales"),
+        (c4, {**kw, "page_size": 8}, st, en, "both",
+         ValueError, r"k is a paged key cache of pages of 16 tokens \(shape \(7, 16, 1, 68\)\) but page_size = 8: "
+                     r"pass page_size=16"),
+        (cache.reshape(-1, ps, d + 4), {**kw, "page_size": 32}, st, en, "both",
+         ValueError, "pages of 16 tokens"),
+        (c4.astype(np.float32), kw, st, en, "both",
+         TypeError, r"must hold bytes \(uint8 or float8_e4m3fn\), got float32"),
+        (c4.view(np.int8), kw, st, en, "both", TypeError, "must hold bytes"),
+        (cache[:, :-4], kw, st, en, "both",
+         ValueError, r"must be bytes \[pages, page_size, 1, d \+ 4\] = \[P, 16, 1, 68\], \[P, 16, 68\], "
+                     r"\[pages, page_size \* \(d \+ 4\)\] = \[P, 1088\] or flat \[P \* 1088\], got shape \(7, 1084\)"),
+        (np.zeros((7, 16, 2, 68), np.uint8), kw, st, en, "both", ValueError, "must be bytes"),
+        (cache.reshape(-1)[:-5], kw, st, en, "both",
+         ValueError, r"the paged key cache holds 7611 bytes, not a whole number of pages of 1088 \(16 tokens of 64 "
+                     r"e4m3 bytes and an f32 scale\)"),
+        (cache[:0], kw, st, en, "both", ValueError, r"k: the paged key cache has no pages \(shape \(0, 1088\)\)"),
+        (c4[::2], kw, st, en, "both", ValueError, r"k must be C-contiguous \(the paged key cache is read in place"),
+        (c4, {**kw, "page_table": table.astype(np.int64)}, st, en, "both",
+         TypeError, r"page_table must be int32 \[sequences, max_pages\], got int64"),
+        (c4, {**kw, "seq_ids": [0, 1]}, st, en, "both", ValueError, "seq_ids must be 1-D with 3 entries"),
+        (c4, {"page_table": table, "page_size": ps}, st, en, "both",
+         ValueError, "page_table and seq_ids come together"),
+        (c4, {**kw, "page_size": 0}, st, en, "both", ValueError, "page_size must be in 1"),
+        (c4, {}, st, en, "both",
+         ValueError, r"k must be \[keys, d\] \(or \[keys, 1, d\]: one key head\), got shape \(7, 16, 1, 68\); "
+                     r"a paged key cache \(bytes \[pages, page_size, 1, d \+ 4\]\) needs page_table= and seq_ids="),
+        (cache, {"page_size": ps}, st, en, "both", ValueError, "needs page_table= and seq_ids="),
+        # Values (the engine's checks): ranges, the table, the cache.
+        (c4, kw, st, [65, 20, 10], "both",
+         ValueError, r'invalid key range: "\[0, 65\) at row 0" \(expected 0 <= starts\[t\] <= ends\[t\] <= keys\)'),
+        (c4, {**kw, "seq_ids": [0, 2, 1]}, st, en, "both",
+         ValueError, r"seq_ids\[1\] = 2 is outside 0..2 \(the page table's sequences\)"),
+        (c4, {**kw, "page_table": edit(table, (1, 1), -1)}, st, en, "both",
+         ValueError, r'invalid page_table entry: "page_table\[1, 1\] = -1 \(row 1, token 16\)"'),
+        (c4, {**kw, "page_table": edit(table, (0, 3), 7)}, st, en, "both",
+         ValueError, "row 0: token 48 is on page 7 but the key cache has 7 pages"),
+        # The form and slots.
+        (k0, kw, st, en, "scores",
+         ValueError, r"dsa_scores takes page_table and seq_ids only with a paged key cache, but k is contiguous keys "
+                     r"\[keys, d\] \(shape \(64, 64\)\): leave them out"),
+        (k0, {**kw, "slots": False}, st, en, "indexer",
+         ValueError, "slots=False with contiguous keys: the page table would go unused"),
+        (c4, {"slots": True}, st, en, "indexer",
+         ValueError, "slots=True writes the ids as KV slots through page_table: pass page_table and seq_ids"),
+        (c4, {**kw, "slots": 1}, st, en, "indexer", TypeError, "slots must be a bool or None, got int"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("i", range(len(_paged_bad_cases())))
+def test_paged_errors(i):
+    k, kw, st, en, which, exc, msg = _paged_bad_cases()[i]
+    q, w, *_ = paged_case(rows=3, d=64, ps=16, max_pages=4, seed=7)
+    if which in ("both", "scores"):
+        with pytest.raises(exc, match=msg):
+            flashsel.dsa_scores(q, k, w, st, en, **kw)
+    if which in ("both", "indexer"):
+        with pytest.raises(exc, match=msg):
+            flashsel.dsa_indexer(q, k, w, st, en, topk=8, **kw)
+
+
+# ---------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------
 
@@ -523,13 +752,14 @@ def test_torch_operator_schemas(ops):
     s = str(ops[0]._schema)
     assert s == (
         "flashsel::dsa_scores(Tensor q, Tensor k, Tensor weights, Tensor starts, Tensor ends, "
-        "Tensor? k_scale=None) -> Tensor"
+        "Tensor? k_scale=None, Tensor? page_table=None, SymInt page_size=64, Tensor? seq_ids=None) -> Tensor"
     ), s
     s = str(ops[1]._schema)
     assert s == (
         "flashsel::dsa_indexer(Tensor q, Tensor k, Tensor weights, Tensor starts, Tensor ends, SymInt topk=2048, "
         'Tensor? k_scale=None, str order="index", str nan="lowest", bool return_values=False, '
-        "Tensor? page_table=None, SymInt page_size=64, Tensor? seq_ids=None) -> (Tensor ids, Tensor values)"
+        "Tensor? page_table=None, SymInt page_size=64, Tensor? seq_ids=None, bool? slots=None) "
+        "-> (Tensor ids, Tensor values)"
     ), s
     for op in ops:
         assert torch.Tag.pt2_compliant_tag in op.tags
@@ -583,11 +813,20 @@ def _samples():
     table = torch.tensor([[1, 0], [3, 2]], dtype=torch.int32)
     seqs = torch.tensor([0, 1, 1, 0, 1], dtype=torch.int32)
     out.append(((q, k[:, None], w, st, en), (q, k, w, st, en, 7, None, "index", "lowest", False, table, 32, seqs)))
+    # The paged key cache (uint8, DeepGEMM's shape), slots and token ids.
+    q, w, st, en, seqs, _, _, cache, table = (torch.from_numpy(x) if isinstance(x, np.ndarray) else x
+                                              for x in paged_case(rows=5, heads=3, d=64, ps=16, seed=20))  # fmt: skip
+    c4 = cache.reshape(-1, 16, 1, 68)
+    q = q.view(torch.bfloat16)
+    out.append(((q, c4, w, st, en, None, table, 16, seqs),
+                (q, c4, w, st, en, 9, None, "score", "lowest", True, table, 16, seqs, False)))  # fmt: skip
+    out.append(((q, cache, w, st.long(), en.long(), None, table, 16, seqs),
+                (q, cache.reshape(-1), w, st, en, 2048, None, "index", "lowest", False, table, 16, seqs)))  # fmt: skip
     return out
 
 
 @needs_torch
-@pytest.mark.parametrize("i", range(3))
+@pytest.mark.parametrize("i", range(5))
 def test_torch_opcheck(ops, i):
     s_args, i_args = _samples()[i]
     utils = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
@@ -793,3 +1032,174 @@ def test_torch_compile_errors_carry_the_eager_message(ops):
         torch.compile(lambda a, b: flashsel.dsa_indexer(a, k, b, st, en), fullgraph=True)(
             torch.zeros(5, 129, 64), torch.zeros(5, 129)
         )
+
+
+# ---------------------------------------------------------------------------
+# torch: the paged key cache
+# ---------------------------------------------------------------------------
+
+
+def tpaged(**kw):
+    """paged_case as CPU tensors (q as its torch dtype, the cache uint8
+    [P, ps, 1, d + 4]), and the NumPy arrays."""
+    qd = kw.get("qd", "bf16")
+    np_args = paged_case(**kw)
+    q, w, st, en, seqs, ks, scs, cache, table = np_args
+    ps, d = kw.get("ps", 16), q.shape[2]
+    t = (to_torch(q, qd), torch.from_numpy(w), torch.from_numpy(st), torch.from_numpy(en), torch.from_numpy(seqs),
+         torch.from_numpy(cache).reshape(-1, ps, 1, d + 4), torch.from_numpy(table))  # fmt: skip
+    return np_args, t
+
+
+@needs_torch
+@pytest.mark.parametrize("qd", DTYPES)
+def test_torch_paged_matches_numpy(ops, qd):
+    (q, w, st, en, seqs, _, _, cache, table), (tq, tw, tst, ten, tseqs, tc, ttable) = tpaged(qd=qd, seed=21)
+    kw = dict(page_table=table, page_size=16, seq_ids=seqs)
+    tkw = dict(page_table=ttable, page_size=16, seq_ids=tseqs)
+    want = flashsel.dsa_scores(q, cache, w, st, en, **kw)
+    for k in (tc, tc.view(torch.float8_e4m3fn), tc.reshape(tc.shape[0], -1)):
+        s = flashsel.dsa_scores(tq, k, tw, tst, ten, **tkw)
+        assert isinstance(s, torch.Tensor) and s.shape == (9, 96)
+        assert_same_bits(s.numpy(), want)
+    for slots in (None, True, False):
+        want = flashsel.dsa_indexer(q, cache, w, st, en, topk=20, return_values=True, slots=slots, **kw)
+        got = flashsel.dsa_indexer(tq, tc, tw, tst.long(), ten, topk=20, return_values=True, slots=slots, **tkw)
+        assert_same_bits(tuple(x.numpy() for x in got), want)
+    # Host page arguments beside a tensor q run the eager path: the same bytes.
+    got = flashsel.dsa_indexer(tq, tc, tw, tst, ten, topk=20, **kw)
+    assert isinstance(got, torch.Tensor)
+    assert_same_bits(got.numpy(), flashsel.dsa_indexer(q, cache, w, st, en, topk=20, **kw))
+
+
+@needs_torch
+def test_torch_paged_calls_the_operators(ops):
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Calls(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.calls.append((str(func), args))
+            return func(*args, **(kwargs or {}))
+
+    _, (q, w, st, en, seqs, c, table) = tpaged(seed=22)
+    with Calls() as m:
+        flashsel.dsa_scores(q, c, w, st, en, page_table=table, page_size=16, seq_ids=seqs)
+        flashsel.dsa_indexer(q, c, w, st, en, topk=10, page_table=table, page_size=16, seq_ids=seqs, slots=False)
+    names = [n for n, _ in m.calls]
+    assert "flashsel.dsa_scores.default" in names and "flashsel.dsa_indexer.default" in names
+    args = dict(m.calls)["flashsel.dsa_indexer.default"]
+    assert args[-1] is False and args[-2] is seqs and args[-3] == 16 and args[-4] is table
+
+
+def _torch_paged_bad():
+    """(op index, args) of paged requests each operator refuses, with the
+    eager message."""
+    _, (q, w, st, en, seqs, c, table) = tpaged(rows=3, seed=23)
+    pk = (table, 16, seqs)
+    k = torch.zeros(96, 64, dtype=torch.float8_e4m3fn)
+    return [
+        (0, (q, c, w, st, en, torch.ones(96), *pk)),
+        (0, (q, c, w, st, en, None, table, 8, seqs)),
+        (0, (q, c.float(), w, st, en, None, *pk)),
+        (0, (q, c.view(torch.int8), w, st, en, None, *pk)),
+        (0, (q, c[..., :-1], w, st, en, None, *pk)),
+        (0, (q, c.reshape(-1)[:-3], w, st, en, None, *pk)),
+        (0, (q, c[:0], w, st, en, None, *pk)),
+        (0, (q, c[::2], w, st, en, None, *pk)),
+        (0, (q, c, w, st, en, None, table.long(), 16, seqs)),
+        (0, (q, c, w, st, en, None, table, 16, seqs[:2])),
+        (0, (q, c, w, st, en, None, table, 16, None)),
+        (0, (q, c, w, st, en, None, table, 0, seqs)),
+        (0, (q, c, w, st, en)),
+        (0, (q, k, w, st, en, None, *pk)),
+        (1, (q, c, w, st, en, 8, torch.ones(96), "index", "lowest", False, *pk)),
+        (1, (q, c, w, st, en, 8, None, "index", "lowest", False, table, 32, seqs)),
+        (1, (q, k, w, st, en, 8, None, "index", "lowest", False, *pk, False)),
+        (1, (q, c, w, st, en, 8, None, "index", "lowest", False, None, 16, None, True)),
+        (1, (q, c.reshape(-1)[:-3], w, st, en, 8, None, "index", "lowest", False, *pk, False)),
+    ]
+
+
+TORCH_PAGED_BAD = 19
+
+
+@needs_torch
+@pytest.mark.parametrize("j", range(TORCH_PAGED_BAD))
+def test_torch_paged_fake_errors_match_eager(ops, j):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    cases = _torch_paged_bad()
+    assert len(cases) == TORCH_PAGED_BAD
+    i, a = cases[j]
+    want = _error(lambda: ops[i](*a))
+    assert want is not None, "the eager call must fail"
+    assert want[0] in (TypeError, ValueError), want
+
+    def fake():
+        with FakeTensorMode() as mode:
+            ops[i](*[mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in a])
+
+    assert _error(fake) == want
+
+
+@needs_torch
+def test_torch_paged_value_errors_come_when_the_operator_runs(ops):
+    _, (q, w, st, en, seqs, c, table) = tpaged(rows=3, seed=24)
+    bad = table.clone()
+    bad[seqs[0], 0] = 50  # past the cache's 11 pages
+    st[0] = 0
+    with pytest.raises(ValueError, match="row 0: token 0 is on page 50 but the key cache has 11 pages"):
+        flashsel.dsa_scores(q, c, w, st, en, page_table=bad, page_size=16, seq_ids=seqs)
+    f = torch.compile(lambda t: flashsel.dsa_indexer(q, c, w, st, en, topk=4, page_table=t, page_size=16,
+                                                     seq_ids=seqs), fullgraph=True)  # fmt: skip
+    with pytest.raises(ValueError, match="row 0: token 0 is on page 50"):
+        f(bad)
+
+
+@needs_torch
+def test_torch_paged_fake_accepts_cuda_metadata(ops):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    _, (q, w, st, en, seqs, c, table) = tpaged(seed=25)
+
+    def on_cuda(*ts):
+        return [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cuda") for t in ts]
+
+    with FakeTensorMode():
+        q, w, st, en, seqs, c, table = on_cuda(q, w, st, en, seqs, c, table)
+        s = ops[0](q, c, w, st, en, None, table, 16, seqs)
+        assert s.device.type == "cuda" and s.shape == (9, 96)
+        ids, _ = ops[1](q, c, w, st, en, 12, None, "index", "lowest", False, table, 16, seqs, False)
+        assert ids.device.type == "cuda" and ids.shape == (9, 12)
+        with pytest.raises(ValueError, match="the DSA indexer on CUDA takes q, k, weights and k_scale on one device"):
+            ops[0](q, torch.empty(c.shape, dtype=torch.uint8), w, st, en, None, table, 16, seqs)
+
+
+@needs_torch
+def test_torch_compile_paged_matches_eager(ops):
+    def f(q, c, w, st, en, table, seqs):
+        s = flashsel.dsa_scores(q, c, w, st, en, page_table=table, page_size=16, seq_ids=seqs)
+        ids, vals = flashsel.dsa_indexer(q, c, w, st, en, topk=17, order="score", return_values=True,
+                                         page_table=table, page_size=16, seq_ids=seqs)  # fmt: skip
+        tok = flashsel.dsa_indexer(q, c, w, st, en, topk=9, page_table=table, page_size=16, seq_ids=seqs,
+                                   slots=False)  # fmt: skip
+        return torch.where(torch.isinf(s), 0.0, s), ids, vals, tok + 1
+
+    seen = []
+
+    def backend(gm, example_inputs):
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    for dyn in (None, True):
+        cf = torch.compile(f, fullgraph=True, dynamic=dyn)
+        for rows, max_pages, seed in [(3, 6, 26), (5, 8, 27), (4, 5, 28)]:
+            _, (q, w, st, en, seqs, c, table) = tpaged(rows=rows, max_pages=max_pages, seed=seed)
+            args = (q, c, w, st, en, table, seqs)
+            assert_same_tensors(cf(*args), f(*args), f"dynamic={dyn} {rows} {max_pages}")
+    torch.compile(f, fullgraph=True, backend=backend)(*args)
+    assert "flashsel.dsa_scores.default" in seen and "flashsel.dsa_indexer.default" in seen

@@ -10,7 +10,8 @@ CUDA kernels on CUDA tensors); :func:`qsa_attention` is QSA's grouped-query
 sparse attention over the ids ``qsa_select`` writes (likewise);
 :func:`dsa_scores` and :func:`dsa_indexer` are the DSA (DeepSeek-V3.2)
 lightning indexer's logits over per-query key ranges and their exact top-k
-(the same bits on the CPU and CUDA engines);
+(the same bits on the CPU and CUDA engines), over contiguous keys or
+DeepSeek-V3.2's paged fp8 index-key cache (``page_table=``);
 :func:`backends` says what can run here; ``__version__`` is the
 package version. Those are the public names (``__all__``, ``dir(flashsel)``); everything else is private. NumPy arrays and CPU torch tensors go to the CPU engine (the GIL is
 released while it runs); CUDA torch tensors go to the CUDA engine on the

@@ -184,13 +184,30 @@ def qsa_attention(
 # weights[t, h] * relu(q[t, h] . k[s]) for starts[t] <= s < ends[t], -inf
 # elsewhere. q [T, H, d] and k [N, d] (or [N, 1, d]) float32 / bf16 / fp8
 # e4m3 (H 1..128, d 64 / 128 / 256); weights float32 [T, H]; starts, ends
-# int32 / int64 [T]; k_scale float32 [N]. A tensor q gives a tensor.
-def dsa_scores(q: _A, k: Any, weights: Any, starts: Any, ends: Any, *, k_scale: Any = None) -> _A: ...
+# int32 / int64 [T]; k_scale float32 [N]. A tensor q gives a tensor. With
+# page_table (int32 [B, max_pages]) and seq_ids (int32 [T]), a k that is not
+# [N, d] / [N, 1, d] is DeepSeek-V3.2's paged fp8 index-key cache (bytes
+# [pages, page_size, 1, d + 4], [pages, page_size, d + 4], [pages, page_size
+# * (d + 4)] or flat; the scales are the cache's, k_scale None), N =
+# max_pages * page_size.
+def dsa_scores(
+    q: _A,
+    k: Any,
+    weights: Any,
+    starts: Any,
+    ends: Any,
+    *,
+    k_scale: Any = None,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> _A: ...
 
 # The top topk of each row's range of dsa_scores (the bytes of topk(scores,
 # topk, starts=starts, lengths=ends, ...)): ids int32 [T, topk] (-1 padded;
-# KV slots with page_table and seq_ids), with return_values also the float32
-# scores.
+# KV slots with page_table and seq_ids: through the paged cache's own table
+# for a paged k, unless slots=False, which gives token positions), with
+# return_values also the float32 scores.
 @overload
 def dsa_indexer(
     q: _A,
@@ -207,6 +224,7 @@ def dsa_indexer(
     page_table: Any = None,
     page_size: int = 64,
     seq_ids: Any = None,
+    slots: bool | None = None,
 ) -> _A: ...
 @overload
 def dsa_indexer(
@@ -224,6 +242,7 @@ def dsa_indexer(
     page_table: Any = None,
     page_size: int = 64,
     seq_ids: Any = None,
+    slots: bool | None = None,
 ) -> tuple[_A, _A]: ...
 @overload
 def dsa_indexer(
@@ -241,4 +260,5 @@ def dsa_indexer(
     page_table: Any = None,
     page_size: int = 64,
     seq_ids: Any = None,
+    slots: bool | None = None,
 ) -> _A | tuple[_A, _A]: ...

@@ -1,15 +1,25 @@
 """The DSA (DeepSeek-V3.2) lightning indexer (private: import from
 ``flashsel``): :func:`dsa_scores`, the indexer's logits over each query's
 key range, and :func:`dsa_indexer`, their exact top-k as token ids or KV
-slots. NumPy arrays and CPU torch tensors run the CPU engine
-(``flashsel::cpu::dsa_scores`` / ``dsa_indexer``); CUDA tensors run the
-CUDA engine (``CudaEngine::dsa_scores_device`` / ``dsa_indexer_device``:
-zero-copy, on torch's current stream, no host synchronisation, so CUDA
-graphs capture them), which writes the CPU engine's bits. Torch tensors go
-through the torch operators ``flashsel::dsa_scores`` /
-``flashsel::dsa_indexer`` (``_torch_ops``), whose implementations are
-:func:`_dsa_scores` / :func:`_dsa_indexer` here. The contract is
-docs/semantics.md, "DSA indexer scores".
+slots, over contiguous keys or DeepSeek-V3.2's paged fp8 index-key cache
+(DeepGEMM ``fp8_paged_mqa_logits``' layout). NumPy arrays and CPU torch
+tensors run the CPU engine (``flashsel::cpu::dsa_scores`` / ``dsa_indexer``,
+``dsa_scores_paged`` / ``dsa_indexer_paged``); CUDA tensors run the CUDA
+engine (``CudaEngine::dsa_scores_device`` / ``dsa_indexer_device``, the
+paged cache through ``DeviceDsaScores::paged``: zero-copy, on torch's
+current stream, no host synchronisation, so CUDA graphs capture them),
+which writes the CPU engine's bits. Torch tensors go through the torch
+operators ``flashsel::dsa_scores`` / ``flashsel::dsa_indexer``
+(``_torch_ops``), whose implementations are :func:`_dsa_scores` /
+:func:`_dsa_indexer` here. The contract is docs/semantics.md, "DSA indexer
+scores" and its "The paged key cache".
+
+Which form ``k`` is (:func:`_check`): contiguous keys ``[N, d]`` / ``[N, 1,
+d]`` (the last dimension is q's ``d``), or, when ``page_table`` is given and
+``k`` is not that, the paged cache (bytes ``[pages, page_size, 1, d + 4]``,
+``[pages, page_size, d + 4]``, ``[pages, page_size * (d + 4)]`` or flat;
+its last dimension is never ``d``), whose ``N`` is ``max_pages *
+page_size``.
 
 The checks (:func:`_check`) read only metadata (types, dtypes, shapes,
 devices, contiguity), so that the operators' fake implementations make the
@@ -36,7 +46,18 @@ _DEVICES_MSG = "the DSA indexer on CUDA takes q, k, weights and k_scale on one d
 # ---------------------------------------------------------------------------
 
 
-def dsa_scores(q: Any, k: Any, weights: Any, starts: Any, ends: Any, *, k_scale: Any = None) -> Any:
+def dsa_scores(
+    q: Any,
+    k: Any,
+    weights: Any,
+    starts: Any,
+    ends: Any,
+    *,
+    k_scale: Any = None,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> Any:
     """DSA (DeepSeek-V3.2) lightning indexer scores: float32 ``[T, N]``,
 
     ``score[t, s] = k_scale[s] * sum over h of weights[t, h] * relu(q[t, h] .
@@ -57,7 +78,8 @@ def dsa_scores(q: Any, k: Any, weights: Any, starts: Any, ends: Any, *, k_scale:
     k
         The keys, one head shared by every index head: ``[N, d]`` (or ``[N,
         1, d]``), any of q's dtypes (may differ from q's). Read in place: it
-        must be C-contiguous.
+        must be C-contiguous. Or, with ``page_table``, DeepSeek-V3.2's paged
+        fp8 index-key cache (see *The paged key cache* below).
     weights
         float32 ``[T, H]``: the head weights (with q's scales and ``1 /
         sqrt(d)`` folded in).
@@ -69,7 +91,35 @@ def dsa_scores(q: Any, k: Any, weights: Any, starts: Any, ends: Any, *, k_scale:
         ``ends = p + 1``.
     k_scale
         Optional float32 ``[N]``: the fp8 cache's per-token scale (absent:
-        1), multiplied after the head sum.
+        1), multiplied after the head sum. ``None`` with the paged cache
+        (which holds the scales).
+    page_table, page_size, seq_ids
+        The paged key cache's page table, int32 ``[B, max_pages]``, its
+        page size (default 64, DeepSeek-V3.2's) and the sequence of each
+        query, int32 ``[T]``: they come together, and only with a paged
+        ``k``.
+
+    The paged key cache
+    -------------------
+    ``k`` is read as DeepSeek-V3.2's paged fp8 index-key cache (DeepGEMM
+    ``fp8_paged_mqa_logits``' ``kv_cache``) exactly when ``page_table`` is
+    given and ``k`` is not ``[N, d]`` / ``[N, 1, d]``: uint8 (or
+    ``float8_e4m3fn``; NumPy uint8 or ``ml_dtypes.float8_e4m3fn``) bytes of
+    ``P`` pages, shaped ``[P, page_size, 1, d + 4]`` (DeepGEMM's), ``[P,
+    page_size, d + 4]`` (vLLM's), ``[P, page_size * (d + 4)]`` or flat ``[P
+    * page_size * (d + 4)]`` (the shape must agree with ``page_size``), read
+    in place (C-contiguous). Each page is ``page_size * d`` e4m3 bytes
+    (token ``j``'s key at byte ``j d``) then ``page_size`` little-endian f32
+    scales (token ``j``'s at byte ``page_size d + 4 j``). Key (column) ``s``
+    of row ``t`` is token ``s`` of sequence ``seq_ids[t]``: page
+    ``page_table[seq_ids[t], s // page_size]``, scaled by the token's scale.
+    ``N = max_pages * page_size`` (slice the scores to a shorter context).
+    The scores are, bit for bit, those of the same keys and scales held
+    contiguously. On the host every page of each row's range must be in the
+    table (entry ``>= 0``) and in the cache (``< P``), else a ``ValueError``
+    naming the row; on CUDA these values are not checked: a key whose
+    sequence or page is outside the table or the cache scores ``-inf`` and
+    is never read.
 
     Returns
     -------
@@ -84,29 +134,36 @@ def dsa_scores(q: Any, k: Any, weights: Any, starts: Any, ends: Any, *, k_scale:
     ------
     TypeError
         Unsupported types or dtypes (float16 q or k, weights or k_scale not
-        float32, ranges not int32 / int64).
+        float32, ranges not int32 / int64, a paged cache not of bytes, a page
+        table not int32).
     ValueError
         Bad shapes, ``H``, ``d``, a k that is not C-contiguous, tensors on
-        several devices; host data: a range outside ``0 <= starts <= ends <=
-        N`` or an int64 value that does not fit int32.
+        several devices; a paged cache whose shape disagrees with
+        ``page_size`` or that is not whole pages, ``k_scale`` with it, a
+        ``page_table`` with contiguous keys; host data: a range outside ``0
+        <= starts <= ends <= N``, a page of a row's range outside the table
+        or the cache, a sequence id outside the table, or an int64 value
+        that does not fit int32.
     RuntimeError
         The CUDA engine cannot run on q's device.
 
     On CUDA tensors (q, k, weights and k_scale on one device) the kernel runs
     on torch's current stream without a host synchronisation. ``starts`` and
-    ``ends`` should be CUDA tensors on q's device (host data is copied over,
-    which a CUDA graph capture cannot hold); their device values are not
-    checked but clamped into ``0 <= starts <= ends <= N`` (int64 values
-    clamped into ``[-1, 2**31 - 1]`` first).
+    ``ends`` (and ``page_table``, ``seq_ids``) should be CUDA tensors on q's
+    device (host data is copied over, which a CUDA graph capture cannot
+    hold); their device values are not checked but clamped into ``0 <=
+    starts <= ends <= N`` (int64 values clamped into ``[-1, 2**31 - 1]``
+    first).
     """
+    page_size = _page_options(page_size, page_table, seq_ids)
     torch = sys.modules.get("torch")
     if _mla._is_tensor(torch, q):
         # Through the torch operator flashsel::dsa_scores (torch.compile,
         # CUDA graphs), which runs _dsa_scores below.
         from . import _torch_ops  # noqa: PLC0415 - imports torch, already imported here
 
-        return _torch_ops.dsa_scores(q, k, weights, starts, ends, k_scale)
-    return _dsa_scores(q, k, weights, starts, ends, k_scale)
+        return _torch_ops.dsa_scores(q, k, weights, starts, ends, k_scale, page_table, page_size, seq_ids)
+    return _dsa_scores(q, k, weights, starts, ends, k_scale, page_table, page_size, seq_ids)
 
 
 def dsa_indexer(
@@ -124,6 +181,7 @@ def dsa_indexer(
     page_table: Any = None,
     page_size: int = 64,
     seq_ids: Any = None,
+    slots: bool | None = None,
 ) -> Any:
     """The DSA indexer's selection: the top ``topk`` keys of each query's
     range of :func:`dsa_scores`, exactly ``flashsel.topk(dsa_scores(q, k,
@@ -143,6 +201,20 @@ def dsa_indexer(
     stays ``-1``); on the host a page a row's range needs outside the table,
     or a sequence id outside it, is a ``ValueError``.
 
+    **The paged key cache.** With ``page_table`` and a ``k`` that is not
+    ``[N, d]`` / ``[N, 1, d]``, ``k`` is DeepSeek-V3.2's paged fp8
+    index-key cache and ``page_table`` its own table (see
+    :func:`dsa_scores`: ``N = max_pages * page_size``, ``k_scale`` None);
+    the selection is then the top ``topk`` of those scores, written as the
+    cache's slots ``page_table[seq, s // page_size] * page_size + s %
+    page_size`` (the default: DeepSeek-V3.2's index-key cache and its MLA
+    cache share the block table, so these are the indices
+    :func:`flashsel.sparse_mla_decode` reads) or, with ``slots=False``, as
+    token positions ``s``. ``slots`` (default ``None``: slots exactly when
+    ``page_table`` is given) says which: ``slots=True`` needs a
+    ``page_table``, ``slots=False`` with contiguous keys and a
+    ``page_table`` is a ``ValueError`` (leave the table out for token ids).
+
     Returns ``ids`` int32 ``[T, topk]``, or ``(ids, values)`` with
     ``return_values`` (the selected scores, float32, ``-inf`` where padded):
     NumPy arrays, or tensors on q's device when q is a tensor.
@@ -157,37 +229,57 @@ def dsa_indexer(
     the table, comes out all ``-1``).
 
     Raises what :func:`dsa_scores` and :func:`flashsel.topk` raise:
-    ``TypeError`` for types and dtypes, ``ValueError`` for shapes, options
-    (``topk`` in 1 .. 2**31 - 1, ``T * topk`` too), devices and host range
-    or page-table values, ``RuntimeError`` when the CUDA engine cannot run.
+    ``TypeError`` for types and dtypes (``slots`` not a bool or None too),
+    ``ValueError`` for shapes, options (``topk`` in 1 .. 2**31 - 1, ``T *
+    topk`` too; ``slots`` as above), devices and host range or page-table
+    values, ``RuntimeError`` when the CUDA engine cannot run.
     """
-    topk, order, nan, page_size = _options(topk, order, nan, page_size, page_table, seq_ids)
+    topk, order, nan, page_size, slots = _options(topk, order, nan, page_size, page_table, seq_ids, slots)
     return_values = bool(return_values)
     torch = sys.modules.get("torch")
     if _mla._is_tensor(torch, q):
         from . import _torch_ops  # noqa: PLC0415 - imports torch, already imported here
 
         ids, values = _torch_ops.dsa_indexer(
-            q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids
-        )
+            q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids,
+            slots,
+        )  # fmt: skip
     else:
         ids, values = _dsa_indexer(
-            q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids
-        )
+            q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids,
+            slots,
+        )  # fmt: skip
     return (ids, values) if return_values else ids
 
 
-def _options(topk: Any, order: Any, nan: Any, page_size: Any, page_table: Any, seq_ids: Any) -> tuple[Any, ...]:
+def _page_options(page_size: Any, page_table: Any, seq_ids: Any) -> Any:
+    """The page arguments' option checks (both functions', their operators'
+    and fakes'): ``page_size``, checked unless symbolic (the fake under
+    dynamic shapes); ``page_table`` and ``seq_ids`` come together."""
+    page_size = page_size if _symbolic(page_size) else _indexer._positive("page_size", page_size)
+    if (page_table is None) != (seq_ids is None):
+        raise ValueError("page_table and seq_ids come together: pass both or neither")
+    return page_size
+
+
+def _options(
+    topk: Any, order: Any, nan: Any, page_size: Any, page_table: Any, seq_ids: Any, slots: Any = None
+) -> tuple[Any, ...]:
     """The indexer's option checks (the public function's, the operator's
-    and its fake's): ``(topk, order, nan, page_size)``. Symbolic ints (the
+    and its fake's): ``(topk, order, nan, page_size, slots)``, ``slots``
+    None or a bool (``True`` only with a page table). Symbolic ints (the
     fake under dynamic shapes) pass unchecked."""
     topk = topk if _symbolic(topk) else _indexer._positive("topk", topk)
     order = _api._check_option("order", order, _api._ORDERS)
     nan = _api._check_option("nan", nan, _api._NANS)
-    page_size = page_size if _symbolic(page_size) else _indexer._positive("page_size", page_size)
-    if (page_table is None) != (seq_ids is None):
-        raise ValueError("page_table and seq_ids come together: pass both or neither")
-    return topk, order, nan, page_size
+    page_size = _page_options(page_size, page_table, seq_ids)
+    if isinstance(slots, np.bool_):
+        slots = bool(slots)
+    if slots is not None and not isinstance(slots, bool):
+        raise TypeError(f"slots must be a bool or None, got {type(slots).__name__}")
+    if slots and page_table is None:
+        raise ValueError("slots=True writes the ids as KV slots through page_table: pass page_table and seq_ids")
+    return topk, order, nan, page_size, slots
 
 
 def _symbolic(x: Any) -> bool:
@@ -200,14 +292,30 @@ def _symbolic(x: Any) -> bool:
 # ---------------------------------------------------------------------------
 
 
-def _dsa_scores(q: Any, k: Any, weights: Any, starts: Any, ends: Any, k_scale: Any) -> Any:
+def _dsa_scores(
+    q: Any,
+    k: Any,
+    weights: Any,
+    starts: Any,
+    ends: Any,
+    k_scale: Any,
+    page_table: Any = None,
+    page_size: Any = 64,
+    seq_ids: Any = None,
+) -> Any:
     """:func:`dsa_scores` on NumPy arrays, CPU tensors (the CPU engine) and
     CUDA tensors (the CUDA engine): the torch operator's implementation."""
+    page_size = _page_options(page_size, page_table, seq_ids)
     torch = sys.modules.get("torch")
-    g = _check(torch, q, k, weights, starts, ends, k_scale)
+    pages = (page_table, page_size, seq_ids)
+    g = _check(torch, q, k, weights, starts, ends, k_scale, *pages)
     if g.device is not None:
-        return _scores_cuda(torch, g, q, k, weights, starts, ends, k_scale)
-    out = _native.dsa_scores_cpu(*_host_inputs(torch, g, q, k, weights, starts, ends, k_scale), *g.spec())
+        return _scores_cuda(torch, g, q, k, weights, starts, ends, k_scale, pages)
+    args = _host_inputs(torch, g, q, k, weights, starts, ends, k_scale)
+    if g.paged:
+        out = _native.dsa_scores_paged_cpu(*args, *g.spec(), *_api._host_pages(pages, g.rows))
+    else:
+        out = _native.dsa_scores_cpu(*args, *g.spec())
     return torch.from_numpy(out) if g.is_torch else out
 
 
@@ -225,21 +333,23 @@ def _dsa_indexer(
     page_table: Any,
     page_size: Any,
     seq_ids: Any,
+    slots: Any = None,
 ) -> tuple[Any, Any]:
     """:func:`dsa_indexer` on NumPy arrays, CPU tensors and CUDA tensors
     (the torch operator's implementation): ``(ids, values)``, values None
     unless ``return_values``."""
-    topk, order, nan, page_size = _options(topk, order, nan, page_size, page_table, seq_ids)
+    topk, order, nan, page_size, slots = _options(topk, order, nan, page_size, page_table, seq_ids, slots)
     torch = sys.modules.get("torch")
-    g = _check(torch, q, k, weights, starts, ends, k_scale, page_table, seq_ids, topk, order, nan)
+    pages = (page_table, page_size, seq_ids)
+    g = _check(torch, q, k, weights, starts, ends, k_scale, *pages, topk, order, nan, slots)
     if g.device is not None:
-        return _indexer_cuda(
-            torch, g, q, k, weights, starts, ends, k_scale, topk, order, nan, return_values, page_table, page_size,
-            seq_ids,
-        )  # fmt: skip
+        return _indexer_cuda(torch, g, q, k, weights, starts, ends, k_scale, topk, order, nan, return_values, pages)
     args = _host_inputs(torch, g, q, k, weights, starts, ends, k_scale)
-    table, page_size, seqs = _api._host_pages((page_table, page_size, seq_ids), g.rows)
-    ids, values = _native.dsa_indexer_cpu(*args, *g.spec(), topk, order, nan, table, page_size, seqs)
+    table, page_size, seqs = _api._host_pages(pages, g.rows)
+    if g.paged:
+        ids, values = _native.dsa_indexer_paged_cpu(*args, *g.spec(), topk, order, nan, table, page_size, seqs, g.slots)
+    else:
+        ids, values = _native.dsa_indexer_cpu(*args, *g.spec(), topk, order, nan, table, page_size, seqs)
     if not return_values:
         values = None
     if g.is_torch:
@@ -254,8 +364,9 @@ def _dsa_indexer(
 
 class _Geom(NamedTuple):
     """A checked request: the dtype names of q and k, its sizes, where it
-    runs (None: the CPU engine; else the CUDA device) and whether q is a
-    tensor."""
+    runs (None: the CPU engine; else the CUDA device), whether q is a
+    tensor, the pages of a paged key cache (None: contiguous keys) and
+    whether the indexer writes its ids as slots through the page table."""
 
     q_name: str
     k_name: str
@@ -265,6 +376,12 @@ class _Geom(NamedTuple):
     keys: Any
     device: Any
     is_torch: bool
+    num_pages: Any = None
+    slots: bool = False
+
+    @property
+    def paged(self) -> bool:
+        return self.num_pages is not None
 
     def spec(self) -> tuple[Any, ...]:
         """The native functions' geometry arguments, in their order."""
@@ -280,36 +397,66 @@ def _check(
     ends: Any,
     k_scale: Any,
     page_table: Any = None,
+    page_size: Any = 64,
     seq_ids: Any = None,
     topk: Any = None,
     order: str = "index",
     nan: str = "lowest",
+    slots: Any = None,
 ) -> _Geom:
     """Every check of a request that needs no data, in one order for the
-    eager paths and the fakes: devices, q's and k's dtypes and shapes, k's
-    layout, weights, k_scale, the ranges' and page arguments' dtypes and
-    shapes (host data in full), then (concrete sizes) the engine's spec rules
-    (H, d, N; with ``topk`` the selection's)."""
+    eager paths and the fakes: devices, q's dtype and shape, k's form
+    (contiguous keys, or with ``page_table`` the paged cache), its dtype,
+    shape and layout, weights, k_scale, the ranges' and page arguments'
+    dtypes and shapes (host data in full), ``slots`` against k's form, then
+    (concrete sizes) the engine's spec rules (H, d, N; with ``topk`` the
+    selection's). ``topk`` None: a ``dsa_scores`` request, whose
+    ``page_table`` is only the paged cache's. ``page_size`` and the
+    pairing of the page arguments are checked before (:func:`_options`)."""
     device = _device(torch, q, k=k, weights=weights, k_scale=k_scale, starts=starts, ends=ends,
                      page_table=page_table, seq_ids=seq_ids)  # fmt: skip
-    q_name, k_name = _kind("q", q, torch), _kind("k", k, torch)
-    q_shape, k_shape = tuple(q.shape), tuple(k.shape)
+    q_name = _kind("q", q, torch)
+    q_shape = tuple(q.shape)
     if len(q_shape) != 3:
         hint = "; for one query pass q[None]" if len(q_shape) == 2 else ""
         raise ValueError(f"q must be 3-D [queries, heads, d], got shape {q_shape}{hint}")
     rows, heads, d = q_shape
-    if len(k_shape) == 3 and k_shape[1] == 1:
-        k_shape = (k_shape[0], k_shape[2])
-    if len(k_shape) != 2:
-        raise ValueError(f"k must be [keys, d] (or [keys, 1, d]: one key head), got shape {tuple(k.shape)}")
-    if k_shape[1] != d:
-        raise ValueError(f"k has d = {k_shape[1]} but q has d = {d} (q [{rows}, {heads}, {d}])")
-    keys = k_shape[0]
-    if not (k.is_contiguous() if _mla._is_tensor(torch, k) else k.flags.c_contiguous):
-        raise ValueError(
-            "k must be C-contiguous (it is read in place, never copied): "
-            "pass np.ascontiguousarray(k) / k.contiguous()"
-        )
+    _array("k", k, torch)
+    k_shape = tuple(k.shape)
+    contiguous_form = len(k_shape) in (2, 3) and k_shape[-1] == d
+    num_pages = None
+    if page_table is not None and not contiguous_form:
+        # The paged key cache: N is what its table addresses.
+        k_name = "f8e4m3"
+        num_pages = _cache_pages(k, torch, d, page_size)
+        if k_scale is not None:
+            raise ValueError("k_scale must be None with a paged key cache: the cache holds the keys' scales")
+        keys = _table(page_table, torch)[1] * page_size
+    else:
+        if page_table is not None and topk is None:
+            raise ValueError(
+                f"dsa_scores takes page_table and seq_ids only with a paged key cache, but k is contiguous keys "
+                f"[keys, d] (shape {k_shape}): leave them out (dsa_indexer's page_table with contiguous keys "
+                "writes the ids as KV slots)"
+            )
+        if page_table is None and not contiguous_form and _is_bytes(k, torch):
+            raise ValueError(
+                f"k must be [keys, d] (or [keys, 1, d]: one key head), got shape {k_shape}; a paged key cache "
+                "(bytes [pages, page_size, 1, d + 4]) needs page_table= and seq_ids="
+            )
+        k_name = _kind("k", k, torch)
+        if len(k_shape) == 3 and k_shape[1] == 1:
+            k_shape = (k_shape[0], k_shape[2])
+        if len(k_shape) != 2:
+            raise ValueError(f"k must be [keys, d] (or [keys, 1, d]: one key head), got shape {tuple(k.shape)}")
+        if k_shape[1] != d:
+            raise ValueError(f"k has d = {k_shape[1]} but q has d = {d} (q [{rows}, {heads}, {d}])")
+        keys = k_shape[0]
+        if not _contiguous(k, torch):
+            raise ValueError(
+                "k must be C-contiguous (it is read in place, never copied): "
+                "pass np.ascontiguousarray(k) / k.contiguous()"
+            )
     _f32("weights", weights, torch, (rows, heads), "[queries, heads]")
     if k_scale is not None:
         _f32("k_scale", k_scale, torch, (keys,), "[keys]")
@@ -318,9 +465,84 @@ def _check(
     if page_table is not None:
         _table(page_table, torch)
         _ints("seq_ids", seq_ids, torch, rows)
+    if slots is False and page_table is not None and num_pages is None:
+        raise ValueError(
+            "slots=False with contiguous keys: the page table would go unused; leave out page_table and "
+            "seq_ids for token ids (slots=False is for a paged key cache)"
+        )
     if all(type(x) is int for x in (rows, heads, d, keys)) and (topk is None or type(topk) is int):
         _native.dsa_check(rows, heads, d, keys, topk, order, nan)
-    return _Geom(q_name, k_name, rows, heads, d, keys, device, _mla._is_tensor(torch, q))
+    write_slots = page_table is not None and slots is not False
+    return _Geom(q_name, k_name, rows, heads, d, keys, device, _mla._is_tensor(torch, q), num_pages, write_slots)
+
+
+def _contiguous(x: Any, torch: Any) -> bool:
+    return bool(x.is_contiguous() if _mla._is_tensor(torch, x) else x.flags.c_contiguous)
+
+
+def _array(what: str, x: Any, torch: Any) -> None:
+    """``x`` is a dense tensor or a (not masked) NumPy array, else
+    TypeError."""
+    if _mla._is_tensor(torch, x):
+        if x.layout != torch.strided:
+            raise TypeError(f"{what} must be a dense (strided) tensor, got layout {x.layout}")
+        return
+    if isinstance(x, np.ma.MaskedArray) or not isinstance(x, np.ndarray):
+        raise TypeError(
+            f"{what} must be a numpy.ndarray or a torch.Tensor, got {type(x).__module__}.{type(x).__qualname__}"
+        )
+
+
+def _is_bytes(x: Any, torch: Any) -> bool:
+    """Whether ``x`` holds bytes a paged cache may be: uint8 or fp8 e4m3."""
+    if _mla._is_tensor(torch, x):
+        return x.dtype in (torch.uint8, getattr(torch, "float8_e4m3fn", torch.uint8))
+    return x.dtype == np.uint8 or x.dtype in _FP8_NP
+
+
+def _cache_pages(k: Any, torch: Any, d: Any, page_size: Any) -> Any:
+    """The pages of a paged key cache ``k`` (bytes ``[P, page_size, 1, d +
+    4]``, ``[P, page_size, d + 4]``, ``[P, page_size * (d + 4)]`` or flat
+    ``[P * page_size * (d + 4)]``, C-contiguous, at least one page), or
+    TypeError / ValueError."""
+    shape = tuple(k.shape)
+    if not _is_bytes(k, torch):
+        got = _np_name(k.dtype) if _mla._is_tensor(torch, k) else k.dtype
+        raise TypeError(
+            f"k is read as a paged key cache (page_table is given and k is not [keys, d]) and must hold bytes "
+            f"(uint8 or float8_e4m3fn), got {got} {shape}"
+        )
+    pb = page_size * (d + 4)
+    if len(shape) in (3, 4) and shape[-1] == d + 4 and (len(shape) == 3 or shape[2] == 1):
+        if shape[1] != page_size:
+            raise ValueError(
+                f"k is a paged key cache of pages of {shape[1]} tokens (shape {shape}) but page_size = "
+                f"{page_size}: pass page_size={shape[1]}"
+            )
+        pages = shape[0]
+    elif len(shape) == 2 and shape[1] == pb:
+        pages = shape[0]
+    elif len(shape) == 1:
+        if shape[0] % pb != 0:
+            raise ValueError(
+                f"the paged key cache holds {shape[0]} bytes, not a whole number of pages of {pb} ({page_size} "
+                f"tokens of {d} e4m3 bytes and an f32 scale)"
+            )
+        pages = shape[0] // pb
+    else:
+        raise ValueError(
+            f"k is read as a paged key cache (page_table is given and k is not [keys, d]) and must be bytes "
+            f"[pages, page_size, 1, d + 4] = [P, {page_size}, 1, {d + 4}], [P, {page_size}, {d + 4}], "
+            f"[pages, page_size * (d + 4)] = [P, {pb}] or flat [P * {pb}], got shape {shape}"
+        )
+    if pages == 0:
+        raise ValueError(f"k: the paged key cache has no pages (shape {shape})")
+    if not _contiguous(k, torch):
+        raise ValueError(
+            "k must be C-contiguous (the paged key cache is read in place, never copied): "
+            "pass np.ascontiguousarray(k) / k.contiguous()"
+        )
+    return pages
 
 
 def _device(torch: Any, q: Any, **args: Any) -> Any:
@@ -424,8 +646,9 @@ def _host_vector(what: str, x: Any, rows: Any) -> np.ndarray:
     return _api._int_vector(what, x, rows, np.int32)
 
 
-def _table(page_table: Any, torch: Any) -> None:
-    """A page table: int32 ``[sequences, max_pages]``, neither empty."""
+def _table(page_table: Any, torch: Any) -> tuple[Any, Any]:
+    """A page table: int32 ``[sequences, max_pages]``, neither empty; its
+    shape."""
     if _mla._is_tensor(torch, page_table):
         if page_table.dim() != 2 or page_table.dtype != torch.int32:
             raise TypeError(
@@ -438,6 +661,7 @@ def _table(page_table: Any, torch: Any) -> None:
         raise ValueError(
             f"page_table must have at least one sequence and one page, got shape {tuple(page_table.shape)}"
         )
+    return tuple(page_table.shape)
 
 
 # ---------------------------------------------------------------------------
@@ -471,11 +695,29 @@ def _vector(torch: Any, what: str, x: Any, rows: int) -> np.ndarray:
     return _host_vector(what, x.detach().numpy() if _mla._is_tensor(torch, x) else x, rows)
 
 
+def _cache_bytes(torch: Any, k: Any) -> np.ndarray:
+    """A checked paged key cache as a flat uint8 view (read in place)."""
+    if _mla._is_tensor(torch, k):
+        return k.detach().view(torch.uint8).numpy().reshape(-1)
+    return k.view(np.uint8).reshape(-1)
+
+
 def _host_inputs(
     torch: Any, g: _Geom, q: Any, k: Any, weights: Any, starts: Any, ends: Any, k_scale: Any
 ) -> tuple[Any, ...]:
     """The CPU engine's arguments ``q, q_dtype, k, k_dtype, k_scale,
-    weights, starts, ends`` of a checked host request."""
+    weights, starts, ends`` of a checked host request; for a paged cache
+    those of the paged functions, ``q, q_dtype, cache, weights, starts,
+    ends``."""
+    if g.paged:
+        return (
+            _bits(torch, q, g.q_name, copy_ok=True),
+            g.q_name,
+            _cache_bytes(torch, k),
+            _f32_host(torch, weights),
+            _vector(torch, "starts", starts, g.rows),
+            _vector(torch, "ends", ends, g.rows),
+        )
     return (
         _bits(torch, q, g.q_name, copy_ok=True),
         g.q_name,
@@ -512,16 +754,28 @@ def _device_inputs(
     return ptrs, (qd, kd, w, ks, st, en)
 
 
-def _scores_cuda(torch: Any, g: _Geom, q: Any, k: Any, weights: Any, starts: Any, ends: Any, k_scale: Any) -> Any:
+def _device_paged(torch: Any, g: _Geom, pages: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+    """The page arguments of a checked CUDA request on q's device: ``(the
+    paged cache's arguments or None, the slot map's or None, the tensors to
+    keep alive)``."""
+    args, keep = _api._device_pages(torch, *pages, g.rows, g.device, owner="q")
+    paged = None if args is None or not g.paged else (*args, g.num_pages)
+    return paged, (args if g.slots else None), keep
+
+
+def _scores_cuda(
+    torch: Any, g: _Geom, q: Any, k: Any, weights: Any, starts: Any, ends: Any, k_scale: Any, pages: Any
+) -> Any:
     """:func:`dsa_scores` on CUDA tensors: float32 ``[T, N]`` on q's device,
     one launch on the current stream."""
     ptrs, keep = _device_inputs(torch, g, q, k, weights, starts, ends, k_scale)
+    paged, _, keep_pages = _device_paged(torch, g, pages)
     out = torch.empty((g.rows, g.keys), dtype=torch.float32, device=g.device)
     if g.rows == 0 or g.keys == 0:
         return out
     _, ordinal, stream = _mla._launch_env(torch, g.device)
-    _native.cuda_dsa_scores(ordinal, g.q_name, g.k_name, *g.spec(), *ptrs, _mla._ptr(out), stream)
-    del keep  # back to torch's caching allocator, reuse ordered after the launch
+    _native.cuda_dsa_scores(ordinal, g.q_name, g.k_name, *g.spec(), *ptrs, _mla._ptr(out), stream, paged)
+    del keep, keep_pages  # back to torch's caching allocator, reuse ordered after the launch
     return out
 
 
@@ -542,16 +796,14 @@ def _indexer_cuda(
     order: str,
     nan: str,
     return_values: bool,
-    page_table: Any,
-    page_size: int,
-    seq_ids: Any,
+    pages: Any,
 ) -> tuple[Any, Any]:
     """:func:`dsa_indexer` on CUDA tensors: the scores into a workspace from
     torch's caching allocator, then the selection, on the current stream
     without a host synchronisation (graph-safe)."""
     dev = g.device
     ptrs, keep = _device_inputs(torch, g, q, k, weights, starts, ends, k_scale)
-    pages, keep_pages = _api._device_pages(torch, page_table, page_size, seq_ids, g.rows, dev, owner="q")
+    paged, slot_map, keep_pages = _device_paged(torch, g, pages)
     ids = torch.empty((g.rows, topk), dtype=torch.int32, device=dev)
     values = torch.empty((g.rows, topk), dtype=torch.float32, device=dev) if return_values else None
     if g.rows == 0:
@@ -573,8 +825,8 @@ def _indexer_cuda(
     # needs 256).
     ws = torch.empty(max(nbytes, 256), dtype=torch.uint8, device=dev)
     _native.cuda_dsa_indexer(
-        ordinal, g.q_name, g.k_name, *g.spec(), topk, order, nan, *ptrs, pages,
-        _mla._ptr(ids), None if values is None else _mla._ptr(values), _mla._ptr(ws), nbytes, stream,
+        ordinal, g.q_name, g.k_name, *g.spec(), topk, order, nan, *ptrs, slot_map,
+        _mla._ptr(ids), None if values is None else _mla._ptr(values), _mla._ptr(ws), nbytes, stream, paged,
     )  # fmt: skip
     del keep, keep_pages, ws  # back to torch's caching allocator, reuse ordered after the launch
     return ids, values

@@ -342,6 +342,40 @@ def dsa_indexer_cpu(
     page_size: int,
     seq_ids: Any | None,
 ) -> tuple[Any, Any]: ...
+def dsa_scores_paged_cpu(
+    q: Any,
+    q_dtype: str,
+    cache: Any,
+    weights: Any,
+    starts: Any,
+    ends: Any,
+    rows: int,
+    heads: int,
+    dim: int,
+    keys: int,
+    page_table: Any,
+    page_size: int,
+    seq_ids: Any,
+) -> Any: ...
+def dsa_indexer_paged_cpu(
+    q: Any,
+    q_dtype: str,
+    cache: Any,
+    weights: Any,
+    starts: Any,
+    ends: Any,
+    rows: int,
+    heads: int,
+    dim: int,
+    keys: int,
+    topk: int,
+    order: str,
+    nan: str,
+    page_table: Any,
+    page_size: int,
+    seq_ids: Any,
+    slots: bool,
+) -> tuple[Any, Any]: ...
 def cuda_dsa_scores(
     device: int,
     q_dtype: str,
@@ -358,6 +392,7 @@ def cuda_dsa_scores(
     ends: int,
     out: int,
     stream: int,
+    paged: tuple[int, int, int, int, int, int] | None = None,
 ) -> None: ...
 def cuda_dsa_indexer_workspace_bytes(
     device: int, rows: int, heads: int, dim: int, keys: int, topk: int, order: str, nan: str
@@ -385,4 +420,5 @@ def cuda_dsa_indexer(
     workspace: int,
     workspace_bytes: int,
     stream: int,
+    paged: tuple[int, int, int, int, int, int] | None = None,
 ) -> None: ...

@@ -677,16 +677,20 @@ _QSA_INDEXER = _register("qsa_indexer", _qsa_indexer_impl, _qsa_indexer_fake)
 # ---------------------------------------------------------------------------
 
 # The public functions' arguments, in their order (the keyword-only options
-# with their defaults). `values` is always returned, as topk's: [T, topk]
-# float32 when return_values, else an empty [0] float32 tensor on q's device.
+# with their defaults; the paged key cache's page arguments and the
+# indexer's `slots` came last, so the earlier arguments keep their
+# positions). `values` is always returned, as topk's: [T, topk] float32 when
+# return_values, else an empty [0] float32 tensor on q's device.
 _LIB.define(
-    "dsa_scores(Tensor q, Tensor k, Tensor weights, Tensor starts, Tensor ends, Tensor? k_scale=None) -> Tensor",
+    "dsa_scores(Tensor q, Tensor k, Tensor weights, Tensor starts, Tensor ends, Tensor? k_scale=None,"
+    " Tensor? page_table=None, SymInt page_size=64, Tensor? seq_ids=None) -> Tensor",
     tags=_TAGS,
 )
 _LIB.define(
     "dsa_indexer(Tensor q, Tensor k, Tensor weights, Tensor starts, Tensor ends, SymInt topk=2048,"
     " Tensor? k_scale=None, str order=\"index\", str nan=\"lowest\", bool return_values=False,"
-    " Tensor? page_table=None, SymInt page_size=64, Tensor? seq_ids=None) -> (Tensor ids, Tensor values)",
+    " Tensor? page_table=None, SymInt page_size=64, Tensor? seq_ids=None, bool? slots=None)"
+    " -> (Tensor ids, Tensor values)",
     tags=_TAGS,
 )
 
@@ -698,10 +702,14 @@ def _dsa_scores_impl(
     starts: torch.Tensor,
     ends: torch.Tensor,
     k_scale: torch.Tensor | None = None,
+    page_table: torch.Tensor | None = None,
+    page_size: int = 64,
+    seq_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``flashsel::dsa_scores`` on real tensors: the CPU engine, or the CUDA
-    engine on CUDA tensors (``_dsa._dsa_scores``)."""
-    return _dsa._dsa_scores(q, k, weights, starts, ends, k_scale)
+    engine on CUDA tensors (``_dsa._dsa_scores``; a paged key cache with
+    ``page_table``)."""
+    return _dsa._dsa_scores(q, k, weights, starts, ends, k_scale, page_table, page_size, seq_ids)
 
 
 def _dsa_scores_fake(
@@ -711,13 +719,19 @@ def _dsa_scores_fake(
     starts: torch.Tensor,
     ends: torch.Tensor,
     k_scale: torch.Tensor | None = None,
+    page_table: torch.Tensor | None = None,
+    page_size: Any = 64,
+    seq_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``flashsel::dsa_scores`` on fake (meta) tensors: the metadata checks
-    of ``_dsa._check`` (devices, dtypes, shapes, k's layout, then for
+    """``flashsel::dsa_scores`` on fake (meta) tensors: the page options and
+    the metadata checks of ``_dsa._check`` (devices, dtypes, shapes, k's
+    form and layout, the paged cache's shape against ``page_size``, then for
     concrete sizes the engine's spec rules), with the eager messages, and an
-    empty float32 ``[T, N]`` on q's device. The ranges' values are checked
+    empty float32 ``[T, N]`` on q's device (``N = max_pages * page_size``
+    for a paged cache). The ranges' and page table's values are checked
     when the operator runs."""
-    g = _dsa._check(torch, q, k, weights, starts, ends, k_scale)
+    page_size = _dsa._page_options(page_size, page_table, seq_ids)
+    g = _dsa._check(torch, q, k, weights, starts, ends, k_scale, page_table, page_size, seq_ids)
     return q.new_empty((g.rows, g.keys), dtype=torch.float32)
 
 
@@ -735,11 +749,13 @@ def _dsa_indexer_impl(
     page_table: torch.Tensor | None = None,
     page_size: int = 64,
     seq_ids: torch.Tensor | None = None,
+    slots: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``flashsel::dsa_indexer`` on real tensors (``_dsa._dsa_indexer``)."""
     ids, values = _dsa._dsa_indexer(
-        q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids
-    )
+        q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids,
+        slots,
+    )  # fmt: skip
     return ids, (q.new_empty((0,), dtype=torch.float32) if values is None else values)
 
 
@@ -757,14 +773,16 @@ def _dsa_indexer_fake(
     page_table: torch.Tensor | None = None,
     page_size: Any = 64,
     seq_ids: torch.Tensor | None = None,
+    slots: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``flashsel::dsa_indexer`` on fake (meta) tensors: the option checks,
-    the metadata checks of :func:`_dsa_scores_fake` and of the page
-    arguments, the selection's size rules (concrete sizes), and empty
-    ``ids`` int32 ``[T, topk]``, ``values`` float32 ``[T, topk]`` (or ``[0]``
-    without ``return_values``)."""
-    topk, order, nan, page_size = _dsa._options(topk, order, nan, page_size, page_table, seq_ids)
-    g = _dsa._check(torch, q, k, weights, starts, ends, k_scale, page_table, seq_ids, topk, order, nan)
+    """``flashsel::dsa_indexer`` on fake (meta) tensors: the option checks
+    (``slots`` too), the metadata checks of :func:`_dsa_scores_fake` and of
+    the page arguments, the selection's size rules (concrete sizes), and
+    empty ``ids`` int32 ``[T, topk]``, ``values`` float32 ``[T, topk]`` (or
+    ``[0]`` without ``return_values``)."""
+    topk, order, nan, page_size, slots = _dsa._options(topk, order, nan, page_size, page_table, seq_ids, slots)
+    g = _dsa._check(torch, q, k, weights, starts, ends, k_scale, page_table, page_size, seq_ids, topk, order, nan,
+                    slots)  # fmt: skip
     ids = q.new_empty((g.rows, topk), dtype=torch.int32)
     return ids, q.new_empty((g.rows, topk) if return_values else (0,), dtype=torch.float32)
 
@@ -971,15 +989,25 @@ def qsa_attention(q: torch.Tensor, k: Any, v: Any, indices: Any, scale: Any, len
     return _QSA_ATTENTION(q, k, v, indices, sc, lengths)
 
 
-def dsa_scores(q: torch.Tensor, k: Any, weights: Any, starts: Any, ends: Any, k_scale: Any) -> Any:
-    """``flashsel.dsa_scores`` with a tensor ``q``: calls
-    ``torch.ops.flashsel.dsa_scores`` when every array argument is a tensor,
-    else runs the eager path directly (host forms such as lists or NumPy
-    arrays beside a tensor q, which it converts; its errors for what it
-    rejects)."""
-    if not _tensors(k, weights, starts, ends) or not _opt_tensors(k_scale):
-        return _dsa._dsa_scores(q, k, weights, starts, ends, k_scale)
-    return _DSA_SCORES(q, k, weights, starts, ends, k_scale)
+def dsa_scores(
+    q: torch.Tensor,
+    k: Any,
+    weights: Any,
+    starts: Any,
+    ends: Any,
+    k_scale: Any,
+    page_table: Any = None,
+    page_size: int = 64,
+    seq_ids: Any = None,
+) -> Any:
+    """``flashsel.dsa_scores`` with a tensor ``q``, options already checked:
+    calls ``torch.ops.flashsel.dsa_scores`` when every array argument is a
+    tensor (or None where optional), else runs the eager path directly (host
+    forms such as lists or NumPy arrays beside a tensor q, which it
+    converts; its errors for what it rejects)."""
+    if not _tensors(k, weights, starts, ends) or not _opt_tensors(k_scale, page_table, seq_ids):
+        return _dsa._dsa_scores(q, k, weights, starts, ends, k_scale, page_table, page_size, seq_ids)
+    return _DSA_SCORES(q, k, weights, starts, ends, k_scale, page_table, page_size, seq_ids)
 
 
 def dsa_indexer(
@@ -996,6 +1024,7 @@ def dsa_indexer(
     page_table: Any,
     page_size: int,
     seq_ids: Any,
+    slots: bool | None = None,
 ) -> tuple[Any, Any]:
     """``flashsel.dsa_indexer`` with a tensor ``q``, options already checked:
     calls ``torch.ops.flashsel.dsa_indexer`` as :func:`dsa_scores` does;
@@ -1003,10 +1032,11 @@ def dsa_indexer(
     ``return_values``)."""
     if not _tensors(k, weights, starts, ends) or not _opt_tensors(k_scale, page_table, seq_ids):
         return _dsa._dsa_indexer(
-            q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids
-        )
+            q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids,
+            slots,
+        )  # fmt: skip
     return _DSA_INDEXER(
-        q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids
+        q, k, weights, starts, ends, topk, k_scale, order, nan, return_values, page_table, page_size, seq_ids, slots
     )
 
 
