@@ -4,10 +4,11 @@
 //! path (ids or KV slots), so its ids are `select_ranges` on those scores,
 //! the same bytes as the CPU.
 //!
-//! The chain keeps the scores `[T, N]` f32 in the caller's workspace
-//! ([`CudaEngine::dsa_indexer_workspace_bytes`]: `4 T N` bytes, 256-byte
-//! aligned, then the selection's scratch): a decode step of 1M keys takes 4
-//! MiB a row; a long prefill should be called in groups of rows.
+//! The chain keeps one row group's scores in the caller's workspace
+//! ([`CudaEngine::dsa_indexer_workspace_bytes`]): groups of
+//! [`indexer_group_rows`] rows, at most 256 MiB of f32 scores (a 1M-key
+//! decode row is 4 MiB; an 8192-row prefill over 1M keys runs in 128 groups
+//! of 64 rows instead of needing 32 GiB), then the selection's scratch.
 
 use cudarc::driver::CudaSlice;
 
@@ -18,7 +19,7 @@ use crate::cuda::compile::Module;
 use crate::cuda::host::{alloc, bytes_of, elems_of, ptr, upload};
 use crate::cuda::launch::{self, KernelParams, Launch};
 use crate::cuda::{CudaEngine, KernelId};
-use crate::ops::indexer::KeyElem;
+use crate::ops::indexer::{KeyElem, INDEXER_SCRATCH_BYTES};
 use crate::ops::pages::PageMap;
 use crate::ops::select::device::PagesCopy;
 use crate::ops::select::{DevicePages, DeviceSelect, SelectSpec, Selection};
@@ -167,6 +168,14 @@ pub struct DeviceDsaIndexer {
     pub workspace_bytes: usize,
 }
 
+/// Rows of one group of the indexer's chain: as many as
+/// [`INDEXER_SCRATCH_BYTES`] (256 MiB, `qsa_indexer`'s bound) of f32 scores
+/// hold, at least one, at most `T` (a public engine's prefill allocated the
+/// whole `[T, N]` and ran out of memory: 8 GiB at 8192 x 1M).
+pub fn indexer_group_rows(spec: &DsaScoresSpec) -> usize {
+    (INDEXER_SCRATCH_BYTES / (4 * spec.keys.max(1))).clamp(1, spec.rows.max(1))
+}
+
 fn scores_bytes(spec: &DsaScoresSpec) -> Result<usize> {
     Ok(spec
         .out_len()?
@@ -246,26 +255,32 @@ impl CudaEngine {
         .run(&f, &p)
     }
 
-    /// Workspace a [`DeviceDsaIndexer`] needs, bytes: the scores (`4 T N`,
-    /// rounded up to 256) and the selection's scratch.
+    /// Workspace a [`DeviceDsaIndexer`] needs, bytes: one row group's scores
+    /// (`4 G N` with `G` = [`indexer_group_rows`], rounded up to 256) and the
+    /// selection's scratch for a group; at most about
+    /// [`INDEXER_SCRATCH_BYTES`] of scores whatever `T`.
     pub fn dsa_indexer_workspace_bytes(&self, spec: &DsaScoresSpec, select: &SelectSpec) -> Result<usize> {
-        Ok(scores_bytes(spec)? + self.workspace_bytes(select, true)?)
+        let g = indexer_group_rows(spec);
+        let mut need = 0;
+        for rows in [g, spec.rows % g.max(1)] {
+            if rows > 0 {
+                need = need.max(self.workspace_bytes(&SelectSpec { rows, ..*select }, true)?);
+            }
+        }
+        Ok(scores_bytes(&DsaScoresSpec { rows: g, ..*spec })? + need)
     }
 
-    /// Launches `dsa_indexer` on `a.scores.stream`: the scores kernel, then
-    /// the select engine over each row's range.
+    /// Launches `dsa_indexer` on `a.scores.stream`: for each group of
+    /// [`indexer_group_rows`] rows, the scores kernel into the workspace, then
+    /// the select engine over each row's range (rows are independent: the
+    /// same bytes as one group).
     ///
     /// # Safety
     /// As [`CudaEngine::dsa_scores_device`]; the workspace as stated.
     pub unsafe fn dsa_indexer_device(&self, a: &DeviceDsaIndexer) -> Result<()> {
         let s = &a.scores.spec;
         let sel = &a.select;
-        if sel.rows != s.rows || sel.cols != s.keys || sel.dtype != DType::F32 {
-            return Err(Error::Shape(format!(
-                "the selection spec ({} x {} {}) must be the scores' ({} x {} f32)",
-                sel.rows, sel.cols, sel.dtype, s.rows, s.keys
-            )));
-        }
+        super::check_select(s, sel)?;
         let need = self.dsa_indexer_workspace_bytes(s, sel)?;
         if a.workspace_bytes < need || a.workspace == 0 || !a.workspace.is_multiple_of(256) {
             return Err(Error::BufferSize {
@@ -274,20 +289,43 @@ impl CudaEngine {
                 need,
             });
         }
-        let sb = scores_bytes(s)?;
-        self.dsa_scores_device(&DeviceDsaScores { out: a.workspace, ..a.scores })?;
-        self.select_device(&DeviceSelect {
-            spec: *sel,
-            scores: a.workspace,
-            lengths: Some(a.scores.ends),
-            out_indices: a.out_indices,
-            out_values: a.out_values,
-            workspace: a.workspace + sb as u64,
-            workspace_bytes: a.workspace_bytes - sb,
-            stream: a.scores.stream,
-            starts: Some(a.scores.starts),
-            pages: a.pages,
-        })
+        let g = indexer_group_rows(s);
+        let sb = scores_bytes(&DsaScoresSpec { rows: g, ..*s })?;
+        let qb = (s.heads * s.dim * a.scores.q_dtype.size()) as u64;
+        let at = |base: u64, r0: usize, bytes: u64| base + r0 as u64 * bytes;
+        let mut r0 = 0;
+        while r0 < s.rows.max(1) {
+            let rows = g.min(s.rows - r0);
+            if rows == 0 {
+                break;
+            }
+            let sc = DeviceDsaScores {
+                spec: DsaScoresSpec { rows, ..*s },
+                q: at(a.scores.q, r0, qb),
+                weights: at(a.scores.weights, r0, 4 * s.heads as u64),
+                starts: at(a.scores.starts, r0, 4),
+                ends: at(a.scores.ends, r0, 4),
+                out: a.workspace,
+                paged: a.scores.paged.map(|p| DevicePagedKeys { seq_ids: at(p.seq_ids, r0, 4), ..p }),
+                ..a.scores
+            };
+            self.dsa_scores_device(&sc)?;
+            let kb = 4 * sel.k as u64;
+            self.select_device(&DeviceSelect {
+                spec: SelectSpec { rows, ..*sel },
+                scores: a.workspace,
+                lengths: Some(sc.ends),
+                out_indices: at(a.out_indices, r0, kb),
+                out_values: a.out_values.map(|v| at(v, r0, kb)),
+                workspace: a.workspace + sb as u64,
+                workspace_bytes: a.workspace_bytes - sb,
+                stream: a.scores.stream,
+                starts: Some(sc.starts),
+                pages: a.pages.map(|p| DevicePages { seq_ids: at(p.seq_ids, r0, 4), ..p }),
+            })?;
+            r0 += rows;
+        }
+        Ok(())
     }
 
     /// [`crate::cpu::dsa_scores`] on this device from host data: the CPU's
@@ -662,6 +700,18 @@ mod tests {
         assert_eq!(scores_entry(&a).unwrap(), "dsa_scores_paged_qf32");
         a.k_dtype = DType::BF16;
         assert!(scores_entry(&a).unwrap_err().to_string().contains("e4m3"));
+    }
+
+    #[test]
+    fn the_workspace_is_bounded_by_row_groups() {
+        // 8192 rows x 1M keys: 64 rows a group (256 MiB), not 32 GiB.
+        let s = DsaScoresSpec::new(8192, 64, 128, 1 << 20);
+        assert_eq!(indexer_group_rows(&s), 64);
+        assert_eq!(scores_bytes(&DsaScoresSpec { rows: indexer_group_rows(&s), ..s }).unwrap(), 256 << 20);
+        // Decode: every row in one group; at least one row a group.
+        assert_eq!(indexer_group_rows(&DsaScoresSpec::new(16, 64, 128, 131_072)), 16);
+        assert_eq!(indexer_group_rows(&DsaScoresSpec::new(3, 64, 128, 100 << 20)), 1);
+        assert_eq!(indexer_group_rows(&DsaScoresSpec::new(0, 64, 128, 10)), 1);
         assert_eq!(Module::IndexerDsa.entry_points(), &DSA_ENTRIES);
     }
 }
