@@ -259,6 +259,9 @@ pub fn cases(quick: bool) -> Vec<DsaCase> {
     if !quick {
         // One decode row over 131,072 keys.
         out.push(DsaCase { page_size: Some(64), ..base(2, 64, 128, 131_072, 2048, f8, f8) });
+        // Two row groups of the indexer's chain (512 + 88 rows of 131,072
+        // keys: more than 256 MiB of scores).
+        out.push(DsaCase { scaled: false, ..base(600, 1, 64, 131_072, 64, f32_, b16) });
     }
     out
 }
@@ -313,6 +316,11 @@ mod tests {
             }
             assert!(cs.iter().any(|c| c.page_size.is_some()) && cs.iter().any(|c| c.nan_key));
             assert!(cs.iter().any(|c| c.heads % 4 != 0) && cs.iter().any(|c| c.keys > 1024));
+            let spans_groups = |c: &DsaCase| {
+                let s = DsaScoresSpec::new(c.rows, c.heads, c.dim, c.keys);
+                super::super::device::indexer_group_rows(&s) < c.rows
+            };
+            assert_eq!(cs.iter().any(spans_groups), !quick, "the full suite runs the chain in several row groups");
             for c in cs.iter().filter(|c| c.paged_keys) {
                 assert!(c.kdt == DType::F8E4M3 && c.scaled, "the paged cache holds scaled e4m3 keys");
             }
