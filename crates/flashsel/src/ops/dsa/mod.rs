@@ -449,12 +449,17 @@ pub fn dsa_indexer_paged<Q: KeyElem>(
     }
 }
 
-/// The selection spec must be the scores': `T` rows, `N` columns, f32.
+/// The selection spec must be the scores': `T` rows, `N` columns, f32,
+/// rows packed (`row_stride = N`: the scores are written densely).
 fn check_select(spec: &DsaScoresSpec, select: &SelectSpec) -> Result<()> {
-    if select.rows != spec.rows || select.cols != spec.keys || select.dtype != DType::F32 {
+    if select.rows != spec.rows
+        || select.cols != spec.keys
+        || select.dtype != DType::F32
+        || select.row_stride != spec.keys
+    {
         return Err(Error::Shape(format!(
-            "the selection spec ({} x {} {}) must be the scores' ({} x {} f32)",
-            select.rows, select.cols, select.dtype, spec.rows, spec.keys
+            "the selection spec ({} x {} {}, row stride {}) must be the scores' ({} x {} f32, row stride {})",
+            select.rows, select.cols, select.dtype, select.row_stride, spec.rows, spec.keys, spec.keys
         )));
     }
     Ok(())

@@ -197,9 +197,13 @@ fn the_indexer_is_select_ranges_on_the_scores() {
         let expect = if *i < 0 { -1 } else { table[(*i / 64) as usize] * 64 + i % 64 };
         assert_eq!(*s, expect);
     }
-    // A spec that is not the scores' is an error.
+    // A spec that is not the scores' is an error: other columns, or rows
+    // that are not packed (the device chain writes them densely).
     let bad = SelectSpec::new(rows, keys + 1, topk, DType::F32);
     assert!(dsa_indexer(&q, &k, None, &w, &starts, &ends, &spec, &bad, None).is_err());
+    let strided = sel.with_stride(keys + 8);
+    let e = dsa_indexer(&q, &k, None, &w, &starts, &ends, &spec, &strided, None).unwrap_err().to_string();
+    assert!(e.contains("row stride"), "{e}");
 }
 
 /// A paged cache in DeepGEMM's layout holding the keys `k` (e4m3 codes)
