@@ -325,12 +325,20 @@ def _check_devices(torch: Any, **args: Any) -> Any:
     """Where a call runs: None (the CPU reference) when no tensor is on a
     CUDA device, else that device, which every argument must be a tensor on
     (torch.compile's fakes check the same: ``_torch_ops._mla_devices``)."""
+    return _devices_of(torch, "sparse MLA", _DEVICES_MSG, args)
+
+
+def _devices_of(torch: Any, op: str, msg: str, args: dict[str, Any]) -> Any:
+    """The device rule of the attention operations (``op`` and ``msg`` name
+    the operation in the errors): None when no tensor is on a CUDA device
+    (every tensor then on the CPU or meta), else that device, which every
+    given argument must be a tensor on."""
     tensors = {k: x for k, x in args.items() if _is_tensor(torch, x)}
     cuda = [x.device for x in tensors.values() if x.device.type == "cuda"]
     if not cuda:
         for name, x in tensors.items():
             if x.device.type not in ("cpu", "meta"):
-                raise ValueError(f"{name} is on device {x.device}; sparse MLA runs on CPU and CUDA tensors")
+                raise ValueError(f"{name} is on device {x.device}; {op} runs on CPU and CUDA tensors")
         return None
     dev = cuda[0]
     for name, x in args.items():
@@ -338,7 +346,7 @@ def _check_devices(torch: Any, **args: Any) -> Any:
             continue
         where = x.device if _is_tensor(torch, x) else type(x).__qualname__
         if where != dev:
-            raise ValueError(f"{name} is on {where}, another tensor on {dev}: {_DEVICES_MSG}")
+            raise ValueError(f"{name} is on {where}, another tensor on {dev}: {msg}")
     return dev
 
 

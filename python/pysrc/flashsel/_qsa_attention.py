@@ -169,24 +169,9 @@ class _Geom(NamedTuple):
 
 
 def _check_devices(torch: Any, **args: Any) -> Any:
-    """Where a call runs: None (the CPU reference) when no tensor is on a
-    CUDA device, else that device, which every argument must be a tensor on
-    (``_mla._check_devices``'s rule, with this operation's messages)."""
-    tensors = {k: x for k, x in args.items() if _mla._is_tensor(torch, x)}
-    cuda = [x.device for x in tensors.values() if x.device.type == "cuda"]
-    if not cuda:
-        for name, x in tensors.items():
-            if x.device.type not in ("cpu", "meta"):
-                raise ValueError(f"{name} is on device {x.device}; QSA attention runs on CPU and CUDA tensors")
-        return None
-    dev = cuda[0]
-    for name, x in args.items():
-        if x is None:
-            continue
-        where = x.device if _mla._is_tensor(torch, x) else type(x).__qualname__
-        if where != dev:
-            raise ValueError(f"{name} is on {where}, another tensor on {dev}: {_DEVICES_MSG}")
-    return dev
+    """Where a call runs: ``_mla``'s device rule with this operation's
+    messages."""
+    return _mla._devices_of(torch, "QSA attention", _DEVICES_MSG, args)
 
 
 def _same_kv_dtype(kn: str, vn: str) -> None:

@@ -20,6 +20,7 @@ use crate::cuda::host::{alloc, bytes_of, elems_of, ptr, upload};
 use crate::cuda::launch::{self, KernelParams, Launch};
 use crate::cuda::{CudaEngine, KernelId};
 use crate::ops::indexer::{KeyElem, INDEXER_SCRATCH_BYTES};
+use crate::ops::mla::device::to_i32;
 use crate::ops::pages::PageMap;
 use crate::ops::select::device::PagesCopy;
 use crate::ops::select::{DevicePages, DeviceSelect, SelectSpec, Selection};
@@ -227,7 +228,6 @@ impl CudaEngine {
             ..DsaParams::default()
         };
         if let Some(pg) = &a.paged {
-            let i32_of = |what: &'static str, v: usize| i32::try_from(v).map_err(|_| Error::too_large(what, v as u128));
             if pg.table == 0 || pg.seq_ids == 0 || pg.page_size == 0 || pg.max_pages == 0 {
                 return Err(Error::InvalidOption {
                     what: "paged key cache",
@@ -239,9 +239,9 @@ impl CudaEngine {
             p.table = pg.table;
             p.seq_ids = pg.seq_ids;
             p.max_pages = pg.max_pages as i64;
-            p.page_size = i32_of("page_size", pg.page_size)?;
-            p.num_pages = i32_of("num_pages", pg.num_pages)?;
-            p.sequences = i32_of("sequences", pg.sequences)?;
+            p.page_size = to_i32("page_size", pg.page_size)?;
+            p.num_pages = to_i32("num_pages", pg.num_pages)?;
+            p.sequences = to_i32("sequences", pg.sequences)?;
         }
         Launch {
             grid: (rows, chunks),

@@ -77,6 +77,7 @@ use rayon::prelude::*;
 use crate::contract::{try_vec, DType, Error, Result, ScoresView};
 use crate::ops::indexer::{dots, relu, KeyElem};
 pub use crate::ops::indexer::{F8E4M3, LANES};
+use crate::ops::mla::{check_len, product};
 use crate::ops::pages::PageMap;
 use crate::ops::select::{SelectSpec, Selection};
 
@@ -131,19 +132,9 @@ impl DsaScoresSpec {
             return Err(Error::too_large("keys", self.keys as u128));
         }
         self.out_len()?;
-        [self.rows, self.heads, self.dim]
-            .iter()
-            .try_fold(1usize, |a, &x| a.checked_mul(x))
-            .ok_or_else(|| Error::Shape(format!("q [{}, {}, {}] overflows", self.rows, self.heads, self.dim)))?;
+        product("q", &[self.rows, self.heads, self.dim])?;
         Ok(())
     }
-}
-
-fn check_len(what: &'static str, got: usize, need: usize) -> Result<()> {
-    if got != need {
-        return Err(Error::BufferSize { what, got, need });
-    }
-    Ok(())
 }
 
 /// Every check the host makes: the spec, the buffers' lengths, each row's

@@ -307,7 +307,7 @@ fn combine_entry(q: DType) -> Result<&'static str> {
     Ok(MLA_ENTRIES[6 + fmt_code(q)?])
 }
 
-fn null(what: &'static str) -> Error {
+pub(crate) fn null(what: &'static str) -> Error {
     Error::InvalidOption { what, value: "a null pointer".into(), expected: "a device pointer" }
 }
 
@@ -378,11 +378,11 @@ fn cache_elem_bytes(c: CacheFormat) -> usize {
     }
 }
 
-fn to_i32(what: &'static str, v: usize) -> Result<i32> {
+pub(crate) fn to_i32(what: &'static str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| Error::too_large(what, v as u128))
 }
 
-fn to_i64(what: &'static str, v: usize) -> Result<i64> {
+pub(crate) fn to_i64(what: &'static str, v: usize) -> Result<i64> {
     i64::try_from(v).map_err(|_| Error::too_large(what, v as u128))
 }
 

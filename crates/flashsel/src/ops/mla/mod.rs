@@ -272,7 +272,7 @@ fn check_common(h_q: usize, d_qk: usize, d_v: usize, topk: usize, sm_scale: f32)
 }
 
 /// `a * b * ...` or an error naming `what`.
-fn product(what: &'static str, dims: &[usize]) -> Result<usize> {
+pub(crate) fn product(what: &'static str, dims: &[usize]) -> Result<usize> {
     dims.iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| Error::Shape(format!("{what}: {dims:?} overflows")))

@@ -31,7 +31,7 @@ use crate::cuda::compile::Module;
 use crate::cuda::host::{alloc, bytes_of, elems_of, ptr, upload, widen_f32};
 use crate::cuda::launch::{self, KernelParams, Launch};
 use crate::cuda::{timing, CudaEngine, KernelId};
-use crate::ops::mla::device::{MlaPlan, TILE};
+use crate::ops::mla::device::{null, to_i32, to_i64, MlaPlan, TILE};
 
 /// Every kernel of the module: the one-pass kernels by (q format, k / v
 /// format), then the combines by output format.
@@ -212,18 +212,6 @@ pub fn forward_entry(q: DType, kv: DType) -> Result<&'static str> {
 
 fn combine_entry(q: DType) -> Result<&'static str> {
     Ok(QSA_ATTN_ENTRIES[4 + fmt_code("q", q)?])
-}
-
-fn null(what: &'static str) -> Error {
-    Error::InvalidOption { what, value: "a null pointer".into(), expected: "a device pointer" }
-}
-
-fn to_i32(what: &'static str, v: usize) -> Result<i32> {
-    i32::try_from(v).map_err(|_| Error::too_large(what, v as u128))
-}
-
-fn to_i64(what: &'static str, v: usize) -> Result<i64> {
-    i64::try_from(v).map_err(|_| Error::too_large(what, v as u128))
 }
 
 /// One asynchronous QSA sparse attention over caller-owned device buffers

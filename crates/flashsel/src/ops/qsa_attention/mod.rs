@@ -61,7 +61,7 @@ use rayon::prelude::*;
 
 use crate::contract::{try_vec, DType, Error, Result};
 pub use crate::ops::mla::MlaElem as AttnElem;
-use crate::ops::mla::{bad, check_len, check_pages, max_nan, paged_len};
+use crate::ops::mla::{bad, check_len, check_pages, max_nan, paged_len, product};
 
 /// The head widths a request may have.
 pub const DIMS: [usize; 3] = [64, 128, 256];
@@ -184,15 +184,8 @@ impl QsaAttention {
         check_pages(self.page_size, self.num_pages, self.page_stride, self.token_stride, w, || {
             format!("{} heads of {}", self.h_kv, self.d)
         })?;
-        for (what, dims) in [
-            ("q", [self.rows, self.h_q, self.d]),
-            ("indices", [self.rows, self.width, 1]),
-            ("lse", [self.rows, self.h_q, 1]),
-        ] {
-            dims.iter()
-                .try_fold(1usize, |a, &x| a.checked_mul(x))
-                .ok_or_else(|| Error::Shape(format!("{what}: {dims:?} overflows")))?;
-        }
+        product("q", &[self.rows, self.h_q, self.d])?;
+        product("indices", &[self.rows, self.width])?;
         self.cache_len()?;
         Ok(())
     }
