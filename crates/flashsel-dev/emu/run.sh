@@ -52,10 +52,14 @@ if [ "$which" = all ] || [ "$which" = qsa ]; then
     "$tmp/qsa_emu"
 fi
 if [ "$which" = all ] || [ "$which" = dsa ]; then
+    mkdir -p "$tmp/inc/common" "$tmp/inc/indexer/dsa"
+    rewrite "$kernels/common/types.cuh" >"$tmp/inc/common/types.cuh"
+    rewrite "$kernels/indexer/dsa/score.cuh" >"$tmp/inc/indexer/dsa/score.cuh"
     rewrite "$kernels/indexer/dsa_scores.cu" >"$tmp/kern_dsa.cpp"
     cp "$here/dsa_emu.cpp" "$tmp/"
     # -ffp-contract=off: the kernel's __fmul_rn / __fadd_rn are single roundings.
-    g++ -std=c++20 -O2 -w -ffp-contract=off -I "$tmp/inc" -I "$kernels" -o "$tmp/dsa_emu" "$tmp/dsa_emu.cpp" -lpthread
+    g++ -std=c++20 -O2 -w -ffp-contract=off -DFSA_HOST_EMU=1 -DFS_BLOCK=256 -I "$tmp/inc" -I "$kernels" \
+        -o "$tmp/dsa_emu" "$tmp/dsa_emu.cpp" -lpthread
     "$tmp/dsa_emu"
 fi
 if [ "$which" = all ] || [ "$which" = finish ]; then

@@ -219,11 +219,12 @@ inline int __clz(unsigned x) { return x == 0 ? 32 : __builtin_clz(x); }
 // -ffp-contract=off, so never contracted into an FMA).
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
-// Runs a kernel over a gx x gy grid, one CTA at a time, 256 threads.
+// Runs a kernel over a gx x gy grid, one CTA at a time, nt threads (a
+// multiple of 32, at most 256).
 template <class P>
-inline void launch2(void (*k)(const P), unsigned gx, unsigned gy, const P& p) {
-    std::barrier<> bar(256);
-    for (int i = 0; i < 8; ++i) g_warp[i] = new std::barrier<>(32);
+inline void launch2(void (*k)(const P), unsigned gx, unsigned gy, const P& p, unsigned nt = 256) {
+    std::barrier<> bar(nt);
+    for (unsigned i = 0; i < nt / 32; ++i) g_warp[i] = new std::barrier<>(32);
     g_bar = &bar;
     gridDim.x = gx;
     gridDim.y = gy;
@@ -232,7 +233,7 @@ inline void launch2(void (*k)(const P), unsigned gx, unsigned gy, const P& p) {
             blockIdx.x = x;
             blockIdx.y = y;
             std::vector<std::thread> th;
-            for (unsigned t = 0; t < 256; ++t)
+            for (unsigned t = 0; t < nt; ++t)
                 th.emplace_back([&, t] {
                     threadIdx.x = t;
                     k(p);
@@ -240,7 +241,7 @@ inline void launch2(void (*k)(const P), unsigned gx, unsigned gy, const P& p) {
                 });
             for (auto& x : th) x.join();
         }
-    for (int i = 0; i < 8; ++i) delete g_warp[i];
+    for (unsigned i = 0; i < nt / 32; ++i) delete g_warp[i];
 }
 
 // --- For the filter's finish (kernels/select/filter/bucket.cuh, index_order.cuh,

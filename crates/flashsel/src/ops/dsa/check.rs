@@ -1,7 +1,10 @@
 //! `flashsel check`'s DSA indexer cases: the CUDA engine's `dsa_scores`
-//! against the CPU engine bit for bit (the same arithmetic), and its
-//! `dsa_indexer` (the scores, then the select engine's range path) against
-//! the CPU's ids and values byte for byte: every q / k dtype pair,
+//! (tensor cores, the device order) within [`device_error_bound`] of the
+//! float64 reference, the same bits on a second run, and its `dsa_indexer`
+//! (the scores, then the select engine's range path) against the CPU's
+//! `select_ranges` of the device's own scores, ids and values byte for
+//! byte; the paged cache's scores the bits of the same keys held
+//! contiguously: every q / k dtype pair,
 //! DeepSeek-V3.2's 64 heads of 128 in fp8 with per-token key scales, head
 //! counts that are not a multiple of 4, d 64 and 256, ranges of every kind
 //! (empty, whole, causal prefixes, windows, crossing the kernel's 1024-key
@@ -11,8 +14,8 @@
 
 use half::bf16;
 
-use super::{dsa_indexer, dsa_indexer_paged, dsa_scores, dsa_scores_paged, DsaPagedKeys, DsaScoresSpec, F8E4M3};
-use crate::contract::{DType, Result};
+use super::{device_error_bound, reference_dsa_scores, DsaPagedKeys, DsaScoresSpec, F8E4M3};
+use crate::contract::{DType, Result, ScoresView};
 use crate::cuda::CudaEngine;
 use crate::data::Rng;
 use crate::ops::indexer::KeyElem;
@@ -103,18 +106,13 @@ fn run_typed<Q: KeyElem, K: KeyElem>(
         run_paged(e, c, q, k, sc.as_deref().unwrap_or(&[]), &w, &starts, &ends, &mut fails)?;
         return Ok((fails.is_empty(), fails.join("; ")));
     }
-    let want = dsa_scores(q, k, sc.as_deref(), &w, &starts, &ends, &spec)?;
     let got = e.dsa_scores_host(q, k, sc.as_deref(), &w, &starts, &ends, &spec)?;
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    if bits(&got) != bits(&want) {
-        let i = got.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits()).unwrap_or(0);
-        fails.push(format!(
-            "scores differ from the CPU engine's bits first at [{}, {}]: {} vs {}",
-            i / c.keys,
-            i % c.keys,
-            got[i],
-            want[i]
-        ));
+    let again = e.dsa_scores_host(q, k, sc.as_deref(), &w, &starts, &ends, &spec)?;
+    if bits(&got) != bits(&again) {
+        fails.push("a second run's scores differ".into());
+    }
+    if let Some(f) = beyond_bound(c, q, k, sc.as_deref(), &w, &starts, &ends, &got)? {
+        fails.push(f);
     }
     let sel = SelectSpec::new(c.rows, c.keys, c.k, DType::F32).with_order(c.order);
     let table: Vec<i32>;
@@ -129,13 +127,17 @@ fn run_typed<Q: KeyElem, K: KeyElem>(
             Some(PageMap::new(&table, n, ps, &seq)?)
         }
     };
-    let cpu = dsa_indexer(q, k, sc.as_deref(), &w, &starts, &ends, &spec, &sel, pages.as_ref())?;
+    let view = ScoresView::new(&got, c.rows, c.keys)?;
+    let cpu = match &pages {
+        None => crate::cpu::select_ranges(&view, &sel, &starts, Some(&ends))?,
+        Some(p) => crate::cpu::select_ranges_paged(&view, &sel, Some(&starts), Some(&ends), p)?,
+    };
     let gpu = e.dsa_indexer_host(q, k, sc.as_deref(), &w, &starts, &ends, &spec, &sel, pages.as_ref())?;
     if gpu.indices != cpu.indices {
-        fails.push("the ids differ from the CPU engine's".into());
+        fails.push("the ids differ from the CPU's selection of the device's scores".into());
     }
     if bits(&gpu.values) != bits(&cpu.values) {
-        fails.push("the selected values differ from the CPU engine's".into());
+        fails.push("the selected values differ from the CPU's selection of the device's scores".into());
     }
     Ok((fails.is_empty(), fails.join("; ")))
 }
@@ -176,20 +178,88 @@ fn run_paged<Q: KeyElem, K: KeyElem>(
     let table: Vec<i32> = phys.iter().chain(&phys).copied().collect();
     let seq: Vec<i32> = (0..c.rows as i32).map(|t| t % 2).collect();
     let keys = DsaPagedKeys { cache: &cache, pages: PageMap::new(&table, pages, ps, &seq)? };
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    let want = dsa_scores_paged(q, &keys, w, starts, ends, &spec)?;
     let got = e.dsa_scores_paged_host(q, &keys, w, starts, ends, &spec)?;
-    if bits(&got) != bits(&want) {
-        fails.push("paged scores differ from the CPU engine's bits".into());
+    // The same keys held contiguously (re-encoded exactly) on the same
+    // engine: the same order, so the same bits.
+    let k8: Vec<F8E4M3> = k.iter().map(|x| F8E4M3(crate::ops::mla::f32_to_e4m3(x.to_f32()))).collect();
+    let flat = e.dsa_scores_host(q, &k8, Some(sc), w, starts, ends, &spec)?;
+    if bits(&got) != bits(&flat) {
+        fails.push("paged scores differ from the same keys' contiguous scores".into());
+    }
+    if let Some(f) = beyond_bound(c, q, &k8, Some(sc), w, starts, ends, &got)? {
+        fails.push(format!("paged: {f}"));
     }
     let sel = SelectSpec::new(c.rows, c.keys, c.k, DType::F32).with_order(c.order);
     let slots = c.page_size.is_some();
-    let cpu = dsa_indexer_paged(q, &keys, w, starts, ends, &spec, &sel, slots)?;
+    let view = ScoresView::new(&got, c.rows, c.keys)?;
+    let cpu = if slots {
+        crate::cpu::select_ranges_paged(&view, &sel, Some(starts), Some(ends), &keys.pages)?
+    } else {
+        crate::cpu::select_ranges(&view, &sel, starts, Some(ends))?
+    };
     let gpu = e.dsa_indexer_paged_host(q, &keys, w, starts, ends, &spec, &sel, slots)?;
     if gpu.indices != cpu.indices || bits(&gpu.values) != bits(&cpu.values) {
-        fails.push("the paged indexer's ids or values differ from the CPU engine's".into());
+        fails.push("the paged indexer's ids or values differ from the CPU's selection of its scores".into());
     }
     Ok(())
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// The first score (of up to 24 rows spread over the case) farther from the
+/// float64 reference than [`device_error_bound`], or a NaN or infinity
+/// where the reference has none (and back), described.
+#[allow(clippy::too_many_arguments)]
+fn beyond_bound<Q: KeyElem, K: KeyElem>(
+    c: &DsaCase,
+    q: &[Q],
+    k: &[K],
+    sc: Option<&[f32]>,
+    w: &[f32],
+    starts: &[i32],
+    ends: &[i32],
+    got: &[f32],
+) -> Result<Option<String>> {
+    let (h, d, n) = (c.heads, c.dim, c.keys);
+    let step = c.rows.div_ceil(24).max(1);
+    let rows: Vec<usize> = (0..c.rows).step_by(step).collect();
+    let pick = |v: &[i32]| rows.iter().map(|&t| v[t]).collect::<Vec<_>>();
+    let qs: Vec<Q> = rows.iter().flat_map(|&t| q[t * h * d..(t + 1) * h * d].iter().copied()).collect();
+    let ws: Vec<f32> = rows.iter().flat_map(|&t| w[t * h..(t + 1) * h].iter().copied()).collect();
+    let spec = DsaScoresSpec::new(rows.len(), h, d, n);
+    let want = reference_dsa_scores(&qs, k, sc, &ws, &pick(starts), &pick(ends), &spec)?;
+    for (ri, &t) in rows.iter().enumerate() {
+        let (a, b) = (starts[t] as usize, ends[t] as usize);
+        if let Some(s) = (0..n).find(|&s| (s < a || s >= b) && got[t * n + s] != f32::NEG_INFINITY) {
+            return Ok(Some(format!("score [{t}, {s}] outside the range [{a}, {b}) is {}, not -inf", got[t * n + s])));
+        }
+        for s in a..b {
+            let (g, x) = (got[t * n + s] as f64, want[ri * n + s]);
+            let (mut m, mut wmax) = (0f64, 1f64);
+            for hh in 0..h {
+                let a: f64 = (0..d)
+                    .map(|j| (q[(t * h + hh) * d + j].to_f32() as f64 * k[s * d + j].to_f32() as f64).abs())
+                    .sum();
+                m += (w[t * h + hh] as f64).abs() * a;
+                wmax = wmax.max((w[t * h + hh] as f64).abs());
+            }
+            let scale = sc.map_or(1.0, |v| v[s] as f64);
+            let bound = device_error_bound(&spec, m * scale.abs(), wmax * scale.abs().max(1.0), c.q, c.kdt);
+            let ok = if x.is_finite() {
+                (g - x).abs() <= bound
+            } else {
+                g.to_bits() == x.to_bits() || (g.is_nan() && x.is_nan())
+            };
+            if !ok {
+                return Ok(Some(format!(
+                    "score [{t}, {s}] = {g} is beyond the device bound {bound:e} of the reference {x}"
+                )));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// Runs one case with fresh data from `rng`.

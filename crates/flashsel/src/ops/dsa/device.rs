@@ -1,8 +1,9 @@
 //! The DSA indexer on the CUDA engine: `dsa_scores_*`
-//! (kernels/indexer/dsa_scores.cu, module IndexerDsa) writes the CPU
-//! engine's bits; `dsa_indexer` chains it with the select engine's range
-//! path (ids or KV slots), so its ids are `select_ranges` on those scores,
-//! the same bytes as the CPU.
+//! (kernels/indexer/dsa_scores.cu, module IndexerDsa; tensor cores) writes
+//! the scores in the device order ([`super`], "The CUDA engine's order",
+//! within [`super::device_error_bound`] of the float64 reference);
+//! `dsa_indexer` chains it with the select engine's range path (ids or KV
+//! slots), so its ids are `select_ranges` on those scores, byte for byte.
 //!
 //! The chain keeps one row group's scores in the caller's workspace
 //! ([`CudaEngine::dsa_indexer_workspace_bytes`]): groups of
@@ -42,10 +43,36 @@ pub(crate) const DSA_ENTRIES: [&str; 12] = [
     "dsa_scores_paged_qe4m3",
 ];
 
-/// Columns one CTA writes (the kernel's `CHUNK`).
-const CHUNK: usize = 1024;
-/// Threads a CTA.
-const BLOCK: u32 = 256;
+/// Columns one CTA writes (the kernel's `TC_KEYS`).
+const CHUNK: usize = 512;
+/// Threads a CTA (`TC_THREADS`).
+const BLOCK: u32 = 128;
+/// Heads of one chunk of query fragments (`TC_HEADS`).
+const HEAD_CHUNK: usize = 64;
+
+/// bf16 terms a value of `dtype` splits into (f32 three, bf16 and e4m3 one).
+fn terms(dtype: DType) -> usize {
+    if dtype == DType::F32 {
+        3
+    } else {
+        1
+    }
+}
+
+/// Dynamic shared memory of a launch: one head chunk's query fragments,
+/// `terms(q) * (d / 16) * tiles * 32 lanes * 8` bytes, with the kernel's
+/// `head_tiles` column tiles: 8 (64 heads) for bf16 or e4m3 q and keys, 4
+/// with f32 q, 2 with f32 keys.
+fn frag_bytes(q: DType, k: DType, dim: usize) -> u32 {
+    let tiles = if terms(k) > 1 {
+        2
+    } else if terms(q) > 1 {
+        4
+    } else {
+        HEAD_CHUNK / 8
+    };
+    (terms(q) * (dim / 16) * tiles * 32 * 8) as u32
+}
 
 /// `DsaParams` in kernels/indexer/dsa_scores.cu.
 #[repr(C)]
@@ -243,10 +270,20 @@ impl CudaEngine {
             p.num_pages = to_i32("num_pages", pg.num_pages)?;
             p.sequences = to_i32("sequences", pg.sequences)?;
         }
+        // The keys' vector loads: 16 bytes (f32, bf16) or 8 (e4m3) a lane.
+        let align = if a.k_dtype == DType::F8E4M3 { 8 } else { 16 };
+        let paged_odd = a.paged.is_some_and(|pg| pg.page_size % 2 != 0);
+        if !a.k.is_multiple_of(align) || paged_odd {
+            return Err(Error::InvalidOption {
+                what: "dsa_scores keys",
+                value: format!("address {:#x}{}", a.k, if paged_odd { " with an odd page size" } else { "" }),
+                expected: "keys aligned to 16 bytes (8 for fp8), a paged cache of even page size",
+            });
+        }
         Launch {
             grid: (rows, chunks),
             block: BLOCK,
-            smem: 0,
+            smem: frag_bytes(a.q_dtype, a.k_dtype, s.dim),
             stream: a.stream,
             programmatic: false,
             cooperative: false,

@@ -65,12 +65,33 @@
 //! the scale one unit ([`error_bound`]). It holds for every order of the
 //! sums, with or without fused multiply-adds.
 //!
+//! # The CUDA engine's order
+//! The CUDA engine computes the dot products on tensor cores
+//! (kernels/indexer/dsa/score.cuh), so its scores are not the CPU's bits;
+//! they are a pure function of the row's and the key's values (the same
+//! bits on every run, in any batch, chunk or row group), within
+//! [`device_error_bound`] of the exact value:
+//! 1. `dot_h`: every value split exactly into bf16 terms (bf16 and e4m3
+//!    one, f32 three), the indexers' tensor-core order
+//!    (kernels/indexer/common/key_mma.cuh: an f32 accumulator from `+0.0`,
+//!    one `mma.sync` m16n8k16 per 16 dimensions and term pair, the tensor
+//!    core's own deterministic summation inside each).
+//! 2. `p_h = w_h * relu(dot_h)`, rounded; `+0.0` for a head past `H`.
+//! 3. The heads in chunks of 64 (`c` = 0, 1 for 128 heads): within a chunk,
+//!    with `P_n = p_{64c+8n+2i} + p_{64c+8n+2i+1}`, lane `i` in 0..4 sums
+//!    `S_i = ((P_0 + P_1) + P_2) + ... + P_7` and the chunk's sum is `(S_0 +
+//!    S_1) + (S_2 + S_3)`; then `acc = ((+0.0 + chunk_0) + chunk_1) ...`.
+//! 4. `score = acc * k_scale[s]` (with a scale), a NaN the quiet NaN
+//!    `0x7fc00000`.
+//!
 //! # The indexer
 //! [`dsa_indexer`] selects the top `k` of each row's range of the scores
 //! exactly as [`select_ranges`](crate::cpu::select_ranges) does on
 //! [`dsa_scores`]' output (the same bytes: it is that chain on the CPU),
 //! optionally mapping the ids to KV slots through a page table
-//! ([`crate::ops::pages`]).
+//! ([`crate::ops::pages`]). The CUDA engine's indexer is the same chain on
+//! its own scores: its ids and values are `select_ranges` of the CUDA
+//! engine's `dsa_scores`, byte for byte.
 
 use rayon::prelude::*;
 
@@ -386,6 +407,24 @@ pub fn reference_dsa_scores<Q: KeyElem, K: KeyElem>(
 pub fn error_bound(spec: &DsaScoresSpec, m: f64, wmax: f64) -> f64 {
     let (d, h) = (spec.dim as f64, spec.heads as f64);
     (d + h + 2.0) * 2f64.powi(-24) * m + (d + 2.0) * h * 2f64.powi(-149) * wmax
+}
+
+/// The stated bound on `|score - exact|` of the CUDA engine (its
+/// tensor-core order, module docs) for a score whose `M` is `m` and `W` is
+/// `wmax` (as [`error_bound`]), queries of dtype `q` and keys of dtype `k`:
+/// with `n = (d / 16) * terms(q) * terms(k)` chained mma a dot product
+/// (terms: 3 for f32, 1 for bf16 and e4m3), `(68 n + H + 3) * 2^-24 * m +
+/// (d * terms(q) * terms(k) + 2) * H * 2^-126 * wmax`. Why: one mma adds 16
+/// exact products to its accumulator, each of the 17 addends losing less
+/// than 2^-22 of the largest (alignment and truncation), as
+/// [`crate::ops::indexer::device_error_bound`]; the weight product, the
+/// head sums (at most `H` deep) and the scale add one rounding each; a
+/// subnormal product may be flushed.
+pub fn device_error_bound(spec: &DsaScoresSpec, m: f64, wmax: f64, q: DType, k: DType) -> f64 {
+    let terms = |t: DType| if t == DType::F32 { 3.0 } else { 1.0 };
+    let (d, h) = (spec.dim as f64, spec.heads as f64);
+    let n = d / 16.0 * terms(q) * terms(k);
+    (68.0 * n + h + 3.0) * 2f64.powi(-24) * m + (d * terms(q) * terms(k) + 2.0) * h * 2f64.powi(-126) * wmax
 }
 
 /// The CPU engine's DSA indexer: the top `select.k` of each row's range of
