@@ -34,17 +34,6 @@ static float get(const std::vector<unsigned char>& b, int f, size_t i) {
     return fsattn::e4m3_to_f32(b[i]);
 }
 
-// An f32 split into bf16 terms (key_mma.cuh's f32_term): hi, mid, lo
-// truncations; a NaN or an infinity is hi alone.
-static float term(float x, int i) {
-    const unsigned b = __float_as_uint(x);
-    if (std::isnan(x)) return i == 0 ? NAN : 0.f;
-    if (std::isinf(x)) return i == 0 ? x : 0.f;
-    const float hi = __uint_as_float(b & 0xffff0000u), r = x - hi;
-    const float mid = __uint_as_float(__float_as_uint(r) & 0xffff0000u);
-    return i == 0 ? hi : i == 1 ? mid : r - mid;
-}
-
 // The CUDA engine's score of (t, s) in the device order (ops/dsa/mod.rs,
 // "The CUDA engine's order"; indexer/dsa/score.cuh): per head an f32
 // accumulator over the 16-dimension steps, one emulated mma (shim.h: the 16
@@ -69,8 +58,8 @@ static float dev_score(const std::vector<unsigned char>& q, int qf, const std::v
                         double sum = 0;
                         for (int kk = 0; kk < 16; ++kk) {
                             const int dim = 32 * (ks >> 1) + 8 * ((kk & 7) >> 1) + 4 * (ks & 1) + 2 * (kk >> 3) + (kk & 1);
-                            float tkv = term(get(k, kf, (size_t)s * d + dim), a);
-                            const float tqv = term(get(q, qf, ((size_t)t * H + h) * d + dim), e);
+                            float tkv = bf16_term(get(k, kf, (size_t)s * d + dim), a);
+                            const float tqv = bf16_term(get(q, qf, ((size_t)t * H + h) * d + dim), e);
                             if (e > 0 && std::isinf(tkv)) tkv = 0.f;  // an infinite key meets only q's hi term
                             sum += (double)tkv * tqv;
                         }

@@ -77,14 +77,7 @@ struct Data {
 // A value's bf16 term i (0 hi, 1 mid, 2 lo: truncations, their sum the
 // value exactly; a NaN or an infinity is its hi term alone; bf16 and e4m3
 // values are their own hi term).
-float term(float x, int i) {
-    const unsigned b = __float_as_uint(x);
-    if (std::isnan(x)) return i == 0 ? NAN : 0.f;
-    if (std::isinf(x)) return i == 0 ? x : 0.f;
-    const float hi = __uint_as_float(b & 0xffff0000u), r = x - hi;
-    const float mid = __uint_as_float(__float_as_uint(r) & 0xffff0000u);
-    return i == 0 ? hi : i == 1 ? mid : r - mid;
-}
+float term(float x, int i) { return bf16_term(x, i); }
 
 float qval(const Case& c, const Data& x, long long i) {
     if (c.qb) { unsigned short b; std::memcpy(&b, &x.q[2 * i], 2); return __uint_as_float((unsigned)b << 16); }

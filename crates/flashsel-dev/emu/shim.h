@@ -215,6 +215,16 @@ inline unsigned __ballot_sync(unsigned, bool v) {
     return r;
 }
 inline int __clz(unsigned x) { return x == 0 ? 32 : __builtin_clz(x); }
+// An f32 split into bf16 terms (indexer/common/key_mma.cuh's f32_term): the
+// hi, mid, lo truncations; a NaN or an infinity is hi alone.
+inline float bf16_term(float x, int i) {
+    const unsigned b = __float_as_uint(x);
+    if (std::isnan(x)) return i == 0 ? NAN : 0.f;
+    if (std::isinf(x)) return i == 0 ? x : 0.f;
+    const float hi = __uint_as_float(b & 0xffff0000u), r = x - hi;
+    const float mid = __uint_as_float(__float_as_uint(r) & 0xffff0000u);
+    return i == 0 ? hi : i == 1 ? mid : r - mid;
+}
 // Round-to-nearest f32 arithmetic: plain float operations (built with
 // -ffp-contract=off, so never contracted into an FMA).
 inline float __fmul_rn(float a, float b) { return a * b; }

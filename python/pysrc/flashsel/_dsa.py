@@ -8,7 +8,8 @@ tensors run the CPU engine (``flashsel::cpu::dsa_scores`` / ``dsa_indexer``,
 engine (``CudaEngine::dsa_scores_device`` / ``dsa_indexer_device``, the
 paged cache through ``DeviceDsaScores::paged``: zero-copy, on torch's
 current stream, no host synchronisation, so CUDA graphs capture them),
-which writes the CPU engine's bits. Torch tensors go through the torch
+whose scores follow its own device order (tensor cores; not the CPU's
+bits) and whose ids are the exact selection of those scores. Torch tensors go through the torch
 operators ``flashsel::dsa_scores`` / ``flashsel::dsa_indexer``
 (``_torch_ops``), whose implementations are :func:`_dsa_scores` /
 :func:`_dsa_indexer` here. The contract is docs/semantics.md, "DSA indexer

@@ -4,15 +4,18 @@
 //! engine's range path. Decode rows read DeepSeek's paged fp8 key cache
 //! (pages of 64, DeepGEMM's layout) and write KV slots through its table;
 //! the prefill row reads contiguous keys and writes token ids. Each row is
-//! verified on sampled query rows against the CPU engine (the same bytes).
+//! verified on sampled query rows: the ids must be the CPU's selection of
+//! the CUDA engine's own scores of that row (the scores follow the device
+//! order, not the CPU's bits; the row's scores do not depend on the batch).
 //! Only with `--only dsa-indexer`; CUDA only.
 
 use flashsel::cuda::CudaEngine;
 use flashsel::data::Rng;
-use flashsel::ops::dsa::{dsa_indexer, dsa_indexer_paged, DsaPagedKeys, DsaScoresSpec, F8E4M3};
+use flashsel::ops::dsa::{DsaPagedKeys, DsaScoresSpec, F8E4M3};
 use flashsel::ops::pages::PageMap;
 use flashsel::ops::select::{OutputOrder, SelectSpec};
 use flashsel::DType;
+use flashsel::ScoresView;
 use serde::Serialize;
 
 /// One row of the table (and of the JSON's `dsa_indexer` list).
@@ -90,7 +93,8 @@ fn row(e: &CudaEngine, seed: u64, iters: usize, rows: usize, keys: usize, causal
             t.sort_by(f64::total_cmp);
             out.median_us = t[t.len() / 2] * 1e6;
             out.min_us = t[0] * 1e6;
-            // The CPU engine on the first and last rows.
+            // The first and last rows: the CPU's selection of the device's
+            // scores of the row.
             let picks: Vec<usize> = if rows > 1 { vec![0, rows - 1] } else { vec![0] };
             let mut bad = None;
             for &r in &picks {
@@ -99,16 +103,24 @@ fn row(e: &CudaEngine, seed: u64, iters: usize, rows: usize, keys: usize, causal
                 let seq1 = [0i32];
                 let qs = &q[r * heads * dim..(r + 1) * heads * dim];
                 let (w1, a1, b1) = (&w[r * heads..(r + 1) * heads], &starts[r..=r], &ends[r..=r]);
+                let pm1 = PageMap::new(&table, pages_n, 64, &seq1).expect("valid");
                 let want = if paged {
-                    let pk1 =
-                        DsaPagedKeys { cache: &cache, pages: PageMap::new(&table, pages_n, 64, &seq1).expect("valid") };
-                    dsa_indexer_paged(qs, &pk1, w1, a1, b1, &one, &s1, true)
+                    let pk1 = DsaPagedKeys { cache: &cache, pages: pm1 };
+                    e.dsa_scores_paged_host(qs, &pk1, w1, a1, b1, &one)
                 } else {
-                    dsa_indexer(qs, &k, Some(&sc), w1, a1, b1, &one, &s1, None)
-                };
+                    e.dsa_scores_host(qs, &k, Some(&sc), w1, a1, b1, &one)
+                }
+                .and_then(|scores| {
+                    let view = ScoresView::new(&scores, 1, keys)?;
+                    if paged {
+                        flashsel::cpu::select_ranges_paged(&view, &s1, Some(a1), Some(b1), &pm1)
+                    } else {
+                        flashsel::cpu::select_ranges(&view, &s1, a1, Some(b1))
+                    }
+                });
                 match want {
                     Ok(want) if want.indices[..] != got.indices[r * topk..(r + 1) * topk] => {
-                        bad = Some(format!("row {r}: the ids differ from the CPU engine's"))
+                        bad = Some(format!("row {r}: the ids differ from the CPU's selection of the device's scores"))
                     }
                     Ok(_) => {}
                     Err(err) => bad = Some(err.to_string()),
@@ -116,7 +128,7 @@ fn row(e: &CudaEngine, seed: u64, iters: usize, rows: usize, keys: usize, causal
             }
             match bad {
                 None => {
-                    out.verified = format!("{} rows = CPU", picks.len());
+                    out.verified = format!("{} rows = CPU select of the device's scores", picks.len());
                     out.ok = true;
                 }
                 Some(err) => out.error = Some(err),

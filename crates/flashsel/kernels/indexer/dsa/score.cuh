@@ -103,28 +103,24 @@ __device__ __forceinline__ void load_head_chunk(const DsaParams& P, int t, int h
     }
 }
 
-// Key s's first byte (paged: through the table) and, with want_scale, its
-// scale (1 without one); null where the key is not read (s >= hi, or a
-// page outside the table or the cache: *bad).
+// Key s's first byte (paged: through the table) and its scale (1 without
+// one); null where the key is not read (s >= hi, or a page outside the
+// table or the cache).
 template <class K, bool PAGED>
 __device__ __forceinline__ const unsigned char* tc_key(const DsaParams& P, int seq, long long s, long long hi,
-                                                       bool want_scale, float* scale, bool* bad) {
-    *bad = false;
+                                                       float* scale) {
     *scale = 1.f;
     if (s >= hi) return nullptr;
     if (!PAGED) {
-        if (want_scale && P.k_scale != nullptr) *scale = __ldg(P.k_scale + s);
+        if (P.k_scale != nullptr) *scale = __ldg(P.k_scale + s);
         return (const unsigned char*)P.k + s * (long long)P.dim * K::BYTES;
     }
     const int pi = (int)s / P.page_size, j = (int)s - pi * P.page_size;  // keys < 2^31
     int page = -1;
     if (seq >= 0 && pi < P.max_pages) page = __ldg(P.table + (long long)seq * P.max_pages + pi);
-    if (page < 0 || page >= P.num_pages) {
-        *bad = true;
-        return nullptr;
-    }
+    if (page < 0 || page >= P.num_pages) return nullptr;
     const unsigned char* base = (const unsigned char*)P.k + (long long)page * P.page_size * (P.dim + 4);
-    if (want_scale) *scale = __ldg((const float*)(base + (long long)P.page_size * P.dim) + j);
+    *scale = __ldg((const float*)(base + (long long)P.page_size * P.dim) + j);
     return base + (long long)j * P.dim;
 }
 
@@ -184,10 +180,7 @@ __device__ __forceinline__ void tc_impl(const DsaParams& P) {
             row[i] = __uint_as_float(0xff800000u);
             continue;
         }
-        float scale;
-        bool bad;
-        key_s[i] = tc_key<K, PAGED>(P, seq, c0 + i, hi, true, &scale, &bad);
-        scale_s[i] = scale;
+        key_s[i] = tc_key<K, PAGED>(P, seq, c0 + i, hi, &scale_s[i]);
     }
     if (lo >= hi) return;  // CTA-uniform
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

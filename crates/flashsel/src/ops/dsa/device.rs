@@ -367,7 +367,7 @@ impl CudaEngine {
 
     /// [`crate::cpu::dsa_scores`] on this device from host data: the CPU's
     /// checks (the same errors), upload, the output poisoned, one run,
-    /// download. The same bits as the CPU engine.
+    /// download. The device order's bits (not the CPU engine's).
     #[allow(clippy::too_many_arguments)]
     pub fn dsa_scores_host<Q: KeyElem, K: KeyElem>(
         &self,
@@ -420,7 +420,8 @@ impl CudaEngine {
 
     /// [`crate::cpu::dsa_indexer`] on this device from host data (the chain
     /// of [`CudaEngine::dsa_indexer_device`]); outputs poisoned before the
-    /// run. The same bytes as the CPU engine.
+    /// run. The CPU's `select_ranges` of this engine's own scores, byte for
+    /// byte.
     #[allow(clippy::too_many_arguments)]
     pub fn dsa_indexer_host<Q: KeyElem, K: KeyElem>(
         &self,
