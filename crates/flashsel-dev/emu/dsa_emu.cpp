@@ -39,11 +39,11 @@ static float get(const std::vector<unsigned char>& b, int f, size_t i) {
 // accumulator over the 16-dimension steps, one emulated mma (shim.h: the 16
 // exact products summed in double, then added in f32) per step and (key
 // term, query term) pair, key term outer; p_h = w_h * relu(dot_h); the
-// heads in chunks of 8 NT (NT 8, 4 with f32 q, 2 with f32 keys), lane sums
+// heads in chunks of 8 NT (NT 4, 2 with f32 keys), lane sums
 // of column pairs, the quad tree, the running sum from +0.0; one scale.
 static float dev_score(const std::vector<unsigned char>& q, int qf, const std::vector<unsigned char>& k, int kf,
                        const float* sc, const std::vector<float>& w, int t, long long s, int H, int d) {
-    const int NT = kf == 0 ? 2 : qf == 0 ? 4 : 8, HC = 8 * NT;
+    const int NT = kf == 0 ? 2 : 4, HC = 8 * NT;
     const int tq = qf == 0 ? 3 : 1, tk = kf == 0 ? 3 : 1;
     float run = 0.f;
     std::vector<float> p(HC);

@@ -30,11 +30,11 @@ static_assert(sizeof(DsaParams) == 112, "DsaParams mirrors the host's layout");
 #include "indexer/dsa/score.cuh"
 
 #define FSD_SCORES(NAME, Q, K)                                                                    \
-    extern "C" __global__ void __launch_bounds__(dsa_tc::TC_THREADS, 3) NAME(const DsaParams P) { \
+    extern "C" __global__ void __launch_bounds__(dsa_tc::TC_THREADS, 4) NAME(const DsaParams P) { \
         dsa_tc::tc_impl<dsa_tc::Q, fsidx::K, false>(P);                                          \
     }
 #define FSD_PAGED(NAME, Q)                                                                        \
-    extern "C" __global__ void __launch_bounds__(dsa_tc::TC_THREADS, 3) NAME(const DsaParams P) { \
+    extern "C" __global__ void __launch_bounds__(dsa_tc::TC_THREADS, 4) NAME(const DsaParams P) { \
         dsa_tc::tc_impl<dsa_tc::Q, fsidx::KeyE4m3, true>(P);                                     \
     }
 

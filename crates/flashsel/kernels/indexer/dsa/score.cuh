@@ -8,13 +8,14 @@
 //   Grid (rows, chunks of TC_KEYS keys). A CTA (128 threads, 4 warps) writes
 //   its chunk of row t: -inf outside the row's range; inside it the warps
 //   take runs of 32 keys (warp w: the runs starting at lo + 32 w, lo + 32 w
-//   + 128, ...). The heads go in chunks of 64 (eight 8-column tiles); for
+//   + 128, ...). The heads go in chunks of 32 (four 8-column tiles; 16 with f32
+//   keys); for
 //   each chunk the CTA builds the chunk's query fragments (bf16 terms, zero
 //   columns past H) and weights in shared memory once, then every warp runs
 //   its keys against them (indexer/common/key_mma.cuh's warp_dots: keys in
 //   the A rows, heads in the B columns) and reduces each key's 64 columns:
 //     p_h  = w[t, h] * relu(dot_h)                       (f32, rounded; +0.0 past H)
-//     S_t  = (P_0 + P_1 + ... + P_7), left to right, P_n = p_{8n+2t} + p_{8n+2t+1}
+//     S_t  = (P_0 + P_1 + ... + P_{NT-1}), left to right, P_n = p_{8n+2t} + p_{8n+2t+1}
 //            (lane t = lane & 3 of the key's quad holds columns 8n + 2t, +1)
 //     S    = (S_0 + S_1) + (S_2 + S_3)                  (xor butterflies 1, 2)
 //   and adds it to the key's running sum, acc = (+0.0 + S_chunk0) +
@@ -35,7 +36,8 @@
 //
 // COST
 //   Per 32 keys and 64 heads: (d / 16) * terms(q) * terms(k) * 16 mma
-//   (128 at d 128, bf16 or e4m3 q and k), 64 relu-weight products and 64
+//   (128 at d 128, bf16 or e4m3 q and k; each A pair decoded once for 4
+//   tiles, each key read twice for 64 heads, the second from L1 / L2), 64 relu-weight products and 64
 //   adds a lane, 3 shuffles; each key read once per head chunk; the
 //   query fragments built once a CTA and chunk (TC_KEYS keys).
 #ifndef FLASHSEL_INDEXER_DSA_TC_CUH
@@ -48,16 +50,16 @@ namespace dsa_tc {
 using namespace fsidx;
 
 enum : int {
-    TC_THREADS = 128,   // 4 warps; three CTAs an SM (168 registers: the 64-column accumulators)
+    TC_THREADS = 128,   // 4 warps; four CTAs an SM (128 registers)
     TC_WARPS = TC_THREADS / 32,
     TC_KEYS = 512,      // keys a CTA (the host's TC_CHUNK)
-    TC_HEADS = 64,      // heads of a chunk's fragment buffer (the host's HEAD_CHUNK)
+    TC_HEADS = 32,      // heads of the widest chunk (head_tiles)
 };
 
-// Column tiles of a head chunk (registers): 8 (64 heads) for bf16 or e4m3
-// q and keys, 4 (32 heads) with f32 q, 2 (16 heads) with f32 keys.
+// Column tiles of a head chunk (registers: at most 128 a thread, no
+// spills): 4 (32 heads), 2 (16 heads) with f32 keys.
 template <class Q, class K>
-__host__ __device__ constexpr int head_tiles() { return K::TERMS > 1 ? 2 : Q::TERMS > 1 ? 4 : 8; }
+__host__ __device__ constexpr int head_tiles() { return K::TERMS > 1 ? 2 : 4; }
 
 // A query format: TERMS bf16 terms a value; term(q, i, tq): value i's term.
 struct QF32 {

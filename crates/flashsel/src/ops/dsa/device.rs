@@ -47,8 +47,8 @@ pub(crate) const DSA_ENTRIES: [&str; 12] = [
 const CHUNK: usize = 512;
 /// Threads a CTA (`TC_THREADS`).
 const BLOCK: u32 = 128;
-/// Heads of one chunk of query fragments (`TC_HEADS`).
-const HEAD_CHUNK: usize = 64;
+/// Heads of the widest chunk of query fragments (`TC_HEADS`).
+const HEAD_CHUNK: usize = 32;
 
 /// bf16 terms a value of `dtype` splits into (f32 three, bf16 and e4m3 one).
 fn terms(dtype: DType) -> usize {
@@ -61,16 +61,9 @@ fn terms(dtype: DType) -> usize {
 
 /// Dynamic shared memory of a launch: one head chunk's query fragments,
 /// `terms(q) * (d / 16) * tiles * 32 lanes * 8` bytes, with the kernel's
-/// `head_tiles` column tiles: 8 (64 heads) for bf16 or e4m3 q and keys, 4
-/// with f32 q, 2 with f32 keys.
+/// `head_tiles` column tiles: 4 (32 heads), 2 with f32 keys.
 fn frag_bytes(q: DType, k: DType, dim: usize) -> u32 {
-    let tiles = if terms(k) > 1 {
-        2
-    } else if terms(q) > 1 {
-        4
-    } else {
-        HEAD_CHUNK / 8
-    };
+    let tiles = if terms(k) > 1 { HEAD_CHUNK / 16 } else { HEAD_CHUNK / 8 };
     (terms(q) * (dim / 16) * tiles * 32 * 8) as u32
 }
 

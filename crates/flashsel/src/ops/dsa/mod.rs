@@ -77,10 +77,11 @@
 //!    one `mma.sync` m16n8k16 per 16 dimensions and term pair, the tensor
 //!    core's own deterministic summation inside each).
 //! 2. `p_h = w_h * relu(dot_h)`, rounded; `+0.0` for a head past `H`.
-//! 3. The heads in chunks of 64 (`c` = 0, 1 for 128 heads): within a chunk,
-//!    with `P_n = p_{64c+8n+2i} + p_{64c+8n+2i+1}`, lane `i` in 0..4 sums
-//!    `S_i = ((P_0 + P_1) + P_2) + ... + P_7` and the chunk's sum is `(S_0 +
-//!    S_1) + (S_2 + S_3)`; then `acc = ((+0.0 + chunk_0) + chunk_1) ...`.
+//! 3. The heads in chunks of `C` = 32 (16 with f32 keys; chunk `c` holds
+//!    heads `C c ..`): within a chunk, with `P_n = p_{Cc+8n+2i} +
+//!    p_{Cc+8n+2i+1}`, lane `i` in 0..4 sums `S_i = ((P_0 + P_1) + P_2) +
+//!    ... + P_{C/8-1}` and the chunk's sum is `(S_0 + S_1) + (S_2 + S_3)`;
+//!    then `acc = ((+0.0 + chunk_0) + chunk_1) ...`.
 //! 4. `score = acc * k_scale[s]` (with a scale), a NaN the quiet NaN
 //!    `0x7fc00000`.
 //!
